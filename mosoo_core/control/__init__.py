@@ -1,0 +1,1 @@
+"""The control service: the endpoint sandboxes' drivers dial back to."""

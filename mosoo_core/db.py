@@ -1,0 +1,87 @@
+"""Engine and session factory; one Alembic chain creates the tables (`mosoo migrate`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, create_engine
+
+from mosoo_core.settings import get_settings
+
+
+class UTCDateTime(sa.types.TypeDecorator[datetime]):
+    """Stores UTC, returns timezone-aware UTC on SQLite and PostgreSQL alike."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+_engines: dict[str, Engine] = {}
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.removeprefix("sqlite:///")
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @sa.event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def get_engine(url: str | None = None) -> Engine:
+    url = url or get_settings().resolved_database_url
+    if url not in _engines:
+        _engines[url] = make_engine(url)
+    return _engines[url]
+
+
+def dispose_engines() -> None:
+    for engine in _engines.values():
+        engine.dispose()
+    _engines.clear()
+
+
+@contextmanager
+def session_scope(engine: Engine | None = None) -> Iterator[Session]:
+    """A unit of work: commits on success, rolls back on error."""
+    with Session(engine or get_engine(), expire_on_commit=False) as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+def check_database(engine: Engine | None = None) -> None:
+    with (engine or get_engine()).connect() as connection:
+        connection.execute(sa.text("SELECT 1"))

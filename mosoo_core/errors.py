@@ -1,0 +1,39 @@
+"""Typed domain errors; each front door maps them once (API codes, console toasts)."""
+
+from __future__ import annotations
+
+
+class MosooError(Exception):
+    code = "internal_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFound(MosooError):
+    code = "not_found"
+
+
+class Conflict(MosooError):
+    code = "conflict"
+
+
+class InvalidInput(MosooError):
+    code = "invalid_request"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class Unauthenticated(MosooError):
+    code = "unauthenticated"
+
+
+class RateLimited(MosooError):
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after_seconds: int) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds

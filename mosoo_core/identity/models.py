@@ -1,0 +1,120 @@
+"""Identity tables and the plain shapes services return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlmodel import Field, SQLModel
+
+from mosoo_core.clock import utcnow
+from mosoo_core.db import UTCDateTime
+from mosoo_core.ids import new_id
+
+
+def _id_field() -> str:
+    return Field(default_factory=new_id, primary_key=True, max_length=26)
+
+
+def _timestamp() -> datetime:
+    return Field(default_factory=utcnow, sa_type=UTCDateTime, nullable=False)
+
+
+class Account(SQLModel, table=True):
+    __tablename__ = "account"
+    id: str = _id_field()
+    email: str = Field(max_length=320, unique=True, index=True)
+    name: str = Field(default="", max_length=120)
+    created_at: datetime = _timestamp()
+    updated_at: datetime = _timestamp()
+
+
+class AuthIdentity(SQLModel, table=True):
+    __tablename__ = "auth_identity"
+    __table_args__ = (sa.UniqueConstraint("provider", "subject", name="uq_auth_identity_subject"),)
+    id: str = _id_field()
+    account_id: str = Field(foreign_key="account.id", index=True, ondelete="CASCADE")
+    provider: str = Field(max_length=32)  # "email" | "google"
+    subject: str = Field(max_length=255)
+    email: str = Field(max_length=320)
+    created_at: datetime = _timestamp()
+
+
+class EmailCode(SQLModel, table=True):
+    __tablename__ = "email_code"
+    id: str = _id_field()
+    email: str = Field(max_length=320, index=True)
+    code_hash: str = Field(max_length=64)
+    requested_ip: str = Field(default="", max_length=64, index=True)
+    attempts: int = 0
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime, index=True)
+    expires_at: datetime = Field(sa_type=UTCDateTime)
+    # Set when the code signs someone in or a newer code replaces it.
+    consumed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
+class LoginTicket(SQLModel, table=True):
+    """Single-use hand-off from a verified sign-in to the endpoint that sets the cookie."""
+
+    __tablename__ = "login_ticket"
+    id: str = _id_field()
+    account_id: str = Field(foreign_key="account.id", index=True, ondelete="CASCADE")
+    ticket_hash: str = Field(max_length=64, unique=True)
+    expires_at: datetime = Field(sa_type=UTCDateTime)
+    used_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    created_at: datetime = _timestamp()
+
+
+class AuthSession(SQLModel, table=True):
+    __tablename__ = "auth_session"
+    id: str = _id_field()
+    account_id: str = Field(foreign_key="account.id", index=True, ondelete="CASCADE")
+    token_hash: str = Field(max_length=64, unique=True)
+    method: str = Field(max_length=32)
+    user_agent: str = Field(default="", max_length=400)
+    created_at: datetime = _timestamp()
+    expires_at: datetime = Field(sa_type=UTCDateTime)
+    revoked_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
+class Organization(SQLModel, table=True):
+    __tablename__ = "organization"
+    id: str = _id_field()
+    owner_account_id: str = Field(foreign_key="account.id", unique=True, ondelete="CASCADE")
+    name: str = Field(max_length=120)
+    created_at: datetime = _timestamp()
+    updated_at: datetime = _timestamp()
+
+
+class App(SQLModel, table=True):
+    __tablename__ = "app"
+    id: str = _id_field()
+    organization_id: str = Field(foreign_key="organization.id", index=True, ondelete="CASCADE")
+    name: str = Field(max_length=120)
+    created_at: datetime = _timestamp()
+    updated_at: datetime = _timestamp()
+
+
+@dataclass(frozen=True)
+class AccountView:
+    id: str
+    email: str
+    name: str
+    organization_id: str
+    organization_name: str
+
+
+@dataclass(frozen=True)
+class AppView:
+    id: str
+    name: str
+    organization_id: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class OrganizationView:
+    id: str
+    name: str
+    created_at: datetime

@@ -1,0 +1,113 @@
+"""Every knob is an environment variable `MOSOO_*` (a `.env` file is honoured)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="MOSOO_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    env: Literal["development", "production"] = "development"
+    data_dir: Path = Path("./data")
+    database_url: str = ""  # empty: SQLite file under data_dir
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    object_dir: Path | None = None  # empty: data_dir / "objects"
+
+    # The public origin of the console, used for links, OAuth redirects and cookie flags.
+    public_url: str = "http://localhost:3000"
+    web_host: str = "0.0.0.0"
+    web_port: int = 3000
+    control_socket: Path | None = None  # empty: data_dir / "run" / "control.sock"
+    control_host: str = "127.0.0.1"
+    control_port: int = 8765
+
+    secret_key: str = ""  # empty: a key file created in data_dir on first start
+    log_level: str = "INFO"
+    log_json: bool = True
+
+    session_cookie: str = "mosoo_session"
+    session_ttl_days: int = 30
+
+    email_code_ttl_minutes: int = 10
+    email_code_max_attempts: int = 5
+    email_sends_per_address_per_hour: int = 5
+    email_sends_per_ip_per_hour: int = 20
+    login_ticket_ttl_seconds: int = 60
+
+    smtp_host: str = ""
+    smtp_port: int = 587
+    smtp_username: str = ""
+    smtp_password: str = ""
+    smtp_from: str = "Mosoo <no-reply@localhost>"
+    smtp_starttls: bool = True
+    smtp_ssl: bool = False
+    smtp_timeout_seconds: float = 20.0
+
+    google_client_id: str = ""
+    google_client_secret: str = ""
+    # Overridable so tests can point at a local OpenID Connect provider.
+    google_issuer: str = "https://accounts.google.com"
+
+    sandbox_base_image: str = Field(default="")
+
+    @property
+    def is_development(self) -> bool:
+        return self.env == "development"
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'mosoo.db').resolve()}"
+
+    @property
+    def resolved_object_dir(self) -> Path:
+        return (self.object_dir or self.data_dir / "objects").resolve()
+
+    @property
+    def resolved_control_socket(self) -> Path:
+        return (self.control_socket or self.data_dir / "run" / "control.sock").resolve()
+
+    @property
+    def smtp_enabled(self) -> bool:
+        return bool(self.smtp_host)
+
+    @property
+    def google_enabled(self) -> bool:
+        return bool(self.google_client_id and self.google_client_secret)
+
+    @property
+    def cookies_secure(self) -> bool:
+        return self.public_url.startswith("https://")
+
+    def resolved_secret_key(self) -> str:
+        """The server secret: from the environment, else a 0600 key file made on first use."""
+        if self.secret_key:
+            return self.secret_key
+        path = self.data_dir.resolve() / "secret.key"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(48))
+        return path.read_text().strip()
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
+
+
+def reset_settings_cache() -> None:
+    """Forget cached settings (tests change the environment between cases)."""
+    get_settings.cache_clear()

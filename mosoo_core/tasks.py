@@ -1,0 +1,80 @@
+"""The Celery app and thin task wrappers that call services (safe to run twice)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from celery import Celery
+from celery.signals import setup_logging, worker_ready, worker_shutdown
+
+from mosoo_core import identity, mail
+from mosoo_core.db import session_scope
+from mosoo_core.logs import configure_logging, get_logger
+from mosoo_core.settings import get_settings
+
+settings = get_settings()
+app = Celery("mosoo", broker=settings.redis_url)
+app.conf.update(
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    task_ignore_result=True,
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+    # A web request must not hang on a dead broker: the outbox sweep retries later.
+    task_publish_retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5},
+    beat_schedule={
+        "sweep-pending-email": {"task": "mosoo.sweep_pending_email", "schedule": 60.0},
+        "purge-sign-in-records": {"task": "mosoo.purge_sign_in_records", "schedule": 3600.0},
+    },
+    beat_schedule_filename=str((settings.data_dir / "run" / "celerybeat-schedule").resolve()),
+)
+log = get_logger(__name__)
+
+
+@setup_logging.connect
+def _setup_logging(**_: Any) -> None:
+    configure_logging("worker", get_settings().log_level, get_settings().log_json)
+
+
+@worker_ready.connect
+def _ready(**_: Any) -> None:
+    log.info("worker.ready", broker=_redacted_broker())
+
+
+@worker_shutdown.connect
+def _shutdown(**_: Any) -> None:
+    log.info("worker.stopped")
+
+
+def _redacted_broker() -> str:
+    url = get_settings().redis_url
+    return url.split("@", 1)[-1] if "@" in url else url
+
+
+@app.task(name="mosoo.deliver_email", bind=True, max_retries=4)
+def deliver_email(self: Any, email_id: str) -> str:
+    with session_scope() as db:
+        status = mail.deliver_email(db, email_id)
+    if status == "pending":
+        raise self.retry(countdown=min(300, 15 * 2**self.request.retries))
+    return status
+
+
+@app.task(name="mosoo.sweep_pending_email")
+def sweep_pending_email() -> int:
+    with session_scope() as db:
+        ids = mail.pending_email_ids(db, older_than=timedelta(minutes=2))
+    for email_id in ids:
+        deliver_email.delay(email_id)
+    return len(ids)
+
+
+@app.task(name="mosoo.purge_sign_in_records")
+def purge_sign_in_records() -> int:
+    with session_scope() as db:
+        removed = identity.purge_expired_sign_in_records(db)
+        removed += mail.purge_dev_mailbox(db)
+    log.info("identity.purged", removed=removed)
+    return removed

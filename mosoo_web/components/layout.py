@@ -1,0 +1,213 @@
+"""The console shell: sidebar with the App switcher and the App's sections, content on the right."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import reflex as rx
+
+from mosoo_web.state.session import SessionState
+
+
+def brand() -> rx.Component:
+    return rx.hstack(
+        rx.box(
+            rx.icon("box", size=18, color="white"),
+            background=rx.color("accent", 9),
+            border_radius="8px",
+            padding="5px",
+            display="flex",
+        ),
+        rx.heading("Mosoo", size="5", weight="bold"),
+        align="center",
+        spacing="2",
+    )
+
+
+def nav_link(label: str, icon: str, href: rx.Var | str, test_id: str) -> rx.Component:
+    return rx.link(
+        rx.hstack(rx.icon(icon, size=16), rx.text(label, size="2", weight="medium"), align="center", spacing="2"),
+        href=href,
+        underline="none",
+        color=rx.color("gray", 12),
+        padding_x="10px",
+        padding_y="7px",
+        border_radius="6px",
+        width="100%",
+        _hover={"background": rx.color("gray", 4)},
+        data_testid=test_id,
+    )
+
+
+def app_switcher() -> rx.Component:
+    return rx.vstack(
+        rx.text("App", size="1", color_scheme="gray", weight="medium"),
+        rx.select.root(
+            rx.select.trigger(width="100%", data_testid="app-switcher"),
+            rx.select.content(
+                rx.foreach(
+                    SessionState.apps,
+                    lambda app: rx.select.item(app["name"], value=app["id"]),
+                ),
+            ),
+            value=SessionState.current_app_id,
+            on_change=SessionState.switch_app,
+        ),
+        rx.link(
+            rx.text("All Apps", size="1"),
+            href="/apps",
+            data_testid="all-apps-link",
+        ),
+        width="100%",
+        spacing="1",
+    )
+
+
+def sidebar() -> rx.Component:
+    app_base = "/apps/" + SessionState.current_app_id
+    return rx.vstack(
+        brand(),
+        rx.cond(SessionState.current_app_id != "", app_switcher(), rx.fragment()),
+        rx.cond(
+            SessionState.current_app_id != "",
+            rx.vstack(
+                nav_link("Settings", "settings", app_base, "nav-app-settings"),
+                width="100%",
+                spacing="1",
+            ),
+            rx.vstack(nav_link("Apps", "layout-grid", "/apps", "nav-apps"), width="100%"),
+        ),
+        rx.spacer(),
+        rx.divider(),
+        rx.vstack(
+            nav_link("Organization", "building-2", "/org", "nav-org"),
+            nav_link("Profile", "user", "/profile", "nav-profile"),
+            width="100%",
+            spacing="1",
+        ),
+        rx.hstack(
+            rx.vstack(
+                rx.text(SessionState.name, size="2", weight="medium", truncate=True),
+                rx.text(SessionState.email, size="1", color_scheme="gray", truncate=True),
+                spacing="1",
+                min_width="0",
+                overflow="hidden",
+            ),
+            rx.spacer(),
+            rx.color_mode.button(size="1", variant="ghost"),
+            width="100%",
+            align="center",
+        ),
+        rx.button(
+            rx.icon("log-out", size=14),
+            "Sign out",
+            variant="soft",
+            color_scheme="gray",
+            width="100%",
+            on_click=SessionState.sign_out,
+            data_testid="sign-out",
+        ),
+        width="240px",
+        min_width="240px",
+        height="100vh",
+        position="sticky",
+        top="0",
+        padding="16px",
+        spacing="4",
+        border_right=f"1px solid {rx.color('gray', 5)}",
+        background=rx.color("gray", 2),
+    )
+
+
+def loading() -> rx.Component:
+    return rx.center(rx.spinner(size="3"), height="100vh", width="100%")
+
+
+def console_shell(content: Callable[[], rx.Component]) -> rx.Component:
+    """Wraps a page: nothing of it renders until the guard has resolved the account."""
+    return rx.cond(
+        SessionState.signed_in,
+        rx.hstack(
+            sidebar(),
+            rx.box(
+                rx.box(content(), max_width="880px", width="100%", margin_x="auto"),
+                flex="1",
+                min_width="0",
+                padding_x=["16px", "24px", "40px"],
+                padding_y="32px",
+            ),
+            spacing="0",
+            width="100%",
+            align="start",
+        ),
+        loading(),
+    )
+
+
+def page_header(title: rx.Var | str, subtitle: rx.Var | str = "") -> rx.Component:
+    return rx.vstack(
+        rx.heading(title, size="7", weight="bold", data_testid="page-title"),
+        rx.text(subtitle, color_scheme="gray", size="2"),
+        spacing="1",
+        margin_bottom="24px",
+    )
+
+
+def card_section(title: str, description: str, *children: rx.Component) -> rx.Component:
+    return rx.card(
+        rx.vstack(
+            rx.heading(title, size="4"),
+            rx.text(description, size="2", color_scheme="gray"),
+            *children,
+            spacing="3",
+            width="100%",
+        ),
+        width="100%",
+        size="3",
+    )
+
+
+def field_error(message: rx.Var) -> rx.Component:
+    return rx.cond(
+        message != "",
+        rx.text(message, color_scheme="red", size="2", data_testid="field-error"),
+        rx.fragment(),
+    )
+
+
+def name_form(
+    *,
+    field: str,
+    label: str,
+    value: rx.Var,
+    on_submit: rx.event.EventType,
+    error: rx.Var,
+    saving: rx.Var,
+    test_id: str,
+    button: str = "Save",
+) -> rx.Component:
+    """A one-field form with a clear error next to the field."""
+    return rx.form(
+        rx.vstack(
+            rx.text(label, size="2", weight="medium", as_="label"),
+            rx.hstack(
+                rx.input(
+                    name=field,
+                    default_value=value,
+                    key=value,
+                    max_length=200,
+                    width="100%",
+                    size="3",
+                    data_testid=f"{test_id}-input",
+                ),
+                rx.button(button, type="submit", size="3", loading=saving, data_testid=f"{test_id}-submit"),
+                width="100%",
+            ),
+            field_error(error),
+            width="100%",
+            spacing="2",
+        ),
+        on_submit=on_submit,
+        reset_on_submit=False,
+        width="100%",
+    )

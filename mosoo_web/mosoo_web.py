@@ -1,0 +1,30 @@
+"""The Reflex app: console pages plus the HTTP API (`/api/...`) mounted in the same process."""
+
+from __future__ import annotations
+
+import reflex as rx
+
+from mosoo_core.logs import configure_logging
+from mosoo_core.settings import get_settings
+from mosoo_web.api import build_api
+from mosoo_web.pages.app_settings import app_settings_page
+from mosoo_web.pages.dev_mailbox import DevMailboxState, dev_mailbox_page
+from mosoo_web.pages.home import apps_page, index_page
+from mosoo_web.pages.login import LoginState, login_page
+from mosoo_web.pages.organization import organization_page
+from mosoo_web.pages.profile import profile_page
+from mosoo_web.state.session import SessionState
+
+settings = get_settings()
+configure_logging("web", settings.log_level, settings.log_json)
+
+app = rx.App(api_transformer=build_api())
+
+app.add_page(index_page, route="/", title="Mosoo", on_load=SessionState.enter_console)
+app.add_page(login_page, route="/login", title="Sign in · Mosoo", on_load=LoginState.on_load)
+app.add_page(apps_page, route="/apps", title="Apps · Mosoo", on_load=SessionState.require_account)
+app.add_page(app_settings_page, route="/apps/[app_id]", title="App · Mosoo", on_load=SessionState.require_app)
+app.add_page(organization_page, route="/org", title="Organization · Mosoo", on_load=SessionState.require_account)
+app.add_page(profile_page, route="/profile", title="Profile · Mosoo", on_load=SessionState.require_account)
+if settings.is_development:
+    app.add_page(dev_mailbox_page, route="/dev/mailbox", title="Dev mailbox · Mosoo", on_load=DevMailboxState.load)

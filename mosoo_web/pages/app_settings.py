@@ -1,0 +1,79 @@
+"""`/apps/[app_id]`: the App's settings (name, id)."""
+
+from __future__ import annotations
+
+import reflex as rx
+
+from mosoo_core import identity
+from mosoo_core.db import session_scope
+from mosoo_core.errors import InvalidInput, NotFound
+from mosoo_web.components.layout import card_section, console_shell, name_form, page_header
+from mosoo_web.state.session import SessionState, current_account_id
+
+
+class AppSettingsState(rx.State):
+    error: str = ""
+    saving: bool = False
+
+    @rx.event
+    async def rename(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+        self.error = ""
+        session = await self.get_state(SessionState)
+        account_id = await current_account_id(self)
+        try:
+            with session_scope() as db:
+                app = identity.rename_app(db, account_id, session.current_app_id, name=form.get("name", ""))
+        except InvalidInput as error:
+            self.error = error.message
+            return None
+        except NotFound:
+            session.app_missing = True
+            return None
+        session.remember_app(app.id, app.name)
+        return rx.toast.success("App renamed.")
+
+
+def not_found_card() -> rx.Component:
+    return rx.card(
+        rx.vstack(
+            rx.heading("App not found", size="5"),
+            rx.text("It does not exist, or it is not yours.", color_scheme="gray"),
+            rx.link("Back to your Apps", href="/apps"),
+            spacing="2",
+        ),
+        data_testid="app-not-found",
+    )
+
+
+def _content() -> rx.Component:
+    return rx.cond(
+        SessionState.app_missing,
+        not_found_card(),
+        rx.vstack(
+            page_header(SessionState.current_app_name, "App settings"),
+            card_section(
+                "Name",
+                "Shown in the console and in the App switcher.",
+                name_form(
+                    field="name",
+                    label="App name",
+                    value=SessionState.current_app_name,
+                    on_submit=AppSettingsState.rename,
+                    error=AppSettingsState.error,
+                    saving=AppSettingsState.saving,
+                    test_id="app-name",
+                ),
+            ),
+            card_section(
+                "App ID",
+                "Use it to address this App from the API and the CLI.",
+                rx.code(SessionState.current_app_id, size="3", data_testid="app-id"),
+            ),
+            width="100%",
+            spacing="4",
+        ),
+    )
+
+
+def app_settings_page() -> rx.Component:
+    return console_shell(_content)

@@ -1,0 +1,86 @@
+"""`/` and `/apps`: go straight into the only App, or pick one (and create more)."""
+
+from __future__ import annotations
+
+import reflex as rx
+
+from mosoo_core import identity
+from mosoo_core.db import session_scope
+from mosoo_core.errors import InvalidInput
+from mosoo_web.components.layout import console_shell, field_error, page_header
+from mosoo_web.state.session import SessionState, current_account_id
+
+
+class AppsState(rx.State):
+    create_error: str = ""
+    creating: bool = False
+
+    @rx.event
+    async def create_app(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+        self.create_error = ""
+        account_id = await current_account_id(self)
+        try:
+            with session_scope() as db:
+                app = identity.create_app(db, account_id, name=form.get("name", ""))
+        except InvalidInput as error:
+            self.create_error = error.message
+            return None
+        session = await self.get_state(SessionState)
+        session.remember_app(app.id, app.name)
+        return rx.redirect(f"/apps/{app.id}")
+
+
+def _app_card(app: rx.Var) -> rx.Component:
+    return rx.link(
+        rx.card(
+            rx.hstack(
+                rx.box(rx.icon("app-window", size=20), color=rx.color("accent", 11)),
+                rx.text(app["name"], size="3", weight="medium"),
+                rx.spacer(),
+                rx.icon("chevron-right", size=16, color=rx.color("gray", 9)),
+                align="center",
+                width="100%",
+            ),
+            width="100%",
+            _hover={"background": rx.color("gray", 3)},
+        ),
+        href="/apps/" + app["id"].to(str),
+        underline="none",
+        width="100%",
+        data_testid="app-card",
+    )
+
+
+def _apps_content() -> rx.Component:
+    return rx.vstack(
+        page_header("Your Apps", SessionState.organization_name),
+        rx.vstack(rx.foreach(SessionState.apps, _app_card), width="100%", spacing="2"),
+        rx.card(
+            rx.form(
+                rx.vstack(
+                    rx.text("New App", size="2", weight="medium"),
+                    rx.hstack(
+                        rx.input(name="name", placeholder="App name", size="3", width="100%", max_length=200, data_testid="new-app-name"),
+                        rx.button("Create App", type="submit", size="3", data_testid="new-app-submit"),
+                        width="100%",
+                    ),
+                    field_error(AppsState.create_error),
+                    width="100%",
+                ),
+                on_submit=AppsState.create_app,
+                reset_on_submit=True,
+                width="100%",
+            ),
+            width="100%",
+            margin_top="16px",
+        ),
+        width="100%",
+    )
+
+
+def index_page() -> rx.Component:
+    return rx.center(rx.spinner(size="3"), height="100vh")
+
+
+def apps_page() -> rx.Component:
+    return console_shell(_apps_content)

@@ -1,0 +1,55 @@
+"""`/org`: the Organization's settings."""
+
+from __future__ import annotations
+
+import reflex as rx
+
+from mosoo_core import identity
+from mosoo_core.db import session_scope
+from mosoo_core.errors import InvalidInput
+from mosoo_web.components.layout import card_section, console_shell, name_form, page_header
+from mosoo_web.state.session import SessionState, current_account_id
+
+
+class OrganizationState(rx.State):
+    error: str = ""
+    saving: bool = False
+
+    @rx.event
+    async def rename(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+        self.error = ""
+        account_id = await current_account_id(self)
+        try:
+            with session_scope() as db:
+                organization = identity.rename_organization(db, account_id, name=form.get("name", ""))
+        except InvalidInput as error:
+            self.error = error.message
+            return None
+        session = await self.get_state(SessionState)
+        session.organization_name = organization.name
+        return rx.toast.success("Organization renamed.")
+
+
+def _content() -> rx.Component:
+    return rx.vstack(
+        page_header("Organization", "Your account, billing and tenant shell. Apps live inside it."),
+        card_section(
+            "Name",
+            "One owner per Organization in this version.",
+            name_form(
+                field="name",
+                label="Organization name",
+                value=SessionState.organization_name,
+                on_submit=OrganizationState.rename,
+                error=OrganizationState.error,
+                saving=OrganizationState.saving,
+                test_id="org-name",
+            ),
+        ),
+        width="100%",
+        spacing="4",
+    )
+
+
+def organization_page() -> rx.Component:
+    return console_shell(_content)

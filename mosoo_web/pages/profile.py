@@ -1,0 +1,60 @@
+"""`/profile`: the signed-in person."""
+
+from __future__ import annotations
+
+import reflex as rx
+
+from mosoo_core import identity
+from mosoo_core.db import session_scope
+from mosoo_core.errors import InvalidInput
+from mosoo_web.components.layout import card_section, console_shell, name_form, page_header
+from mosoo_web.state.session import SessionState, current_account_id
+
+
+class ProfileState(rx.State):
+    error: str = ""
+    saving: bool = False
+
+    @rx.event
+    async def rename(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+        self.error = ""
+        account_id = await current_account_id(self)
+        try:
+            with session_scope() as db:
+                account = identity.update_profile(db, account_id, name=form.get("name", ""))
+        except InvalidInput as error:
+            self.error = error.message
+            return None
+        session = await self.get_state(SessionState)
+        session.name = account.name
+        return rx.toast.success("Profile saved.")
+
+
+def _content() -> rx.Component:
+    return rx.vstack(
+        page_header("Profile", SessionState.email),
+        card_section(
+            "Your name",
+            "How Mosoo greets you.",
+            name_form(
+                field="name",
+                label="Name",
+                value=SessionState.name,
+                on_submit=ProfileState.rename,
+                error=ProfileState.error,
+                saving=ProfileState.saving,
+                test_id="profile-name",
+            ),
+        ),
+        card_section(
+            "Email",
+            "Sign in with a code sent here, or with Google using the same address.",
+            rx.text(SessionState.email, weight="medium"),
+        ),
+        width="100%",
+        spacing="4",
+    )
+
+
+def profile_page() -> rx.Component:
+    return console_shell(_content)

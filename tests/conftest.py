@@ -1,0 +1,86 @@
+"""Shared fixtures: a migrated database per backend, settings isolated per test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from mosoo_core import db as db_module
+from mosoo_core import migrations
+from mosoo_core.settings import reset_settings_cache
+
+# `make test` sets MOSOO_TEST_DATABASES=sqlite,postgresql; a bare `pytest` uses SQLite only.
+BACKENDS = [b.strip() for b in os.environ.get("MOSOO_TEST_DATABASES", "sqlite").split(",") if b.strip()]
+POSTGRES_URL = os.environ.get(
+    "MOSOO_TEST_POSTGRES_URL", "postgresql+psycopg://mosoo:mosoo@127.0.0.1:5432/mosoo_test"
+)
+
+
+@pytest.fixture(autouse=True)
+def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Each test gets its own data dir and no SMTP / Google unless it asks."""
+    for key in list(os.environ):
+        if key.startswith("MOSOO_") and not key.startswith("MOSOO_TEST_"):
+            monkeypatch.delenv(key, raising=False)
+    data_dir = tmp_path / "data"
+    monkeypatch.setenv("MOSOO_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("MOSOO_SECRET_KEY", "test-secret-key")
+    monkeypatch.setenv("MOSOO_LOG_JSON", "false")
+    monkeypatch.chdir(tmp_path)
+    reset_settings_cache()
+    yield data_dir
+    reset_settings_cache()
+
+
+def _reset_postgres(url: str) -> None:
+    engine = sa.create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(sa.text("DROP SCHEMA IF EXISTS public CASCADE"))
+        connection.execute(sa.text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A freshly migrated database for the whole run, once per backend."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'mosoo.db'}"
+    elif request.param == "postgresql":
+        url = POSTGRES_URL
+        _reset_postgres(url)
+    else:
+        raise ValueError(f"unknown test database backend {request.param!r}")
+    migrations.upgrade(url)
+    yield url
+    db_module.dispose_engines()
+
+
+def _truncate_all(engine: Engine) -> None:
+    from mosoo_core.models import metadata
+
+    with engine.begin() as connection:
+        for table in reversed(metadata.sorted_tables):
+            connection.execute(table.delete())
+
+
+@pytest.fixture
+def engine(database_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
+    """The migrated engine, emptied before each test, and the default for `get_engine()`."""
+    monkeypatch.setenv("MOSOO_DATABASE_URL", database_url)
+    reset_settings_cache()
+    engine = db_module.get_engine(database_url)
+    _truncate_all(engine)
+    yield engine
+
+
+@pytest.fixture
+def db(engine: Engine) -> Iterator[Session]:
+    with Session(engine, expire_on_commit=False) as session:
+        yield session
+        session.rollback()
