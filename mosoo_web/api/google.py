@@ -58,6 +58,12 @@ def _google_client(settings: Settings) -> StarletteOAuth2App:
     return client
 
 
+def _accepted_issuers(issuer: str) -> list[str]:
+    # Google documents both "https://accounts.google.com" and "accounts.google.com" as `iss`.
+    issuer = issuer.rstrip("/")
+    return [issuer, issuer.removeprefix("https://")] if issuer.startswith("https://") else [issuer]
+
+
 def _refuse(reason: str) -> RedirectResponse:
     return RedirectResponse(f"/login?error={reason}", status_code=303)
 
@@ -86,6 +92,9 @@ def install(api: FastAPI) -> None:
     )
     client = _google_client(settings)
     redirect_uri = f"{settings.public_url.rstrip('/')}{CALLBACK_PATH}"
+    claims_options = {
+        "iss": {"essential": True, "values": _accepted_issuers(settings.google_issuer)}
+    }
     router = APIRouter(prefix="/api/auth/google")
 
     @router.get("/login")
@@ -103,7 +112,7 @@ def install(api: FastAPI) -> None:
         """Google's answer: exchange the code, check the ID token, start a Mosoo session."""
         next_path = safe_next(request.session.pop(_NEXT_KEY, None))
         try:
-            token = await client.authorize_access_token(request)
+            token = await client.authorize_access_token(request, claims_options=claims_options)
         except _FLOW_ERRORS as error:
             log.warning("google.sign_in_failed", **_failure_fields(error))
             return _refuse("google_failed")
@@ -120,11 +129,17 @@ def install(api: FastAPI) -> None:
         def work() -> identity.NewSession:
             with session_scope() as db:
                 account = identity.sign_in_identity(
-                    db, provider="google", subject=str(subject), email=str(email),
+                    db,
+                    provider="google",
+                    subject=str(subject),
+                    email=str(email),
                     name=str(claims.get("name") or ""),
                 )
                 return identity.start_session(
-                    db, account.id, method="google", user_agent=request.headers.get("user-agent", "")
+                    db,
+                    account.id,
+                    method="google",
+                    user_agent=request.headers.get("user-agent", ""),
                 )
 
         try:

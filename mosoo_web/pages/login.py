@@ -30,6 +30,7 @@ class LoginState(rx.State):
     notice: str = ""
     busy: bool = False
     google_enabled: bool = False
+    google_href: str = "/api/auth/google/login"
     dev_mailbox: bool = False
 
     def _next(self) -> str:
@@ -40,7 +41,9 @@ class LoginState(rx.State):
         session = await self.get_state(SessionState)
         if session._refresh():
             return rx.redirect(self._next(), replace=True)
+        self.reset()
         self.google_enabled = google_sign_in_enabled()
+        self.google_href = f"/api/auth/google/login?next={quote(self._next())}"
         self.dev_mailbox = get_settings().is_development and not get_settings().smtp_enabled
         self.error = QUERY_ERRORS.get(self.router.url.query_parameters.get("error", ""), "")
         return None
@@ -159,7 +162,7 @@ def login_page() -> rx.Component:
                                 size="3",
                                 width="100%",
                             ),
-                            href="/api/auth/google/login",
+                            href=LoginState.google_href,
                             width="100%",
                             data_testid="login-google",
                         ),

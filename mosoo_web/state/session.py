@@ -59,9 +59,13 @@ class SessionState(rx.State):
         self.apps = [{"id": app.id, "name": app.name} for app in apps]
         return True
 
-    def _sign_in_redirect(self) -> rx.event.EventSpec:
+    def _forget(self) -> None:
+        # Reflex keeps a tab's state across reloads: leave nothing of the account behind.
+        self.reset()
         self._account_id = ""
-        self.signed_in = False
+
+    def _sign_in_redirect(self) -> rx.event.EventSpec:
+        self._forget()
         path = self.router.url.path or "/"
         return rx.redirect(f"/login?next={path}", replace=True)
 
@@ -109,8 +113,7 @@ class SessionState(rx.State):
         """Revoke the session on the server, then clear the cookie and leave."""
         with session_scope() as db:
             identity.revoke_session(db, self._token())
-        self._account_id = ""
-        self.signed_in = False
+        self._forget()
         return rx.call_script(
             "fetch('/api/auth/logout', {method: 'POST', credentials: 'same-origin'})"
             ".finally(() => window.location.assign('/login'))"

@@ -33,7 +33,9 @@ class GoogleWorld:
 
     def start_login(self, next_path: str = "/apps") -> str:
         """Our login route; returns the provider authorize URL it redirects to."""
-        response = self.browser.get(f"{self.app_url}/api/auth/google/login", params={"next": next_path})
+        response = self.browser.get(
+            f"{self.app_url}/api/auth/google/login", params={"next": next_path}
+        )
         assert response.status_code == 302, response.text
         assert OAUTH_COOKIE in response.cookies
         location = response.headers["location"]
@@ -57,7 +59,9 @@ class GoogleWorld:
 def google(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[GoogleWorld]:
     app_server = LoopbackServer()
     provider = OIDCProvider(
-        client_id=CLIENT_ID, client_secret=CLIENT_SECRET, redirect_uri=f"{app_server.url}{CALLBACK_PATH}"
+        client_id=CLIENT_ID,
+        client_secret=CLIENT_SECRET,
+        redirect_uri=f"{app_server.url}{CALLBACK_PATH}",
     )
     monkeypatch.setenv("MOSOO_PUBLIC_URL", app_server.url)
     monkeypatch.setenv("MOSOO_GOOGLE_CLIENT_ID", CLIENT_ID)
@@ -119,7 +123,9 @@ def test_google_sign_in_with_the_email_of_an_email_code_account_signs_into_that_
     assert len(_accounts_with_email("ada@example.com")) == 1
 
 
-def test_google_sign_in_twice_with_the_same_subject_is_the_same_account(google: GoogleWorld) -> None:
+def test_google_sign_in_twice_with_the_same_subject_is_the_same_account(
+    google: GoogleWorld,
+) -> None:
     google.sign_in()
     first = google.browser.get(f"{google.app_url}/api/auth/me").json()["id"]
     google.browser.cookies.clear()
@@ -129,7 +135,9 @@ def test_google_sign_in_twice_with_the_same_subject_is_the_same_account(google: 
     assert google.browser.get(f"{google.app_url}/api/auth/me").json()["id"] == first
 
 
-def test_google_callback_with_a_wrong_state_is_refused_without_a_session(google: GoogleWorld) -> None:
+def test_google_callback_with_a_wrong_state_is_refused_without_a_session(
+    google: GoogleWorld,
+) -> None:
     callback = google.approve(google.start_login())
 
     response = google.browser.get(_with_query(callback, state="not-the-state-we-sent"))
@@ -141,7 +149,9 @@ def test_google_callback_with_a_wrong_state_is_refused_without_a_session(google:
     assert _accounts_with_email("ada@example.com") == []
 
 
-def test_google_callback_in_a_browser_that_did_not_start_the_login_is_refused(google: GoogleWorld) -> None:
+def test_google_callback_in_a_browser_that_did_not_start_the_login_is_refused(
+    google: GoogleWorld,
+) -> None:
     # Login CSRF: an attacker's code and state, replayed in the victim's browser.
     callback = google.approve(google.start_login())
 
@@ -157,7 +167,9 @@ def test_google_callback_in_a_browser_that_did_not_start_the_login_is_refused(go
 def test_google_sign_in_with_an_unverified_email_is_refused_and_creates_no_account(
     google: GoogleWorld,
 ) -> None:
-    google.provider.user = ProviderUser(sub="google-eve", email="eve@example.com", email_verified=False)
+    google.provider.user = ProviderUser(
+        sub="google-eve", email="eve@example.com", email_verified=False
+    )
 
     response = google.sign_in()
 
@@ -168,9 +180,13 @@ def test_google_sign_in_with_an_unverified_email_is_refused_and_creates_no_accou
     assert _accounts_with_email("eve@example.com") == []
 
 
-def test_google_sign_in_fails_when_the_provider_rejects_our_client_secret(google: GoogleWorld) -> None:
+def test_google_sign_in_fails_when_the_provider_rejects_our_client_secret(
+    google: GoogleWorld,
+) -> None:
     # The secret was rotated at the provider but not in our settings: the code exchange fails.
-    google.provider.client = replace(google.provider.client, client_secret="rotated-at-the-provider")
+    google.provider.client = replace(
+        google.provider.client, client_secret="rotated-at-the-provider"
+    )
 
     response = google.sign_in()
 

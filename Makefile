@@ -1,0 +1,21 @@
+# The two commands of the quick start: `make run` and `make test`.
+SHELL := /bin/bash
+export REFLEX_USE_SYSTEM_BUN := 1
+export REFLEX_TELEMETRY_ENABLED := false
+
+.PHONY: run test lint lock bench
+
+run:
+	@scripts/setup.sh run
+	@.venv/bin/mosoo up
+
+test:
+	@scripts/setup.sh test
+	@scripts/test.sh
+
+lint:
+	.venv/bin/ruff check .
+	.venv/bin/mypy
+
+lock:
+	.venv/bin/pip freeze --exclude-editable | grep -v '^-e ' > requirements.lock

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Installs what is missing and starts the services Mosoo needs, on Debian/Ubuntu as root.
+#   scripts/setup.sh run   -> what `make run` needs (Redis, Docker, bubblewrap, bun, the venv)
+#   scripts/setup.sh test  -> the same, plus Chromium and PostgreSQL with a test database
+set -euo pipefail
+mode="${1:-run}"
+cd "$(dirname "$0")/.."
+root="$(pwd)"
+log() { printf '\033[1;34m[setup]\033[0m %s\n' "$*"; }
+mkdir -p data/log
+
+# --- system packages -------------------------------------------------------------------
+need=()
+command -v python3 >/dev/null || need+=(python3)
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+command -v redis-server >/dev/null || need+=(redis-server)
+command -v dockerd >/dev/null || need+=(docker.io)
+command -v bwrap >/dev/null || need+=(bubblewrap)
+command -v npm >/dev/null || need+=(npm)
+command -v git >/dev/null || need+=(git)
+command -v curl >/dev/null || need+=(curl)
+if [ "$mode" = test ]; then
+  [ -x /usr/bin/chromium ] || need+=(chromium)
+  command -v pg_ctlcluster >/dev/null || need+=(postgresql)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+if ! command -v bun >/dev/null; then
+  log "installing bun (the console build uses it)"
+  npm install -g bun >/dev/null 2>&1
+fi
+
+# --- Python environment ----------------------------------------------------------------
+python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
+  || { echo "Mosoo needs Python 3.11 or newer" >&2; exit 1; }
+stamp=".venv/.installed-$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  log "creating the virtualenv (.venv)"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -r requirements.lock
+  .venv/bin/pip install -q --no-deps -e .
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi
+
+# --- services --------------------------------------------------------------------------
+if ! redis-cli -p 6379 ping >/dev/null 2>&1; then
+  log "starting redis-server on 127.0.0.1:6379"
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --logfile "$root/data/log/redis.log"
+fi
+if ! docker info >/dev/null 2>&1; then
+  log "starting the Docker engine"
+  (setsid dockerd >"$root/data/log/dockerd.log" 2>&1 &)
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+  docker info >/dev/null 2>&1 || log "warning: the Docker engine did not start (see data/log/dockerd.log)"
+fi
+
+if [ "$mode" = test ]; then
+  version="$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)"
+  if [ -z "$version" ]; then
+    version="$(ls /usr/lib/postgresql | sort -V | tail -n 1)"
+    pg_createcluster "$version" main >/dev/null
+  fi
+  if ! pg_lsclusters -h | awk -v v="$version" '$1==v && $2=="main" {print $4}' | grep -q online; then
+    log "starting PostgreSQL $version"
+    pg_ctlcluster "$version" main start
+  fi
+  for _ in $(seq 1 30); do su postgres -c "psql -qAtc 'select 1'" >/dev/null 2>&1 && break; sleep 1; done
+  su postgres -c "psql -qAtc \"select 1 from pg_roles where rolname='mosoo'\"" | grep -q 1 \
+    || su postgres -c "psql -qc \"create role mosoo login password 'mosoo'\""
+  su postgres -c "psql -qAtc \"select 1 from pg_database where datname='mosoo_test'\"" | grep -q 1 \
+    || su postgres -c "psql -qc 'create database mosoo_test owner mosoo'"
+fi
+log "ready"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The whole suite: lint, then every test on SQLite and PostgreSQL.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export MOSOO_TEST_DATABASES="${MOSOO_TEST_DATABASES:-sqlite,postgresql}"
+export REFLEX_USE_SYSTEM_BUN=1 REFLEX_TELEMETRY_ENABLED=false
+.venv/bin/ruff check .
+set +e
+.venv/bin/python -m pytest -p no:cacheprovider "$@"
+status=$?
+set -e
+# pytest's 5 means no test ran: a failure for us.
+if [ "$status" -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi
+exit "$status"

@@ -1,0 +1,64 @@
+"""A real `mosoo web` process and Chromium for the browser journeys."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from mosoo_core import migrations
+from tests.support.processes import free_port, mosoo_env, page_served, running, wait_for
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+]
+
+
+@dataclass(frozen=True)
+class WebServer:
+    url: str
+    database_url: str
+    log: Path
+
+
+@pytest.fixture(scope="session")
+def web_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
+    migrations.upgrade(database_url)
+    port = free_port()
+    data_dir = tmp_path_factory.mktemp("web-data")
+    log = data_dir / "web.log"
+    env = mosoo_env(data_dir, database_url, MOSOO_WEB_PORT=str(port), MOSOO_PUBLIC_URL=f"http://127.0.0.1:{port}")
+    with running(["web"], env, log) as process:
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_for(lambda: page_served(f"{url}/login"), 600, "the console to be served", process)
+        except Exception:
+            print(log.read_text()[-5000:])
+            raise
+        yield WebServer(url=url, database_url=database_url, log=log)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    yield page
+    context.close()

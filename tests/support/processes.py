@@ -1,0 +1,88 @@
+"""Start Mosoo's real processes for tests, on loopback, and stop exactly what was started."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, process: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{what}: the process exited with {process.returncode}")
+        time.sleep(0.2)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def mosoo_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOSOO_") or k.startswith("MOSOO_TEST_")}
+    env.update(
+        MOSOO_DATA_DIR=str(data_dir),
+        MOSOO_DATABASE_URL=database_url,
+        MOSOO_SECRET_KEY="test-secret-key",
+        REFLEX_USE_SYSTEM_BUN="1",
+        REFLEX_TELEMETRY_ENABLED="false",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+@contextlib.contextmanager
+def running(args: list[str], env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `mosoo <args>` in its own process group; stop that group afterwards."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mosoo_core.cli", *args],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield process
+        finally:
+            stop_group(process)
+
+
+def stop_group(process: subprocess.Popen[bytes], timeout: float = 20) -> int:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return process.returncode
+
+
+def page_served(url: str) -> bool:
+    try:
+        response = httpx.get(url, timeout=2, follow_redirects=True)
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200 and "<html" in response.text.lower()
