@@ -42,10 +42,13 @@ def _stop(children: dict[str, subprocess.Popen[bytes]], timeout: float = 15.0) -
 
 
 def _web_answers(url: str) -> bool:
+    """The API is healthy and the console's sign-in page is built and served."""
     try:
-        return httpx.get(f"{url}/api/health", timeout=2).status_code == 200
+        health = httpx.get(f"{url}/api/health", timeout=2)
+        page = httpx.get(f"{url}/login", timeout=2, follow_redirects=True)
     except httpx.HTTPError:
         return False
+    return health.status_code == 200 and page.status_code == 200 and "<html" in page.text.lower()
 
 
 def run_all() -> int:
