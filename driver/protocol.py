@@ -1,0 +1,249 @@
+"""Driver protocol v1: every message on the driver <-> control WebSocket (PROTOCOL.md).
+
+JSON text frames, each with a `type`. Control imports these models from here; this module
+depends on pydantic only.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 1024 * 1024
+MAX_EVENTS_PER_BATCH = 64
+DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000
+MISSED_HEARTBEATS_BEFORE_DISCONNECT = 3
+DRIVER_LOST_AFTER_SECONDS = 120
+MAX_RECONNECT_BACKOFF_SECONDS = 10.0
+
+# Internal event kinds (driver -> control).
+EVENT_KINDS = frozenset(
+    {
+        "run.started",
+        "message.started",
+        "message.delta",
+        "message.completed",
+        "thought.delta",
+        "tool.call.started",
+        "tool.call.completed",
+        "permission.requested",
+        "permission.resolved",
+        "file.changed",
+        "usage.updated",
+        "run.completed",
+        "run.failed",
+        "run.cancelled",
+    }
+)
+TERMINAL_EVENT_KINDS = frozenset({"run.completed", "run.failed", "run.cancelled"})
+
+# Internal kind -> public event type of PRODUCT.md (API and console).
+PUBLIC_EVENT_TYPES = {
+    "run.started": "run.started",
+    "message.delta": "agent.message.delta",
+    "message.completed": "agent.message.completed",
+    "thought.delta": "agent.thinking.delta",
+    "tool.call.started": "tool.use.started",
+    "tool.call.completed": "tool.use.completed",
+    "permission.requested": "tool.confirmation.required",
+    "permission.resolved": "tool.confirmation.resolved",
+    "file.changed": "file.changed",
+    "usage.updated": "usage.updated",
+    "run.completed": "run.completed",
+    "run.failed": "run.failed",
+    "run.cancelled": "run.cancelled",
+}
+
+COMMAND_KINDS = frozenset(
+    {"input.start", "turn.cancel", "permission.resolve", "session.stop", "checkpoint.prepare"}
+)
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- driver -> control -------------------------------------------------------------------
+
+
+class Hello(_Message):
+    type: Literal["hello"] = "hello"
+    driver_instance_id: str = Field(min_length=1, max_length=64)
+    boot_token: str | None = Field(default=None, max_length=256)
+    resume_token: str | None = Field(default=None, max_length=256)
+    protocol_version: int
+    driver_version: str = Field(max_length=64)
+    runtime: str = Field(max_length=32)
+    capabilities: list[str] = Field(default_factory=list, max_length=32)
+    pid: int
+    last_acked_source_event_id: str | None = Field(default=None, max_length=64)
+
+
+class Ready(_Message):
+    type: Literal["ready"] = "ready"
+    at: str
+
+
+class Heartbeat(_Message):
+    type: Literal["heartbeat"] = "heartbeat"
+    at: str
+
+
+class DriverEvent(_Message):
+    source_event_id: str = Field(min_length=1, max_length=64)
+    run_id: str = Field(min_length=1, max_length=64)
+    kind: str
+    occurred_at: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class Events(_Message):
+    type: Literal["events"] = "events"
+    events: list[DriverEvent] = Field(min_length=1, max_length=MAX_EVENTS_PER_BATCH)
+
+
+class LogLine(_Message):
+    level: Literal["debug", "info", "warning", "error"]
+    message: str = Field(max_length=8192)
+    at: str
+
+
+class Logs(_Message):
+    type: Literal["logs"] = "logs"
+    lines: list[LogLine] = Field(min_length=1, max_length=256)
+
+
+class CommandUpdate(_Message):
+    type: Literal["command_update"] = "command_update"
+    command_id: str = Field(min_length=1, max_length=64)
+    status: Literal["accepted", "completed", "failed"]
+    result: dict[str, Any] | None = None
+    error: str | None = Field(default=None, max_length=4096)
+
+
+DriverMessage = Annotated[
+    Hello | Ready | Heartbeat | Events | Logs | CommandUpdate, Field(discriminator="type")
+]
+
+# --- control -> driver -------------------------------------------------------------------
+
+
+class Welcome(_Message):
+    type: Literal["welcome"] = "welcome"
+    connection_id: str
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    resume_token: str
+    acked_source_event_id: str | None = None
+
+
+class Ack(_Message):
+    type: Literal["ack"] = "ack"
+    source_event_ids: list[str]
+    seqs: list[int]
+
+
+class Command(_Message):
+    type: Literal["command"] = "command"
+    command_id: str
+    seq: int
+    kind: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class Close(_Message):
+    type: Literal["close"] = "close"
+    code: str
+    reason: str
+
+
+ControlMessage = Annotated[Welcome | Ack | Command | Close, Field(discriminator="type")]
+
+# --- boot payload (written by the worker, read once and deleted by the driver) ------------
+
+ToolName = Literal["bash", "read", "write", "edit", "glob", "grep", "web_fetch"]
+ToolPolicy = Literal["allow", "ask"]
+
+
+class GatewayGrant(_Message):
+    """How the backend reaches the model: through the in-sandbox forwarder to control's
+    gateway, with an opaque per-run grant instead of the provider key."""
+
+    grant: str
+    provider: Literal["openai", "anthropic"] = "openai"
+    api_style: Literal["chat_completions", "responses"] = "chat_completions"
+
+
+class ExecutionSpec(_Message):
+    """The frozen snapshot a run executes (model, prompt, tools, ...)."""
+
+    app_id: str
+    agent_id: str
+    session_id: str
+    runtime: str
+    model: str
+    system_prompt: str = ""
+    tools: dict[ToolName, ToolPolicy] = Field(default_factory=dict)
+    provider_options: dict[str, Any] = Field(default_factory=dict)
+    gateway: GatewayGrant
+    workspace: str = "/workspace"
+    skills: list[dict[str, Any]] = Field(default_factory=list)
+    mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
+    environment: dict[str, str] = Field(default_factory=dict)
+
+
+class BootPayload(_Message):
+    control_url: str  # unix:///run/mosoo/control.sock or ws(s)://host/driver/socket
+    driver_instance_id: str
+    boot_token: str
+    traceparent: str = ""
+    runtime: str
+    execution_spec: ExecutionSpec
+
+
+_driver_adapter: TypeAdapter[Any] = TypeAdapter(DriverMessage)
+_control_adapter: TypeAdapter[Any] = TypeAdapter(ControlMessage)
+
+
+class ProtocolError(ValueError):
+    """A frame that breaks the protocol; `code` is the reason sent in `close`."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _parse(adapter: TypeAdapter[Any], frame: str | bytes) -> Any:
+    if len(frame) > MAX_FRAME_BYTES:
+        raise ProtocolError("frame_too_large", f"frame of {len(frame)} bytes exceeds {MAX_FRAME_BYTES}")
+    try:
+        return adapter.validate_json(frame)
+    except ValidationError as error:
+        first = error.errors()[0] if error.errors() else {}
+        if first.get("type") == "json_invalid":
+            raise ProtocolError("invalid_json", "frame is not valid JSON") from None
+        if first.get("type") in {"union_tag_invalid", "union_tag_not_found"}:
+            raise ProtocolError("unknown_type", "frame has a missing or unknown type") from None
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        raise ProtocolError("invalid_message", f"{where}: {first.get('msg', 'invalid')}") from None
+
+
+def parse_driver_message(frame: str | bytes) -> Hello | Ready | Heartbeat | Events | Logs | CommandUpdate:
+    """Validate a frame received by control; raises ProtocolError with a reason code."""
+    message = _parse(_driver_adapter, frame)
+    if isinstance(message, Events):
+        for event in message.events:
+            if event.kind not in EVENT_KINDS:
+                raise ProtocolError("invalid_message", f"unknown event kind {event.kind!r}")
+    return message  # type: ignore[no-any-return]
+
+
+def parse_control_message(frame: str | bytes) -> Welcome | Ack | Command | Close:
+    """Validate a frame received by the driver."""
+    return _parse(_control_adapter, frame)  # type: ignore[no-any-return]
+
+
+def encode(message: BaseModel) -> str:
+    return message.model_dump_json(exclude_none=True)
