@@ -41,9 +41,11 @@ stamp=".venv/.installed-$(cat requirements.lock pyproject.toml | sha256sum | cut
 if [ ! -f "$stamp" ]; then
   log "creating the virtualenv (.venv)"
   [ -x .venv/bin/python ] || python3 -m venv .venv
-  .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -r requirements.lock
-  .venv/bin/pip install -q --no-deps -e .
+  # pip's own chatter goes to a log; it is printed only when the install fails.
+  { .venv/bin/pip install -q --upgrade pip \
+      && .venv/bin/pip install -q -r requirements.lock \
+      && .venv/bin/pip install -q --no-deps -e . ; } >data/log/pip.log 2>&1 \
+    || { tail -n 40 data/log/pip.log >&2; exit 1; }
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

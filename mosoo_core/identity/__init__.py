@@ -12,7 +12,12 @@ from mosoo_core.identity._accounts import (
     sign_in_identity,
     update_profile,
 )
-from mosoo_core.identity._email_codes import INVALID_CODE, CodeRequested, request_email_code, verify_email_code
+from mosoo_core.identity._email_codes import (
+    INVALID_CODE,
+    CodeRequested,
+    request_email_code,
+    verify_email_code,
+)
 from mosoo_core.identity._sessions import (
     NewSession,
     issue_login_ticket,
@@ -37,8 +42,8 @@ __all__ = [
     "get_organization",
     "issue_login_ticket",
     "list_apps",
-    "purge_expired_sign_in_records",
     "normalize_email",
+    "purge_expired_sign_in_records",
     "redeem_login_ticket",
     "rename_app",
     "rename_organization",

@@ -12,7 +12,12 @@ from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError
 from mosoo_core.tasks_client import enqueue_email_delivery
-from mosoo_web.api._cookies import clear_session_cookie, safe_next, session_token, set_session_cookie
+from mosoo_web.api._cookies import (
+    clear_session_cookie,
+    safe_next,
+    session_token,
+    set_session_cookie,
+)
 from mosoo_web.api.errors import error_response
 
 router = APIRouter(prefix="/api/auth")
