@@ -44,15 +44,14 @@ async def _serve_all() -> None:
     loop = asyncio.get_running_loop()
 
     def stop() -> None:
+        if all(server.should_exit for server in servers):
+            return
         log.info("control.stopping")
         for server in servers:
             server.should_exit = True
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
-    for server in servers:
-        # The servers share our handlers; uvicorn must not install its own.
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     tasks = [asyncio.create_task(server.serve()) for server in servers]
     while not all(server.started for server in servers):
         if any(task.done() for task in tasks):

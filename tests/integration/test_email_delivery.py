@@ -3,9 +3,11 @@ a real `mosoo worker` process taking the delivery task from a real Redis broker.
 
 from __future__ import annotations
 
+import importlib
 import re
+import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,8 +15,8 @@ import redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+import mosoo_core
 from mosoo_core import identity, mail
-from mosoo_core.mail import MailboxMessage
 from mosoo_core.mail._service import MAX_ATTEMPTS
 from mosoo_core.mail.models import OutboundEmail
 from mosoo_core.settings import reset_settings_cache
@@ -106,8 +108,7 @@ def test_a_sign_in_code_is_delivered_by_smtp_from_the_configured_sender_and_its_
     assert stored.body == ""
     assert stored.attempts == 1
     assert stored.sent_at is not None
-    no_messages: list[MailboxMessage] = []
-    assert mail.list_dev_mailbox(db) == no_messages
+    assert mail.list_dev_mailbox(db) == []
 
 
 def test_delivering_a_sent_email_again_does_not_send_a_second_copy(
@@ -189,11 +190,42 @@ def test_an_unreachable_smtp_server_leaves_the_email_pending_without_raising(
     assert email_id in mail.pending_email_ids(db)
 
 
-def _fresh_tasks_module(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`mosoo_core.tasks` binds its broker when imported; import it again under this test's
-    settings (monkeypatch puts any earlier module back afterwards)."""
-    if "mosoo_core.tasks" in sys.modules:
-        monkeypatch.delitem(sys.modules, "mosoo_core.tasks")
+def _wait_logged(
+    condition: Callable[[], bool], what: str, process: subprocess.Popen[bytes], log_path: Path
+) -> None:
+    """wait_for (at most 60 s), showing the process log when it fails."""
+    try:
+        wait_for(condition, 60, what, process)
+    except (TimeoutError, RuntimeError) as error:
+        raise AssertionError(f"{error}; log:\n{log_path.read_text()[-5000:]}") from error
+
+
+@pytest.fixture
+def worker_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An empty Redis database as the broker, for this process and the worker alike.
+
+    `mosoo_core.tasks` binds its broker when imported, so it is imported afresh under this
+    test's settings and whatever was imported before is put back afterwards."""
+    broker = redis.Redis.from_url(WORKER_REDIS_URL)
+    broker.flushdb()
+    monkeypatch.setenv("MOSOO_REDIS_URL", WORKER_REDIS_URL)
+    reset_settings_cache()
+    previous = sys.modules.pop("mosoo_core.tasks", None)
+    tasks = importlib.import_module("mosoo_core.tasks")
+    assert tasks.app.conf.broker_url == WORKER_REDIS_URL
+    try:
+        yield WORKER_REDIS_URL
+    finally:
+        tasks.app.close()
+        if previous is None:
+            del sys.modules["mosoo_core.tasks"]
+            delattr(mosoo_core, "tasks")
+        else:
+            sys.modules["mosoo_core.tasks"] = previous
+            mosoo_core.tasks = previous
+            previous.app.set_current()
+        broker.flushdb()
+        broker.close()
 
 
 def test_the_worker_process_delivers_an_email_enqueued_through_redis_and_stops_cleanly(
@@ -201,18 +233,13 @@ def test_the_worker_process_delivers_an_email_enqueued_through_redis_and_stops_c
     db: Session,
     engine: Engine,
     database_url: str,
+    worker_broker: str,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    broker = redis.Redis.from_url(WORKER_REDIS_URL)
-    broker.flushdb()
-    monkeypatch.setenv("MOSOO_REDIS_URL", WORKER_REDIS_URL)
-    reset_settings_cache()
-    _fresh_tasks_module(monkeypatch)
     env = mosoo_env(
         tmp_path / "worker-data",
         database_url,
-        MOSOO_REDIS_URL=WORKER_REDIS_URL,
+        MOSOO_REDIS_URL=worker_broker,
         MOSOO_SMTP_HOST="127.0.0.1",
         MOSOO_SMTP_PORT=str(sink.port),
         MOSOO_SMTP_STARTTLS="false",
@@ -221,25 +248,33 @@ def test_the_worker_process_delivers_an_email_enqueued_through_redis_and_stops_c
     )
     log_path = tmp_path / "worker.log"
 
-    try:
-        with running(["worker", "--concurrency", "1"], env, log_path) as worker:
-            wait_for(lambda: "worker.ready" in log_path.read_text(), 60, "the worker to be ready", worker)
-            email_id = _request_code(db)
+    with running(["worker", "--concurrency", "1"], env, log_path) as worker:
+        _wait_logged(
+            lambda: "worker.ready" in log_path.read_text(),
+            "the worker to be ready",
+            worker,
+            log_path,
+        )
+        email_id = _request_code(db)
 
-            enqueue_email_delivery(email_id)
+        enqueue_email_delivery(email_id)
 
-            wait_for(lambda: len(sink.messages) >= 1, 60, "the worker to send the email", worker)
-            wait_for(
-                lambda: _stored(engine, email_id).status == "sent", 30, "the outbox row to be sent", worker
-            )
-            exit_code = stop_group(worker)
-    finally:
-        broker.flushdb()
-        broker.close()
+        _wait_logged(
+            lambda: len(sink.messages) >= 1, "the worker to send the email", worker, log_path
+        )
+        _wait_logged(
+            lambda: _stored(engine, email_id).status == "sent",
+            "the row to be sent",
+            worker,
+            log_path,
+        )
+        exit_code = stop_group(worker)
 
     [received] = sink.messages
     assert received.rcpt_tos == ["ada@example.com"]
     assert CODE.search(received.body) is not None
     assert _stored(engine, email_id).body == ""
-    assert exit_code == 0, log_path.read_text()[-5000:]
-    assert "worker.ready" in log_path.read_text()
+    log = log_path.read_text()
+    assert exit_code == 0, log[-5000:]
+    assert "worker.ready" in log
+    assert "worker.stopped" in log

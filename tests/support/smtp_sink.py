@@ -57,7 +57,11 @@ class SMTPSink:
         self.failed_logins = 0
         auth: dict[str, Any] = {}
         if username:
-            auth = {"authenticator": self._authenticate, "auth_required": True, "auth_require_tls": False}
+            auth = {
+                "authenticator": self._authenticate,
+                "auth_required": True,
+                "auth_require_tls": False,
+            }
         self._controller = Controller(
             self,
             hostname=self.host,
@@ -117,7 +121,9 @@ class SMTPSink:
         if isinstance(raw, str):
             raw = raw.encode()
         parsed = email.message_from_bytes(raw, policy=email.policy.default)
-        login = session.auth_data.login.decode() if isinstance(session.auth_data, LoginPassword) else ""
+        login = (
+            session.auth_data.login.decode() if isinstance(session.auth_data, LoginPassword) else ""
+        )
         received = ReceivedMessage(
             mail_from=envelope.mail_from or "",
             rcpt_tos=list(envelope.rcpt_tos),
