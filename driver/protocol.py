@@ -42,6 +42,7 @@ TERMINAL_EVENT_KINDS = frozenset({"run.completed", "run.failed", "run.cancelled"
 # Internal kind -> public event type of PRODUCT.md (API and console).
 PUBLIC_EVENT_TYPES = {
     "run.started": "run.started",
+    "message.started": "agent.message.started",
     "message.delta": "agent.message.delta",
     "message.completed": "agent.message.completed",
     "thought.delta": "agent.thinking.delta",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
@@ -86,6 +87,76 @@ def doctor() -> None:
 
     problems = run_checks(echo=typer.echo)
     raise typer.Exit(1 if problems else 0)
+
+
+vault_app = typer.Typer(help="The vault: master key status and rotation.", no_args_is_help=True)
+app.add_typer(vault_app, name="vault")
+
+
+@vault_app.command("status")
+def vault_status() -> None:
+    """Show the configured master key id and how many secrets each master key wraps."""
+    from mosoo_core import vault
+    from mosoo_core.db import session_scope
+
+    try:
+        current = vault.load_master_key(create=False)
+    except vault.VaultError as error:
+        typer.echo(f"vault status: {error.message}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"configured master key: {current.key_id}")
+    with session_scope() as db:
+        counts = vault.count_secrets_by_key(db)
+    for key_id, count in sorted(counts.items()):
+        marker = "" if key_id == current.key_id else "  (not the configured key)"
+        typer.echo(f"  {key_id}: {count} secret(s){marker}")
+    raise typer.Exit(0 if set(counts) <= {current.key_id} else 1)
+
+
+@vault_app.command("rotate")
+def vault_rotate(
+    new_key_file: Path | None = typer.Option(
+        None,
+        help="The new master key (base64 of 32 bytes); created with mode 0600 if missing."
+        " Default: a new data_dir/master-<time>.key.",
+    ),
+    old_key_file: Path | None = typer.Option(
+        None, help="The current master key. Default: MOSOO_MASTER_KEY or the configured key file."
+    ),
+) -> None:
+    """Re-wrap every data key under a new master key, in one transaction.
+
+    Every secret is verified to decrypt under the new key before anything is committed.
+    Afterwards switch MOSOO_MASTER_KEY (or MOSOO_MASTER_KEY_FILE) to the new key and restart.
+    Running it again with the same keys is safe and picks up secrets sealed in between.
+    """
+    from mosoo_core import vault
+    from mosoo_core.db import session_scope
+
+    settings = get_settings()
+    try:
+        old_key = vault.read_key_file(old_key_file) if old_key_file else vault.load_master_key(create=False)
+        if new_key_file is None:
+            stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
+            new_key_file = settings.data_dir.resolve() / f"master-{stamp}.key"
+        if new_key_file.exists():
+            new_key = vault.read_key_file(new_key_file)
+        else:
+            new_key = vault.create_key_file(new_key_file)
+            typer.echo(f"new master key written to {new_key_file} (mode 0600)")
+        with session_scope() as db:
+            result = vault.rotate_master_key(db, old_key=old_key, new_key=new_key)
+    except vault.VaultError as error:
+        typer.echo(f"vault rotate: {error.message}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(
+        f"re-wrapped {result.rewrapped} data key(s) from {result.old_key_id} to {result.new_key_id}"
+        f" ({result.already_current} already under the new key)"
+    )
+    typer.echo(
+        f"next: set MOSOO_MASTER_KEY_FILE={new_key_file} (or MOSOO_MASTER_KEY to its contents),"
+        " restart every Mosoo process, then keep the old key until `mosoo vault status` is clean"
+    )
 
 
 def main() -> None:

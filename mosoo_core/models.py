@@ -2,9 +2,21 @@
 
 from sqlmodel import SQLModel
 
+from mosoo_core.agents import models as agent_models
 from mosoo_core.identity import models as identity_models
 from mosoo_core.mail import models as mail_models
+from mosoo_core.sessions import models as session_models
+from mosoo_core.usage import models as usage_models
+from mosoo_core.vault import models as vault_models
 
 metadata = SQLModel.metadata
 
-__all__ = ["identity_models", "mail_models", "metadata"]
+__all__ = [
+    "agent_models",
+    "identity_models",
+    "mail_models",
+    "metadata",
+    "session_models",
+    "usage_models",
+    "vault_models",
+]

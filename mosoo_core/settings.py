@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -23,6 +23,12 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     object_dir: Path | None = None  # empty: data_dir / "objects"
 
+    s3_bucket: str = ""  # set to store objects in S3 / R2 / MinIO instead of object_dir
+    s3_endpoint_url: str = ""
+    s3_region: str = ""
+    s3_access_key_id: str = ""
+    s3_secret_access_key: str = ""
+
     # The public origin of the console, used for links, OAuth redirects and cookie flags.
     public_url: str = "http://localhost:3000"
     web_host: str = "0.0.0.0"
@@ -32,6 +38,10 @@ class Settings(BaseSettings):
     control_port: int = 8765
 
     secret_key: str = ""  # empty: a key file created in data_dir on first start
+    # The vault's key-encryption key: base64 of 32 random bytes. Empty: read `master_key_file`
+    # (default data_dir / "master.key", created with mode 0600 on first use).
+    master_key: SecretStr = SecretStr("")
+    master_key_file: Path | None = None
     log_level: str = "INFO"
     log_json: bool = True
 
@@ -59,6 +69,7 @@ class Settings(BaseSettings):
     google_issuer: str = "https://accounts.google.com"
 
     sandbox_base_image: str = Field(default="")
+    driver_heartbeat_interval_ms: int = 10_000
 
     @property
     def is_development(self) -> bool:
@@ -77,6 +88,10 @@ class Settings(BaseSettings):
     @property
     def resolved_control_socket(self) -> Path:
         return (self.control_socket or self.data_dir / "run" / "control.sock").resolve()
+
+    @property
+    def resolved_master_key_file(self) -> Path:
+        return (self.master_key_file or self.data_dir / "master.key").resolve()
 
     @property
     def smtp_enabled(self) -> bool:

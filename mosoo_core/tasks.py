@@ -27,6 +27,7 @@ app.conf.update(
     beat_schedule={
         "sweep-pending-email": {"task": "mosoo.sweep_pending_email", "schedule": 60.0},
         "purge-sign-in-records": {"task": "mosoo.purge_sign_in_records", "schedule": 3600.0},
+        "sweep-sandboxes": {"task": "mosoo.sweep_sandboxes", "schedule": 300.0},
     },
     beat_schedule_filename=str((settings.data_dir / "run" / "celerybeat-schedule").resolve()),
 )
@@ -78,3 +79,24 @@ def purge_sign_in_records() -> int:
         removed += mail.purge_dev_mailbox(db)
     log.info("identity.purged", removed=removed)
     return removed
+
+
+@app.task(name="mosoo.dispatch_run")
+def dispatch_run(run_id: str) -> str:
+    from mosoo_core.runtime.runs import dispatch_run as dispatch
+
+    return dispatch(run_id)
+
+
+@app.task(name="mosoo.finish_run")
+def finish_run(run_id: str) -> str:
+    from mosoo_core.runtime.runs import finish_run_sandbox
+
+    return finish_run_sandbox(run_id)
+
+
+@app.task(name="mosoo.sweep_sandboxes")
+def sweep_sandboxes() -> int:
+    from mosoo_core.runtime.runs import sweep_sandboxes as sweep
+
+    return sweep()

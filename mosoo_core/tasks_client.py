@@ -18,3 +18,23 @@ def enqueue_email_delivery(email_id: str) -> None:
         deliver_email.delay(email_id)
     except Exception as error:  # the outbox row stays pending and the sweep picks it up
         log.warning("email.enqueue_failed", email_id=email_id, error=type(error).__name__)
+
+
+def _send(task_name: str, *args: str) -> None:
+    from mosoo_core.tasks import app
+
+    try:
+        app.send_task(task_name, args=args)
+    except Exception as error:
+        log.warning("task.enqueue_failed", task=task_name, error=type(error).__name__)
+        raise
+
+
+def enqueue_run_dispatch(run_id: str) -> None:
+    """Ask the worker to boot a sandbox for a queued run."""
+    _send("mosoo.dispatch_run", run_id)
+
+
+def enqueue_run_finish(run_id: str) -> None:
+    """Ask the worker to checkpoint and tear down after a run ended."""
+    _send("mosoo.finish_run", run_id)

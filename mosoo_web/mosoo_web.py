@@ -13,6 +13,7 @@ from mosoo_web.pages.home import apps_page, index_page
 from mosoo_web.pages.login import LoginState, login_page
 from mosoo_web.pages.organization import organization_page
 from mosoo_web.pages.profile import profile_page
+from mosoo_web.pages.providers import ProvidersState, providers_page
 from mosoo_web.state.session import SessionState
 
 settings = get_settings()
@@ -24,6 +25,12 @@ app.add_page(index_page, route="/", title="Mosoo", on_load=SessionState.enter_co
 app.add_page(login_page, route="/login", title="Sign in · Mosoo", on_load=LoginState.on_load)
 app.add_page(apps_page, route="/apps", title="Apps · Mosoo", on_load=SessionState.require_account)
 app.add_page(app_settings_page, route="/apps/[app_id]", title="App · Mosoo", on_load=SessionState.require_app)
+app.add_page(
+    providers_page,
+    route="/apps/[app_id]/providers",
+    title="Providers · Mosoo",
+    on_load=[SessionState.require_app, ProvidersState.load],
+)
 app.add_page(organization_page, route="/org", title="Organization · Mosoo", on_load=SessionState.require_account)
 app.add_page(profile_page, route="/profile", title="Profile · Mosoo", on_load=SessionState.require_account)
 if settings.is_development:

@@ -1,6 +1,5 @@
 """The control process: one ASGI app served on a Unix socket (local sandboxes) and on TCP
-(remote drivers). Driver sessions, ingestion and the model gateway arrive with the runtime
-issue; today it answers health checks on both endpoints."""
+(remote drivers): the driver WebSocket, the heartbeat sweep and the model gateway."""
 
 from __future__ import annotations
 
@@ -8,13 +7,24 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
 
+import redis.asyncio as aioredis
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
+from driver.protocol import MAX_FRAME_BYTES
+from mosoo_core import sessions, streams
+from mosoo_core.control.driver_socket import DriverConnection, request_teardown
+from mosoo_core.control.gateway import Upstream
+from mosoo_core.control.gateway import build_routes as gateway_routes
+from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
 from mosoo_core.settings import get_settings
 
@@ -26,7 +36,62 @@ async def health(_request: Request) -> JSONResponse:
 
 
 def build_app() -> Starlette:
-    return Starlette(routes=[Route("/control/health", health)])
+    settings = get_settings()
+    redis = aioredis.Redis.from_url(settings.redis_url)
+
+    async def driver_socket(websocket: WebSocket) -> None:
+        await DriverConnection(websocket, redis, settings.driver_heartbeat_interval_ms).run()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        sweeper = asyncio.create_task(_sweep_forever(settings.driver_heartbeat_interval_ms))
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+
+    return Starlette(
+        routes=[
+            Route("/control/health", health),
+            WebSocketRoute("/driver/socket", driver_socket),
+            *gateway_routes(resolve_upstream),
+        ],
+        lifespan=lifespan,
+    )
+
+
+def resolve_upstream(db: Any, grant: sessions.GrantContext) -> Upstream:
+    """The provider behind a run's credential (which must be of the run's App), with its key
+    decrypted in memory for one call."""
+    from mosoo_core.vault import reveal_provider_key
+    from mosoo_core.vault.models import ProviderCredential
+
+    credential = db.get(ProviderCredential, grant.credential_id)
+    if credential is None or credential.app_id != grant.app_id:
+        raise LookupError("provider credential is gone")
+    key = reveal_provider_key(db, grant.credential_id, app_id=grant.app_id)
+    return Upstream(provider=credential.provider, base_url=credential.base_url, api_key=key or None)
+
+
+def sweep_once(heartbeat_interval_ms: int) -> int:
+    """Missed heartbeats -> `rescheduling`; 120 s without the driver -> `driver_lost`."""
+    with session_scope() as db:
+        stored = sessions.sweep_lost_drivers(db, heartbeat_interval=timedelta(milliseconds=heartbeat_interval_ms))
+    streams.publish_events(stored)
+    request_teardown(stored)
+    return len(stored)
+
+
+async def _sweep_forever(heartbeat_interval_ms: int) -> None:
+    period = max(1.0, heartbeat_interval_ms / 1000)
+    while True:
+        await asyncio.sleep(period)
+        try:
+            await asyncio.to_thread(sweep_once, heartbeat_interval_ms)
+        except Exception as error:
+            log.warning("control.sweep_failed", error=type(error).__name__)
 
 
 async def _serve_all() -> None:
@@ -36,10 +101,13 @@ async def _serve_all() -> None:
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()
     app = build_app()
-    common = {"log_level": "warning", "access_log": False, "lifespan": "off"}
+    # Both servers share one app; its lifespan (the sweep) runs once, with the TCP server.
+    common = {"log_level": "warning", "access_log": False, "ws_max_size": MAX_FRAME_BYTES + 1024}
     servers = [
-        uvicorn.Server(uvicorn.Config(app, uds=str(socket_path), **common)),  # type: ignore[arg-type]
-        uvicorn.Server(uvicorn.Config(app, host=settings.control_host, port=settings.control_port, **common)),  # type: ignore[arg-type]
+        uvicorn.Server(uvicorn.Config(app, uds=str(socket_path), lifespan="off", **common)),  # type: ignore[arg-type]
+        uvicorn.Server(
+            uvicorn.Config(app, host=settings.control_host, port=settings.control_port, lifespan="on", **common)  # type: ignore[arg-type]
+        ),
     ]
     loop = asyncio.get_running_loop()
 

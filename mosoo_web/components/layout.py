@@ -71,7 +71,9 @@ def sidebar() -> rx.Component:
         rx.cond(
             SessionState.current_app_id != "",
             rx.vstack(
+                nav_link("Agents", "bot", app_base + "/agents", "nav-agents"),
                 nav_link("Settings", "settings", app_base, "nav-app-settings"),
+                nav_link("Providers", "key-round", app_base + "/providers", "nav-providers"),
                 width="100%",
                 spacing="1",
             ),
@@ -123,14 +125,15 @@ def loading() -> rx.Component:
     return rx.center(rx.spinner(size="3"), height="100vh", width="100%")
 
 
-def console_shell(content: Callable[[], rx.Component]) -> rx.Component:
-    """Wraps a page: nothing of it renders until the guard has resolved the account."""
+def console_shell(content: Callable[[], rx.Component], max_width: str = "880px") -> rx.Component:
+    """Wraps a page: nothing of it renders until the guard has resolved the account.
+    Work surfaces (Preview) pass a wider `max_width`."""
     return rx.cond(
         SessionState.signed_in,
         rx.hstack(
             sidebar(),
             rx.box(
-                rx.box(content(), max_width="880px", width="100%", margin_x="auto"),
+                rx.box(content(), max_width=max_width, width="100%", margin_x="auto"),
                 flex="1",
                 min_width="0",
                 padding_x=["16px", "24px", "40px"],

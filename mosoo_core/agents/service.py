@@ -1,0 +1,169 @@
+"""Agents (the minimal profile): create, read, update, readiness."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, TOOL_POLICIES
+from mosoo_core.agents.models import Agent
+from mosoo_core.clock import utcnow
+from mosoo_core.errors import InvalidInput, NotFound
+from mosoo_core.identity import get_app
+
+DEFAULT_TOOLS = {"bash": "ask", "read": "allow", "write": "ask", "edit": "ask", "glob": "allow", "grep": "allow"}
+
+
+@dataclass(frozen=True)
+class AgentView:
+    id: str
+    app_id: str
+    name: str
+    description: str
+    runtime: str
+    kind: str
+    provider_credential_id: str | None
+    model: str
+    system_prompt: str
+    tools: dict[str, str]
+    provider_options: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Blocker:
+    code: str
+    message: str
+    field: str
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    blockers: list[Blocker] = field(default_factory=list)
+
+
+def agent_view(agent: Agent) -> AgentView:
+    return AgentView(
+        id=agent.id, app_id=agent.app_id, name=agent.name, description=agent.description,
+        runtime=agent.runtime, kind=agent.kind, provider_credential_id=agent.provider_credential_id,
+        model=agent.model, system_prompt=agent.system_prompt, tools=dict(agent.tools),
+        provider_options=dict(agent.provider_options), created_at=agent.created_at, updated_at=agent.updated_at,
+    )
+
+
+def credential_belongs_to_app(db: Session, app_id: str, credential_id: str) -> bool:
+    from mosoo_core.vault.models import ProviderCredential
+
+    credential = db.get(ProviderCredential, credential_id)
+    return credential is not None and credential.app_id == app_id
+
+
+def owned_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> Agent:
+    get_app(db, account_id, app_id)
+    agent = db.get(Agent, agent_id) if agent_id else None
+    if agent is None or agent.app_id != app_id:
+        raise NotFound("Agent not found.")
+    return agent
+
+
+def _clean_name(name: str) -> str:
+    name = " ".join((name or "").split())
+    if not name:
+        raise InvalidInput("Give the agent a name.", field="name")
+    if len(name) > 80:
+        raise InvalidInput("Names are at most 80 characters.", field="name")
+    return name
+
+
+def _clean_tools(tools: dict[str, str]) -> dict[str, str]:
+    cleaned: dict[str, str] = {}
+    for name, policy in tools.items():
+        if name not in BUILTIN_TOOLS:
+            raise InvalidInput(f"Unknown tool {name!r}.", field="tools")
+        if policy not in TOOL_POLICIES:
+            raise InvalidInput(f"Tool policy must be allow or ask, not {policy!r}.", field="tools")
+        cleaned[name] = policy
+    return cleaned
+
+
+def create_agent(
+    db: Session, account_id: str, app_id: str, *, name: str, runtime: str = "openai", kind: str = "cattle"
+) -> AgentView:
+    """A new Agent with the default tools (read-only ones allowed, the rest ask first)."""
+    get_app(db, account_id, app_id)
+    if runtime not in RUNTIMES:
+        raise InvalidInput(f"Unknown runtime {runtime!r}.", field="runtime")
+    if kind not in ("pet", "cattle"):
+        raise InvalidInput("Kind is pet (Assistant) or cattle (Task).", field="kind")
+    agent = Agent(app_id=app_id, name=_clean_name(name), runtime=runtime, kind=kind, tools=dict(DEFAULT_TOOLS))
+    db.add(agent)
+    db.flush()
+    return agent_view(agent)
+
+
+def list_agents(db: Session, account_id: str, app_id: str) -> list[AgentView]:
+    get_app(db, account_id, app_id)
+    rows = db.exec(select(Agent).where(Agent.app_id == app_id).order_by(col(Agent.created_at))).all()
+    return [agent_view(row) for row in rows]
+
+
+def get_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> AgentView:
+    return agent_view(owned_agent(db, account_id, app_id, agent_id))
+
+
+UPDATABLE = {"name", "description", "runtime", "kind", "provider_credential_id", "model", "system_prompt", "tools", "provider_options"}
+
+
+def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, **changes: Any) -> AgentView:
+    """Change profile fields; each is validated and nothing is saved when one is invalid."""
+    agent = owned_agent(db, account_id, app_id, agent_id)
+    unknown = set(changes) - UPDATABLE
+    if unknown:
+        raise InvalidInput(f"Unknown fields: {', '.join(sorted(unknown))}.")
+    values = dict(changes)
+    if "name" in values:
+        values["name"] = _clean_name(values["name"])
+    if "description" in values and len(values["description"] or "") > 500:
+        raise InvalidInput("Descriptions are at most 500 characters.", field="description")
+    if "runtime" in values and values["runtime"] not in RUNTIMES:
+        raise InvalidInput(f"Unknown runtime {values['runtime']!r}.", field="runtime")
+    if "kind" in values and values["kind"] not in ("pet", "cattle"):
+        raise InvalidInput("Kind is pet (Assistant) or cattle (Task).", field="kind")
+    if "model" in values:
+        values["model"] = (values["model"] or "").strip()
+        if len(values["model"]) > 200:
+            raise InvalidInput("Model names are at most 200 characters.", field="model")
+    if "system_prompt" in values and len(values["system_prompt"] or "") > 100_000:
+        raise InvalidInput("The system prompt is limited to 100,000 characters.", field="system_prompt")
+    if "tools" in values:
+        values["tools"] = _clean_tools(values["tools"] or {})
+    if values.get("provider_credential_id") and not credential_belongs_to_app(
+        db, app_id, values["provider_credential_id"]
+    ):
+        raise InvalidInput("That provider key does not exist in this App.", field="provider_credential_id")
+    for key, value in values.items():
+        setattr(agent, key, value)
+    agent.updated_at = utcnow()
+    db.add(agent)
+    db.flush()
+    return agent_view(agent)
+
+
+def readiness(db: Session, agent: AgentView) -> Readiness:
+    """What stops this Agent from running, each with the field that fixes it."""
+    blockers: list[Blocker] = []
+    runtime = RUNTIMES.get(agent.runtime)
+    if runtime is None or not runtime.implemented:
+        blockers.append(Blocker("runtime_unsupported", f"The {agent.runtime} runtime is not available yet.", "runtime"))
+    if not agent.provider_credential_id:
+        blockers.append(Blocker("no_provider_key", "Choose a provider key.", "provider_credential_id"))
+    elif not credential_belongs_to_app(db, agent.app_id, agent.provider_credential_id):
+        blockers.append(Blocker("provider_key_missing", "The chosen provider key was deleted.", "provider_credential_id"))
+    if not agent.model:
+        blockers.append(Blocker("model_not_set", "Set the model.", "model"))
+    return Readiness(ready=not blockers, blockers=blockers)

@@ -1,0 +1,166 @@
+"""Runs move through their statuses as the driver reports; the thread follows."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from driver.protocol import PUBLIC_EVENT_TYPES, DriverEvent
+from mosoo_core.clock import utcnow
+from mosoo_core.sessions._drivers import DriverRefused
+from mosoo_core.sessions._events import NewEvent, StoredEvent, append_events
+from mosoo_core.sessions.models import (
+    ACTIVE_RUN_STATUSES,
+    AgentSession,
+    DriverInstance,
+    SessionRun,
+)
+
+DRIVER_LOST_AFTER = timedelta(seconds=120)
+
+
+def _parse_time(value: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else None
+
+
+def set_session_status(db: Session, session: AgentSession, status: str, **extra: Any) -> list[StoredEvent]:
+    """Change a thread's status and log a `session.status` event (nothing when unchanged)."""
+    if session.status == status:
+        return []
+    session.status = status
+    db.add(session)
+    db.flush()
+    return append_events(db, session.id, [NewEvent(type="session.status", payload={"status": status, **extra})])
+
+
+def finish_run(
+    db: Session, run: SessionRun, status: str, *, code: str | None = None, message: str | None = None,
+    retryable: bool | None = None, emit_event: bool = False, now: datetime | None = None,
+) -> list[StoredEvent]:
+    """Close a run (completed, failed, cancelled, expired); the thread is usable again."""
+    if run.status not in ACTIVE_RUN_STATUSES:
+        return []
+    run.status = status
+    run.finished_at = now or utcnow()
+    if status == "failed":
+        run.error_code, run.error_message, run.error_retryable = code, message, retryable
+    db.add(run)
+    stored: list[StoredEvent] = []
+    if emit_event:
+        payload: dict[str, Any] = {}
+        if status == "failed":
+            payload = {"code": code, "message": message, "retryable": bool(retryable)}
+        stored += append_events(db, run.session_id, [NewEvent(type=f"run.{status}", payload=payload, run_id=run.id)])
+    session = db.get(AgentSession, run.session_id)
+    if session is not None:
+        stored += set_session_status(db, session, "idle")
+    return stored
+
+
+_RUN_STATUS_BY_KIND = {
+    "run.started": "running",
+    "permission.requested": "waiting_input",
+    "permission.resolved": "running",
+}
+
+
+def ingest_driver_events(db: Session, instance: DriverInstance, events: list[DriverEvent]) -> list[StoredEvent]:
+    """Store a driver's batch (one transaction, duplicates dropped) and apply run transitions.
+    Events for a run that this driver instance does not serve are refused."""
+    runs: dict[str, SessionRun] = {}
+    for event in events:
+        if event.run_id not in runs:
+            run = db.get(SessionRun, event.run_id)
+            if run is None or run.driver_instance_id != instance.id:
+                raise DriverRefused("foreign_run", "event names a run this driver does not serve")
+            runs[event.run_id] = run
+    stored: list[StoredEvent] = []
+    by_session: dict[str, list[DriverEvent]] = {}
+    for event in events:
+        by_session.setdefault(runs[event.run_id].session_id, []).append(event)
+    for session_id, batch in by_session.items():
+        appended = append_events(
+            db,
+            session_id,
+            [
+                NewEvent(
+                    type=PUBLIC_EVENT_TYPES.get(e.kind, e.kind),
+                    payload=e.payload,
+                    run_id=e.run_id,
+                    source_event_id=e.source_event_id,
+                    occurred_at=_parse_time(e.occurred_at),
+                )
+                for e in batch
+            ],
+        )
+        stored += appended
+        for event, result in zip(batch, appended, strict=True):
+            if not result.duplicate:
+                stored += _apply(db, runs[event.run_id], event)
+    return stored
+
+
+def _apply(db: Session, run: SessionRun, event: DriverEvent) -> list[StoredEvent]:
+    if event.kind in _RUN_STATUS_BY_KIND and run.status in ACTIVE_RUN_STATUSES:
+        run.status = _RUN_STATUS_BY_KIND[event.kind]
+        if event.kind == "run.started" and run.started_at is None:
+            run.started_at = utcnow()
+        db.add(run)
+        return []
+    if event.kind == "run.completed":
+        return finish_run(db, run, "completed")
+    if event.kind == "run.cancelled":
+        return finish_run(db, run, "cancelled")
+    if event.kind == "run.failed":
+        payload = event.payload
+        return finish_run(
+            db, run, "failed", code=str(payload.get("code") or "run_failed")[:64],
+            message=str(payload.get("message") or "")[:2000], retryable=bool(payload.get("retryable")),
+        )
+    return []
+
+
+def sweep_lost_drivers(
+    db: Session, *, heartbeat_interval: timedelta, now: datetime | None = None
+) -> list[StoredEvent]:
+    """Missed heartbeats: the instance is `disconnected` and its threads `rescheduling`;
+    120 s later their active runs fail with `driver_lost` and the threads are usable again."""
+    now = now or utcnow()
+    stored: list[StoredEvent] = []
+    silent_since = now - 3 * heartbeat_interval
+    for instance in db.exec(
+        select(DriverInstance).where(
+            DriverInstance.status == "connected", col(DriverInstance.last_heartbeat_at) < silent_since
+        )
+    ).all():
+        instance.status = "disconnected"
+        instance.disconnected_at = instance.last_heartbeat_at or now
+        db.add(instance)
+    for instance in db.exec(select(DriverInstance).where(DriverInstance.status == "disconnected")).all():
+        active = db.exec(
+            select(SessionRun).where(
+                SessionRun.driver_instance_id == instance.id, col(SessionRun.status).in_(ACTIVE_RUN_STATUSES)
+            )
+        ).all()
+        lost = instance.disconnected_at is not None and instance.disconnected_at <= now - DRIVER_LOST_AFTER
+        for run in active:
+            session = db.get(AgentSession, run.session_id)
+            if lost:
+                stored += finish_run(
+                    db, run, "failed", code="driver_lost",
+                    message="The sandbox's driver stopped answering for 120 seconds.",
+                    retryable=True, emit_event=True, now=now,
+                )
+            elif session is not None:
+                stored += set_session_status(db, session, "rescheduling")
+        if lost:
+            instance.status = "lost"
+            instance.resume_token_hash = None
+            db.add(instance)
+    return stored

@@ -1,0 +1,208 @@
+"""Threads for front doors (console, API, CLI): ownership checked on every call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from mosoo_core.clock import utcnow
+from mosoo_core.errors import Conflict, InvalidInput, NotFound
+from mosoo_core.identity import get_app
+from mosoo_core.sessions import _drivers
+from mosoo_core.sessions._events import NewEvent, StoredEvent, append_events, read_events
+from mosoo_core.sessions._runs import finish_run, set_session_status
+from mosoo_core.sessions.models import ACTIVE_RUN_STATUSES, AgentSession, SessionRun
+
+MAX_MESSAGE_CHARS = 100_000
+
+
+@dataclass(frozen=True)
+class SessionView:
+    id: str
+    app_id: str
+    agent_id: str
+    title: str
+    status: str
+    purpose: str
+    end_user_id: str | None
+    last_seq: int
+    archived: bool
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class RunView:
+    id: str
+    session_id: str
+    status: str
+    error_code: str | None
+    error_message: str | None
+    error_retryable: bool | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Sent:
+    run: RunView
+    events: list[StoredEvent]
+
+
+def session_view(row: AgentSession) -> SessionView:
+    return SessionView(
+        id=row.id, app_id=row.app_id, agent_id=row.agent_id, title=row.title, status=row.status,
+        purpose=row.purpose, end_user_id=row.end_user_id, last_seq=row.last_seq,
+        archived=row.archived_at is not None, created_at=row.created_at, updated_at=row.updated_at,
+    )
+
+
+def run_view(row: SessionRun) -> RunView:
+    return RunView(
+        id=row.id, session_id=row.session_id, status=row.status, error_code=row.error_code,
+        error_message=row.error_message, error_retryable=row.error_retryable, created_at=row.created_at,
+        started_at=row.started_at, finished_at=row.finished_at,
+    )
+
+
+def owned_session(db: Session, account_id: str, session_id: str) -> AgentSession:
+    """The thread if its App belongs to the account; NotFound otherwise (also for others')."""
+    row = db.get(AgentSession, session_id) if session_id else None
+    if row is None:
+        raise NotFound("Thread not found.")
+    try:
+        get_app(db, account_id, row.app_id)
+    except NotFound:
+        raise NotFound("Thread not found.") from None
+    return row
+
+
+def create_session(
+    db: Session, account_id: str, app_id: str, agent_id: str, *, purpose: str = "preview",
+    end_user_id: str | None = None,
+) -> SessionView:
+    """Start an empty thread with an Agent of the account's App."""
+    from mosoo_core.agents.models import Agent
+
+    get_app(db, account_id, app_id)
+    agent = db.get(Agent, agent_id) if agent_id else None
+    if agent is None or agent.app_id != app_id:
+        raise NotFound("Agent not found.")
+    if end_user_id is not None and not (0 < len(end_user_id) <= 200):
+        raise InvalidInput("end_user_id must be 1 to 200 characters.", field="end_user_id")
+    row = AgentSession(app_id=app_id, agent_id=agent_id, purpose=purpose, end_user_id=end_user_id)
+    db.add(row)
+    db.flush()
+    return session_view(row)
+
+
+def get_session(db: Session, account_id: str, session_id: str) -> SessionView:
+    return session_view(owned_session(db, account_id, session_id))
+
+
+def active_run(db: Session, session_id: str) -> SessionRun | None:
+    return db.exec(
+        select(SessionRun)
+        .where(SessionRun.session_id == session_id, col(SessionRun.status).in_(ACTIVE_RUN_STATUSES))
+        .order_by(col(SessionRun.created_at).desc())
+    ).first()
+
+
+def send_message(db: Session, account_id: str, session_id: str, text: str) -> Sent:
+    """Store the user's message and queue a run; refused while another run is active.
+    The caller enqueues `dispatch_run(run.id)` after committing."""
+    session = owned_session(db, account_id, session_id)
+    text = (text or "").strip()
+    if not text:
+        raise InvalidInput("Write a message first.", field="text")
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise InvalidInput(f"Messages are limited to {MAX_MESSAGE_CHARS:,} characters.", field="text")
+    if session.status == "terminated":
+        raise Conflict("This thread has ended.")
+    if active_run(db, session.id) is not None:
+        raise Conflict("The agent is still working on the previous message. Wait for it or press Stop.")
+    if session.archived_at is not None:
+        session.archived_at = None  # a new message unarchives (PRODUCT.md)
+    run = SessionRun(session_id=session.id, app_id=session.app_id, input_text=text)
+    db.add(run)
+    db.flush()
+    events = append_events(db, session.id, [NewEvent(type="user.message", payload={"text": text}, run_id=run.id)])
+    events += set_session_status(db, session, "running")
+    return Sent(run=run_view(run), events=events)
+
+
+def cancel_active_run(db: Session, account_id: str, session_id: str) -> list[StoredEvent]:
+    """Stop: a run not yet on a driver is cancelled at once; otherwise the driver is told."""
+    session = owned_session(db, account_id, session_id)
+    run = active_run(db, session.id)
+    if run is None:
+        return []
+    if run.driver_instance_id is None or run.status in ("queued", "booting"):
+        return finish_run(db, run, "cancelled", emit_event=True)
+    _drivers.enqueue_command(db, run.driver_instance_id, "turn.cancel", {"run_id": run.id, "reason": "user"})
+    return []
+
+
+def resolve_permission(
+    db: Session, account_id: str, session_id: str, request_id: str, decision: str
+) -> None:
+    """Allow once / Reject a pending permission request of the active run."""
+    if decision not in ("allow_once", "reject_once"):
+        raise InvalidInput("decision must be allow_once or reject_once.", field="decision")
+    session = owned_session(db, account_id, session_id)
+    run = active_run(db, session.id)
+    if run is None or run.driver_instance_id is None:
+        raise Conflict("Nothing is waiting for a decision.")
+    pending = _pending_permission_ids(db, session.id, run.id)
+    if request_id not in pending:
+        raise NotFound("Permission request not found.")
+    _drivers.enqueue_command(
+        db, run.driver_instance_id, "permission.resolve", {"request_id": request_id, "decision": decision}
+    )
+
+
+def _pending_permission_ids(db: Session, session_id: str, run_id: str) -> set[str]:
+    requested: set[str] = set()
+    for event in read_events(db, session_id, after_seq=0, limit=100_000):
+        if event.run_id != run_id:
+            continue
+        request_id = str(event.payload.get("request_id", ""))
+        if event.type == "tool.confirmation.required":
+            requested.add(request_id)
+        elif event.type == "tool.confirmation.resolved":
+            requested.discard(request_id)
+    return requested
+
+
+def list_events(
+    db: Session, account_id: str, session_id: str, *, after_seq: int = 0, limit: int = 500
+) -> list[StoredEvent]:
+    owned_session(db, account_id, session_id)
+    if after_seq < 0 or not (1 <= limit <= 1000):
+        raise InvalidInput("after_seq must be ≥ 0 and limit between 1 and 1000.")
+    return read_events(db, session_id, after_seq=after_seq, limit=limit)
+
+
+def get_run(db: Session, account_id: str, run_id: str) -> RunView:
+    run = db.get(SessionRun, run_id) if run_id else None
+    if run is None:
+        raise NotFound("Run not found.")
+    owned_session(db, account_id, run.session_id)
+    return run_view(run)
+
+
+def session_payload(view: SessionView) -> dict[str, Any]:
+    return {
+        "id": view.id, "agent_id": view.agent_id, "title": view.title, "status": view.status,
+        "archived": view.archived, "end_user_id": view.end_user_id, "last_seq": view.last_seq,
+        "created_at": view.created_at.isoformat(), "updated_at": view.updated_at.isoformat(),
+    }
+
+
+def touch(db: Session, session: AgentSession) -> None:
+    session.updated_at = utcnow()
+    db.add(session)

@@ -1,0 +1,67 @@
+"""Redis fast paths in front of the database: per-thread event streams, driver command
+notifications and the driver-ready signal. The database stays the source of truth."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import redis
+
+from mosoo_core.logs import get_logger
+from mosoo_core.sessions import StoredEvent
+from mosoo_core.settings import get_settings
+
+STREAM_MAXLEN = 10_000
+log = get_logger(__name__)
+
+
+def events_stream(session_id: str) -> str:
+    return f"session:{session_id}:events"
+
+
+def commands_channel(instance_id: str) -> str:
+    return f"driver:{instance_id}:commands"
+
+
+def ready_key(instance_id: str) -> str:
+    return f"driver:{instance_id}:ready"
+
+
+def event_fields(event: StoredEvent) -> dict[str, str]:
+    return {"seq": str(event.seq), "event": json.dumps(event.to_public(), separators=(",", ":"))}
+
+
+def decode_event(fields: dict[Any, Any]) -> dict[str, Any]:
+    raw = fields.get(b"event") or fields.get("event")
+    return json.loads(raw)  # type: ignore[arg-type]
+
+
+def sync_client() -> redis.Redis:
+    return redis.Redis.from_url(get_settings().redis_url, socket_timeout=5, socket_connect_timeout=5)
+
+
+def publish_events(events: Iterable[StoredEvent], client: redis.Redis | None = None) -> None:
+    """Append stored events to their threads' Redis streams (best effort: viewers fall
+    back to the database when the stream misses something)."""
+    fresh = [e for e in events if not e.duplicate]
+    if not fresh:
+        return
+    client = client or sync_client()
+    try:
+        pipe = client.pipeline(transaction=False)
+        for event in fresh:
+            pipe.xadd(events_stream(event.session_id), event_fields(event), maxlen=STREAM_MAXLEN, approximate=True)
+        pipe.execute()
+    except redis.RedisError as error:
+        log.warning("streams.publish_failed", error=type(error).__name__)
+
+
+def notify_driver(instance_id: str, client: redis.Redis | None = None) -> None:
+    """Wake the control process holding this driver's socket: new commands are in the DB."""
+    client = client or sync_client()
+    try:
+        client.publish(commands_channel(instance_id), "1")
+    except redis.RedisError as error:
+        log.warning("streams.notify_failed", error=type(error).__name__)

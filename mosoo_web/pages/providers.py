@@ -1,0 +1,347 @@
+"""`/apps/[app_id]/providers`: the App's model providers and their (masked) keys.
+
+A key typed here reaches the server once, in the add event, and goes straight into the vault:
+no state var ever holds it, and after a save the form is re-mounted so the browser forgets it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import reflex as rx
+
+from mosoo_core import vault
+from mosoo_core.db import session_scope
+from mosoo_core.errors import InvalidInput, NotFound
+from mosoo_web.components.layout import card_section, console_shell, page_header
+from mosoo_web.pages.app_settings import not_found_card
+from mosoo_web.state.session import SessionState, current_account_id
+
+FORM_FIELDS = ("name", "provider", "base_url", "api_key", "models")
+DEFAULT_PRESET = vault.ProviderKind.OPENAI.value
+PRESET_BASE_URLS = {kind.value: preset.base_url for kind, preset in vault.PROVIDER_PRESETS.items()}
+PRESET_LABELS = {kind.value: preset.label for kind, preset in vault.PROVIDER_PRESETS.items()}
+
+
+@dataclass
+class ProviderRow:
+    id: str = ""
+    name: str = ""
+    provider_label: str = ""
+    base_url: str = ""
+    models: str = ""
+    masked_key: str = ""
+    is_default: bool = False
+
+
+def _row(view: vault.ProviderCredentialView) -> ProviderRow:
+    return ProviderRow(
+        id=view.id,
+        name=view.name,
+        provider_label=PRESET_LABELS.get(view.provider, view.provider),
+        base_url=view.base_url,
+        models=", ".join(view.models),
+        masked_key=view.masked_key or "no key",
+        is_default=view.is_default,
+    )
+
+
+def _models(raw: str) -> list[str]:
+    # "a, b," is a natural way to type a list: blanks between commas are not model names.
+    return [part.strip() for part in (raw or "").split(",") if part.strip()]
+
+
+class ProvidersState(rx.State):
+    providers: list[ProviderRow] = []
+    preset: str = DEFAULT_PRESET
+    # Bumped after a save: the add form is re-mounted empty, so the typed key is gone.
+    form_version: int = 0
+    name_error: str = ""
+    provider_error: str = ""
+    base_url_error: str = ""
+    api_key_error: str = ""
+    models_error: str = ""
+
+    @rx.var
+    def preset_base_url(self) -> str:
+        return PRESET_BASE_URLS.get(self.preset, "")
+
+    @rx.var
+    def key_optional(self) -> bool:
+        return not vault.PROVIDER_PRESETS[vault.ProviderKind(self.preset)].needs_key
+
+    def _clear_errors(self) -> None:
+        for field in FORM_FIELDS:
+            setattr(self, f"{field}_error", "")
+
+    async def _app(self) -> tuple[str, str, SessionState]:
+        session = await self.get_state(SessionState)
+        return await current_account_id(self), session.current_app_id, session
+
+    def _list(self, account_id: str, app_id: str) -> None:
+        with session_scope() as db:
+            views = vault.list_provider_credentials(db, account_id, app_id)
+        self.providers = [_row(view) for view in views]
+
+    @rx.event
+    async def load(self) -> None:
+        """After the App guard: the App's providers, and a fresh add form."""
+        self._clear_errors()
+        self.preset = DEFAULT_PRESET
+        self.form_version += 1
+        account_id, app_id, session = await self._app()
+        if session.app_missing or not app_id:
+            self.providers = []
+            return
+        try:
+            self._list(account_id, app_id)
+        except NotFound:
+            session.app_missing = True
+            self.providers = []
+
+    @rx.event
+    def choose_preset(self, value: str) -> None:
+        if value in PRESET_BASE_URLS:
+            self.preset = value
+            self.provider_error = ""
+            self.api_key_error = ""
+
+    @rx.event
+    async def add(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+        """Save a new provider. The key in `form` goes to the vault and nowhere else."""
+        self._clear_errors()
+        account_id, app_id, session = await self._app()
+        data = vault.ProviderCredentialInput(
+            name=form.get("name", ""),
+            provider=self.preset,
+            base_url=form.get("base_url", ""),
+            api_key=form.get("api_key", ""),
+            models=_models(form.get("models", "")),
+            is_default=form.get("is_default", "") == "on",
+        )
+        try:
+            with session_scope() as db:
+                created = vault.create_provider_credential(db, account_id, app_id, data)
+        except InvalidInput as error:
+            field = error.field if error.field in FORM_FIELDS else "name"
+            if error.field == "default_model":
+                field = "models"
+            setattr(self, f"{field}_error", error.message)
+            return None
+        except NotFound:
+            session.app_missing = True
+            return None
+        self.preset = DEFAULT_PRESET
+        self.form_version += 1
+        self._list(account_id, app_id)
+        return rx.toast.success(f"{created.name} added.")
+
+    @rx.event
+    async def make_default(self, credential_id: str) -> rx.event.EventSpec | None:
+        account_id, app_id, session = await self._app()
+        try:
+            with session_scope() as db:
+                made = vault.set_default_provider_credential(db, account_id, app_id, credential_id)
+        except NotFound:
+            return self._gone(account_id, app_id, session)
+        self._list(account_id, app_id)
+        return rx.toast.success(f"{made.name} is now the default.")
+
+    @rx.event
+    async def delete(self, credential_id: str) -> rx.event.EventSpec | None:
+        account_id, app_id, session = await self._app()
+        try:
+            with session_scope() as db:
+                vault.delete_provider_credential(db, account_id, app_id, credential_id)
+        except NotFound:
+            return self._gone(account_id, app_id, session)
+        self._list(account_id, app_id)
+        return rx.toast.success("Provider deleted.")
+
+    def _gone(self, account_id: str, app_id: str, session: SessionState) -> rx.event.EventSpec:
+        try:
+            self._list(account_id, app_id)
+        except NotFound:
+            session.app_missing = True
+        return rx.toast.error("That provider no longer exists.")
+
+
+def _error(message: rx.Var, test_id: str) -> rx.Component:
+    return rx.cond(
+        message != "",
+        rx.text(message, color_scheme="red", size="2", data_testid=test_id),
+        rx.fragment(),
+    )
+
+
+def _labelled(label: str, control: rx.Component, error: rx.Var, test_id: str, hint: rx.Component | None = None) -> rx.Component:
+    return rx.vstack(
+        rx.text(label, size="2", weight="medium", as_="label"),
+        control,
+        hint or rx.fragment(),
+        _error(error, f"{test_id}-error"),
+        width="100%",
+        spacing="1",
+    )
+
+
+def _delete_button(row: rx.Var[ProviderRow]) -> rx.Component:
+    return rx.alert_dialog.root(
+        rx.alert_dialog.trigger(
+            rx.button(rx.icon("trash-2", size=14), "Delete", size="1", variant="soft", color_scheme="red", data_testid="provider-delete"),
+        ),
+        rx.alert_dialog.content(
+            rx.alert_dialog.title("Delete " + row.name + "?"),
+            rx.alert_dialog.description(
+                "Its key is destroyed. Agents that use this provider stop working until you choose another.",
+                size="2",
+            ),
+            rx.hstack(
+                rx.alert_dialog.cancel(rx.button("Cancel", variant="soft", color_scheme="gray")),
+                rx.alert_dialog.action(
+                    rx.button("Delete", color_scheme="red", on_click=ProvidersState.delete(row.id), data_testid="provider-delete-confirm"),
+                ),
+                justify="end",
+                spacing="3",
+                margin_top="16px",
+            ),
+        ),
+    )
+
+
+def _provider_card(row: rx.Var[ProviderRow]) -> rx.Component:
+    return rx.card(
+        rx.vstack(
+            rx.hstack(
+                rx.icon("key-round", size=16, color=rx.color("accent", 11)),
+                rx.text(row.name, size="3", weight="bold", data_testid="provider-name"),
+                rx.badge(row.provider_label, variant="soft", color_scheme="gray"),
+                rx.cond(row.is_default, rx.badge("Default", color_scheme="green", data_testid="provider-default-badge"), rx.fragment()),
+                rx.spacer(),
+                rx.cond(
+                    row.is_default,
+                    rx.fragment(),
+                    rx.button("Make default", size="1", variant="soft", on_click=ProvidersState.make_default(row.id), data_testid="provider-make-default"),
+                ),
+                _delete_button(row),
+                align="center",
+                width="100%",
+                spacing="2",
+            ),
+            rx.hstack(
+                rx.text("Base URL", size="1", color_scheme="gray", width="72px"),
+                rx.code(row.base_url, size="1", data_testid="provider-base-url"),
+                align="center",
+            ),
+            rx.hstack(
+                rx.text("Key", size="1", color_scheme="gray", width="72px"),
+                rx.code(row.masked_key, size="1", data_testid="provider-masked-key"),
+                align="center",
+            ),
+            rx.hstack(
+                rx.text("Models", size="1", color_scheme="gray", width="72px"),
+                rx.text(rx.cond(row.models != "", row.models, "none listed"), size="2", data_testid="provider-models"),
+                align="center",
+            ),
+            spacing="2",
+            width="100%",
+        ),
+        width="100%",
+        data_testid="provider-row",
+    )
+
+
+def _add_form() -> rx.Component:
+    return rx.form(
+        rx.vstack(
+            _labelled(
+                "Provider",
+                rx.select.root(
+                    rx.select.trigger(width="100%", data_testid="provider-preset"),
+                    rx.select.content(
+                        *[rx.select.item(label, value=kind) for kind, label in PRESET_LABELS.items()],
+                    ),
+                    value=ProvidersState.preset,
+                    on_change=ProvidersState.choose_preset,
+                ),
+                ProvidersState.provider_error,
+                "provider",
+            ),
+            _labelled(
+                "Name",
+                rx.input(name="name", placeholder="e.g. OpenAI production", max_length=80, width="100%", data_testid="provider-name-input"),
+                ProvidersState.name_error,
+                "provider-name",
+            ),
+            _labelled(
+                "Base URL",
+                rx.input(
+                    name="base_url",
+                    default_value=ProvidersState.preset_base_url,
+                    # A new preset re-mounts the field with that preset's URL.
+                    key=ProvidersState.preset,
+                    placeholder="https://your-endpoint.example.com/v1",
+                    max_length=500,
+                    width="100%",
+                    data_testid="provider-base-url-input",
+                ),
+                ProvidersState.base_url_error,
+                "provider-base-url",
+            ),
+            _labelled(
+                "API key",
+                rx.input(
+                    name="api_key",
+                    type="password",
+                    auto_complete="new-password",
+                    placeholder=rx.cond(ProvidersState.key_optional, "Optional", "Paste the key"),
+                    width="100%",
+                    data_testid="provider-key-input",
+                ),
+                ProvidersState.api_key_error,
+                "provider-key",
+                rx.text("Stored encrypted; shown afterwards only by its last four characters.", size="1", color_scheme="gray"),
+            ),
+            _labelled(
+                "Models",
+                rx.input(name="models", placeholder="gpt-4o-mini, gpt-4o", width="100%", data_testid="provider-models-input"),
+                ProvidersState.models_error,
+                "provider-models",
+                rx.text("Comma separated; the first is the default model.", size="1", color_scheme="gray"),
+            ),
+            rx.checkbox("Make this the App's default provider", name="is_default", data_testid="provider-default-checkbox"),
+            rx.button("Add provider", type="submit", size="3", data_testid="provider-add-submit"),
+            width="100%",
+            spacing="3",
+        ),
+        key=ProvidersState.form_version,
+        on_submit=ProvidersState.add,
+        reset_on_submit=False,
+        width="100%",
+    )
+
+
+def _content() -> rx.Component:
+    return rx.cond(
+        SessionState.app_missing,
+        not_found_card(),
+        rx.vstack(
+            page_header("Providers", SessionState.current_app_name),
+            card_section(
+                "Model providers",
+                "The keys your Agents use to call models. Keys stay on the server: Agents get a short-lived grant, never the key.",
+                rx.cond(
+                    ProvidersState.providers.length() > 0,
+                    rx.vstack(rx.foreach(ProvidersState.providers, _provider_card), width="100%", spacing="2"),
+                    rx.text("No providers yet. Add one below.", color_scheme="gray", size="2", data_testid="providers-empty"),
+                ),
+            ),
+            card_section("Add a provider", "Pick a preset or any OpenAI-compatible endpoint.", _add_form()),
+            width="100%",
+            spacing="4",
+        ),
+    )
+
+
+def providers_page() -> rx.Component:
+    return console_shell(_content)
