@@ -222,7 +222,7 @@ def _parse(adapter: TypeAdapter[Any], frame: str | bytes) -> Any:
     try:
         return adapter.validate_json(frame)
     except ValidationError as error:
-        first = error.errors()[0] if error.errors() else {}
+        first: dict[str, Any] = dict(error.errors()[0]) if error.errors() else {}
         if first.get("type") == "json_invalid":
             raise ProtocolError("invalid_json", "frame is not valid JSON") from None
         if first.get("type") in {"union_tag_invalid", "union_tag_not_found"}:

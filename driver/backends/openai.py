@@ -1,0 +1,408 @@
+"""The `openai` runtime: an agent tool loop over an OpenAI-compatible Chat Completions API.
+
+We run the loop ourselves — one streamed Chat Completions call per step, then the step's
+tool calls — instead of an agents framework, because each step has to map to exact
+protocol events, stop for our permission prompts, and stop at once on `turn.cancel` (both
+the model stream and a running tool). The official `openai` SDK does the HTTP and SSE
+parsing. Its base URL is the in-sandbox forwarder (`.../gateway/openai/v1`) and its API key
+the run's gateway grant, so no provider key ever enters the sandbox.
+
+Each thread's conversation lives in `<workspace>/.mosoo/sessions/<session_id>.json`, so a
+new container restored from a workspace checkpoint continues the same thread, and the
+threads of a Pet agent that share one workspace keep separate conversations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import openai
+
+from driver.backends.base import Backend, EventSink, RunFailure, RunInput
+from driver.protocol import ExecutionSpec
+from driver.tools import Tool, ToolContext, ToolResult, builtin_tools
+
+log = logging.getLogger("driver.backend.openai")
+
+MAX_STEPS = 50
+CONVERSATIONS_DIR = Path(".mosoo") / "sessions"
+CONVERSATION_VERSION = 1
+# Chat Completions parameters an agent's provider options may set.
+PASSTHROUGH_OPTIONS = (
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "reasoning_effort",
+    "seed",
+    "presence_penalty",
+    "frequency_penalty",
+    "stop",
+)
+# Where OpenAI-compatible servers put streamed reasoning (DeepSeek, vLLM / OpenRouter, Ollama).
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+REJECTED_OUTPUT = "rejected by the user"
+INTERRUPTED_OUTPUT = "the tool call was interrupted before it finished"
+
+
+@dataclass
+class _ToolCall:
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass
+class _Step:
+    text: str = ""
+    tool_calls: list[_ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+class OpenAIBackend(Backend):
+    runtime = "openai"
+    capabilities = ("text_stream", "thinking_stream", "tool_stream", "permission_requests", "cancel", "usage", "resume")
+
+    def __init__(
+        self,
+        spec: ExecutionSpec,
+        sink: EventSink,
+        *,
+        model_base_url: str,
+        max_steps: int = MAX_STEPS,
+        max_retries: int = 2,
+    ) -> None:
+        super().__init__(spec, sink)
+        self.model_base_url = model_base_url
+        self.max_steps = max_steps
+        self.max_retries = max_retries
+        available = builtin_tools()
+        self.tools: dict[str, Tool] = {}
+        self.policies: dict[str, str] = {str(name): str(policy) for name, policy in spec.tools.items()}
+        for name in spec.tools:
+            if name in available:
+                self.tools[name] = available[name]
+            else:
+                log.warning("tool_not_available", extra={"tool": name})
+        self.tool_context = ToolContext(workspace=self.workspace, environment=dict(spec.environment))
+        safe_id = "".join(ch for ch in spec.session_id if ch.isalnum() or ch in "-_") or "session"
+        self.conversation_path = self.workspace / CONVERSATIONS_DIR / f"{safe_id}.json"
+        self.messages: list[dict[str, Any]] = []
+        self._client: openai.AsyncOpenAI | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.messages = self._load_conversation()
+        self._client = openai.AsyncOpenAI(
+            base_url=self.model_base_url,
+            api_key=self.spec.gateway.grant,
+            max_retries=self.max_retries,
+            # trust_env=False: a sandbox's HTTP(S)_PROXY (egress policy) must not catch loopback.
+            http_client=openai.DefaultAsyncHttpxClient(
+                trust_env=False, timeout=openai.Timeout(600.0, connect=10.0)
+            ),
+        )
+        if self.spec.mcp_servers:
+            log.warning("mcp_not_supported", extra={"count": len(self.spec.mcp_servers)})
+        log.info("backend_started", extra={"runtime": self.runtime, "model": self.spec.model, "tools": sorted(self.tools)})
+
+    async def close(self) -> None:
+        await super().close()
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def prepare_checkpoint(self, paths: list[str]) -> dict[str, Any]:
+        if self.active_run_id is None:
+            await asyncio.to_thread(self._save_conversation)
+        return await super().prepare_checkpoint(paths)
+
+    # --- the loop ------------------------------------------------------------------------
+
+    async def execute(self, run: RunInput) -> str:
+        self.messages.append({"role": "user", "content": _user_content(run)})
+        self._save_conversation()
+        for step_number in range(1, self.max_steps + 1):
+            step = await self._model_step(run.run_id)
+            assistant: dict[str, Any] = {"role": "assistant", "content": step.text or None}
+            if step.tool_calls:
+                assistant["tool_calls"] = [
+                    {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+                    for call in step.tool_calls
+                ]
+            self.messages.append(assistant)
+            if not step.tool_calls:
+                self._save_conversation()
+                return step.text
+            await self._run_tool_calls(run.run_id, step.tool_calls)
+            self._save_conversation()
+            log.debug("step_done", extra={"run_id": run.run_id, "step": step_number})
+        raise RunFailure(
+            "tool_loop_limit",
+            f"the agent made {self.max_steps} model calls without a final answer",
+            retryable=False,
+        )
+
+    async def _model_step(self, run_id: str) -> _Step:
+        assert self._client is not None, "start() was not called"
+        step = _Step()
+        calls: dict[int, _ToolCall] = {}
+        message_id: str | None = None
+        text_parts: list[str] = []
+        try:
+            stream = await self._client.chat.completions.create(**self._request())
+            try:
+                async for chunk in stream:
+                    if chunk.usage is not None:
+                        self.emit(run_id, "usage.updated", **_usage_payload(chunk.usage, chunk.model or self.spec.model))
+                    if not chunk.choices:
+                        continue
+                    choice = chunk.choices[0]
+                    delta = choice.delta
+                    if delta is not None:
+                        reasoning = _reasoning_text(delta)
+                        if reasoning:
+                            self.emit(run_id, "thought.delta", text=reasoning)
+                        if delta.content:
+                            if message_id is None:
+                                message_id = f"msg_{uuid.uuid4().hex}"
+                                self.emit(run_id, "message.started", message_id=message_id)
+                            text_parts.append(delta.content)
+                            self.emit(run_id, "message.delta", message_id=message_id, text=delta.content)
+                        for call_delta in delta.tool_calls or []:
+                            call = calls.setdefault(call_delta.index, _ToolCall())
+                            if call_delta.id and not call.id:
+                                call.id = call_delta.id
+                            function = call_delta.function
+                            if function is not None:
+                                if function.name and not call.name:
+                                    call.name = function.name
+                                if function.arguments:
+                                    call.arguments += function.arguments
+                    if choice.finish_reason:
+                        step.finish_reason = choice.finish_reason
+            finally:
+                await stream.close()
+        except asyncio.CancelledError:
+            if text_parts:  # keep what the user already saw in the thread
+                self.messages.append({"role": "assistant", "content": "".join(text_parts)})
+            self._save_conversation()
+            raise
+        except openai.APIError as error:
+            raise _model_failure(error) from None
+        step.text = "".join(text_parts)
+        if message_id is not None:
+            self.emit(run_id, "message.completed", message_id=message_id, text=step.text)
+        for index in sorted(calls):
+            call = calls[index]
+            if not call.id:
+                call.id = f"call_{uuid.uuid4().hex[:24]}"
+            step.tool_calls.append(call)
+        return step
+
+    def _request(self) -> dict[str, Any]:
+        messages: list[dict[str, Any]] = []
+        system_prompt = self._system_prompt()
+        if system_prompt:
+            messages.append({"role": "system", "content": system_prompt})
+        messages.extend(self.messages)
+        request: dict[str, Any] = {
+            "model": self.spec.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.tools:
+            request["tools"] = [tool.schema() for tool in self.tools.values()]
+        options = self.spec.provider_options
+        for key in PASSTHROUGH_OPTIONS:
+            if options.get(key) is not None:
+                request[key] = options[key]
+        if isinstance(options.get("extra_body"), dict):
+            request["extra_body"] = options["extra_body"]
+        return request
+
+    def _system_prompt(self) -> str:
+        parts = [self.spec.system_prompt.strip()] if self.spec.system_prompt.strip() else []
+        parts.append(f"Your working directory is {self.workspace}.")
+        skills = [skill for skill in self.spec.skills if isinstance(skill.get("name"), str)]
+        if skills:
+            lines = ["Skills are available. Before a task a skill covers, read its SKILL.md:"]
+            for skill in skills:
+                path = skill.get("path") or f"/opt/mosoo/skills/{skill['name']}"
+                description = str(skill.get("description", "")).strip()
+                lines.append(f"- {skill['name']}: {description} ({path}/SKILL.md)")
+            parts.append("\n".join(lines))
+        return "\n\n".join(parts)
+
+    # --- tools ---------------------------------------------------------------------------
+
+    async def _run_tool_calls(self, run_id: str, calls: list[_ToolCall]) -> None:
+        done: set[str] = set()
+        try:
+            for call in calls:
+                result = await self._run_tool_call(run_id, call)
+                self.messages.append({"role": "tool", "tool_call_id": call.id, "content": result.output})
+                done.add(call.id)
+        except asyncio.CancelledError:
+            # Every tool call needs an answer or the next request is refused.
+            for call in calls:
+                if call.id not in done:
+                    self.messages.append({"role": "tool", "tool_call_id": call.id, "content": INTERRUPTED_OUTPUT})
+            self._save_conversation()
+            raise
+
+    async def _run_tool_call(self, run_id: str, call: _ToolCall) -> ToolResult:
+        arguments, parse_error = _parse_arguments(call.arguments)
+        shown_input: Any = arguments if parse_error is None else {"raw_arguments": call.arguments}
+        self.emit(run_id, "tool.call.started", tool_call_id=call.id, name=call.name, input=shown_input)
+        started = time.monotonic()
+        tool = self.tools.get(call.name)
+        if tool is None:
+            available = ", ".join(sorted(self.tools)) or "none"
+            result = ToolResult(f"unknown tool {call.name!r}; available tools: {available}", is_error=True)
+        elif parse_error is not None:
+            result = ToolResult(f"the arguments are not a valid JSON object: {parse_error}", is_error=True)
+        else:
+            if self.policies.get(call.name) == "ask":
+                decision = await self.request_permission(run_id, call.id, call.name, arguments)
+                started = time.monotonic()
+            else:
+                decision = "allow_once"
+            if decision == "allow_once":
+                result = await tool.run(arguments, self.tool_context)
+            else:
+                result = ToolResult(REJECTED_OUTPUT, is_error=True)
+        duration_ms = int((time.monotonic() - started) * 1000)
+        self.emit(
+            run_id,
+            "tool.call.completed",
+            tool_call_id=call.id,
+            output=result.output,
+            is_error=result.is_error,
+            duration_ms=duration_ms,
+        )
+        for path, change in result.changed_files:
+            self.emit(run_id, "file.changed", path=path, change=change)
+        return result
+
+    # --- conversation --------------------------------------------------------------------
+
+    def _load_conversation(self) -> list[dict[str, Any]]:
+        path = self.conversation_path
+        if not path.exists():
+            return []
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            log.warning("conversation_unreadable", extra={"error": str(error)})
+            return []
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            log.warning("conversation_unreadable", extra={"error": "unexpected shape"})
+            return []
+        if data.get("session_id") not in (None, self.spec.session_id):
+            log.warning("conversation_of_another_session", extra={"found": data.get("session_id")})
+            return []
+        messages = [m for m in data["messages"] if isinstance(m, dict) and isinstance(m.get("role"), str)]
+        log.info("conversation_loaded", extra={"messages": len(messages)})
+        return _answer_dangling_tool_calls(messages)
+
+    def _save_conversation(self) -> None:
+        path = self.conversation_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = {"version": CONVERSATION_VERSION, "session_id": self.spec.session_id, "messages": self.messages}
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, ensure_ascii=False)
+        os.replace(temporary, path)
+
+
+# --- pure helpers --------------------------------------------------------------------------
+
+
+def _user_content(run: RunInput) -> str:
+    if not run.attachments:
+        return run.text
+    lines = [run.text, "", "Attached files (read-only):"]
+    for item in run.attachments:
+        path = item.get("path") or item.get("mount_path")
+        if not path and item.get("file_id") and item.get("name"):
+            path = f"/mnt/attachments/{item['file_id']}/{item['name']}"
+        details = [str(item[key]) for key in ("mime_type",) if item.get(key)]
+        if isinstance(item.get("size"), int):
+            details.append(f"{item['size']} bytes")
+        lines.append(f"- {path or item.get('name', 'unnamed file')}" + (f" ({', '.join(details)})" if details else ""))
+    return "\n".join(lines)
+
+
+def _reasoning_text(delta: Any) -> str:
+    extra = getattr(delta, "model_extra", None) or {}
+    for name in REASONING_FIELDS:
+        value = extra.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return ""
+
+
+def _usage_payload(usage: Any, model: str) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "input_tokens": usage.prompt_tokens or 0,
+        "output_tokens": usage.completion_tokens or 0,
+        "model": model,
+    }
+    prompt_details = getattr(usage, "prompt_tokens_details", None)
+    if prompt_details is not None and prompt_details.cached_tokens is not None:
+        payload["cached_input_tokens"] = prompt_details.cached_tokens
+    completion_details = getattr(usage, "completion_tokens_details", None)
+    if completion_details is not None and completion_details.reasoning_tokens is not None:
+        payload["reasoning_tokens"] = completion_details.reasoning_tokens
+    return payload
+
+
+def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    if not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except ValueError as error:
+        return {}, str(error)
+    if not isinstance(value, dict):
+        return {}, f"expected an object, got {type(value).__name__}"
+    return value, None
+
+
+def _model_failure(error: openai.APIError) -> RunFailure:
+    if isinstance(error, openai.APIConnectionError):
+        return RunFailure("model_error", f"could not reach the model gateway: {error.message}", retryable=True)
+    if isinstance(error, openai.APIStatusError):
+        retryable = error.status_code == 429 or error.status_code >= 500
+        return RunFailure("model_error", f"the model call failed ({error.status_code}): {error.message}", retryable=retryable)
+    return RunFailure("model_error", f"the model call failed: {error.message}", retryable=False)
+
+
+def _answer_dangling_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A conversation saved mid-step may hold tool calls without results; answer them."""
+    repaired: list[dict[str, Any]] = []
+    waiting: list[str] = []
+    for message in messages:
+        if message["role"] != "tool" and waiting:
+            repaired.extend({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_OUTPUT} for call_id in waiting)
+            waiting = []
+        if message["role"] == "tool" and message.get("tool_call_id") in waiting:
+            waiting.remove(message["tool_call_id"])
+        repaired.append(message)
+        if message["role"] == "assistant":
+            waiting = [str(call.get("id")) for call in message.get("tool_calls") or [] if isinstance(call, dict)]
+    repaired.extend({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_OUTPUT} for call_id in waiting)
+    return repaired

@@ -1,0 +1,102 @@
+"""The model gateway: a grant becomes the provider key inside control only."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from mosoo_core import sessions, vault
+from mosoo_core.sessions.models import SessionRun
+from mosoo_core.usage.models import UsageEvent
+from tests.control.conftest import ControlServer, boot_fixture
+from tests.support.openai_server import ScriptedOpenAIServer, TextTurn
+from tests.support.processes import wait_for
+
+PROVIDER_KEY = "sk-test-SECRET-gateway-1234"
+
+
+@pytest.fixture
+def upstream() -> ScriptedOpenAIServer:
+    with ScriptedOpenAIServer(models=["test-model"]) as server:
+        yield server
+
+
+def _grant(engine: Engine, base_url: str, models: list[str] | None = None) -> tuple[str, str]:
+    with Session(engine) as db:
+        booted = boot_fixture(db)
+        credential = vault.create_provider_credential(
+            db, booted.account_id, booted.app_id,
+            vault.ProviderCredentialInput(name="Local", provider="openai_compatible", base_url=base_url, api_key=PROVIDER_KEY, models=["test-model"]),
+        )
+        run = db.get(SessionRun, booted.run_id)
+        assert run is not None
+        grant = sessions.issue_model_grant(db, run, credential_id=credential.id, allowed_models=models or ["test-model"])
+        db.commit()
+        return grant, booted.run_id
+
+
+def _client(control: ControlServer) -> httpx.Client:
+    return httpx.Client(transport=httpx.HTTPTransport(uds=str(control.socket_path)), base_url="http://control", timeout=30)
+
+
+def test_streamed_call_reaches_provider_with_the_real_key_and_records_usage(
+    control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer
+) -> None:
+    upstream.add(TextTurn("Hello from the provider", usage={"prompt_tokens": 11, "completion_tokens": 4, "cached_tokens": 3}))
+    grant, run_id = _grant(engine, upstream.base_url)
+    body = {"model": "test-model", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    with _client(control) as client, client.stream(
+        "POST", "/gateway/openai/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {grant}"}
+    ) as response:
+        assert response.status_code == 200
+        raw = b"".join(response.iter_raw())
+    text = "".join(
+        (json.loads(line[5:])["choices"][0]["delta"].get("content") or "")
+        for line in raw.decode().splitlines()
+        if line.startswith("data:") and line.strip() != "data: [DONE]" and json.loads(line[5:]).get("choices")
+    )
+    assert text == "Hello from the provider"
+    [request] = upstream.chat_requests
+    assert request.headers["authorization"] == f"Bearer {PROVIDER_KEY}"
+    assert grant not in json.dumps(request.headers)
+
+    def usage_rows() -> list[UsageEvent]:
+        with Session(engine) as db:
+            return list(db.exec(select(UsageEvent)).all())
+
+    # The record is written once the stream has been relayed to the end.
+    wait_for(lambda: len(usage_rows()) == 1, 10, "the usage record")
+    [row] = usage_rows()
+    assert (row.run_id, row.model, row.input_tokens, row.output_tokens, row.cached_input_tokens) == (run_id, "test-model", 11, 4, 3)
+
+
+@pytest.mark.parametrize("token", ["mgr_forged", "sk-anything", "mgr_" + "x" * 300])
+def test_unknown_grants_are_refused(control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer, token: str) -> None:
+    _grant(engine, upstream.base_url)
+    with _client(control) as client:
+        response = client.post("/gateway/openai/v1/chat/completions", json={"model": "test-model"}, headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 401
+    assert upstream.requests == []
+
+
+def test_a_model_outside_the_grant_is_refused(control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer) -> None:
+    grant, _ = _grant(engine, upstream.base_url)
+    with _client(control) as client:
+        response = client.post("/gateway/openai/v1/chat/completions", json={"model": "gpt-expensive"}, headers={"Authorization": f"Bearer {grant}"})
+    assert response.status_code == 403 and response.json()["error"]["code"] == "model_not_allowed"
+
+
+def test_grant_dies_with_its_run(control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer) -> None:
+    grant, run_id = _grant(engine, upstream.base_url)
+    with Session(engine) as db:
+        run = db.get(SessionRun, run_id)
+        assert run is not None
+        sessions.finish_run(db, run, "completed")
+        db.commit()
+    with _client(control) as client:
+        response = client.post("/gateway/openai/v1/chat/completions", json={"model": "test-model"}, headers={"Authorization": f"Bearer {grant}"})
+    assert response.status_code == 401

@@ -1,0 +1,276 @@
+"""A small, real OpenAI-compatible HTTP server that answers from a script (tests only).
+
+Starlette on uvicorn, on a free 127.0.0.1 port in a background thread. Each
+`POST /v1/chat/completions` takes the next turn of the script: text (streamed in several
+chunks, optionally after reasoning chunks, with a delay before each chunk), tool calls
+(streamed as Chat Completions `tool_calls` deltas) or an HTTP error. A streamed answer ends
+with a usage chunk when the request asks for `stream_options.include_usage`. Non-streaming
+requests get a whole `chat.completion`; `GET /v1/models` lists the configured models.
+Every request is recorded (method, path, headers including Authorization, JSON body).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: dict[str, Any] | str
+    id: str = ""
+
+    def arguments_json(self) -> str:
+        return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+
+
+@dataclass
+class TextTurn:
+    """Answer with text. A str is streamed word by word; a list gives the chunks exactly."""
+
+    text: str | list[str]
+    reasoning: list[str] = field(default_factory=list)
+    delay: float = 0.0  # seconds before each chunk
+    usage: dict[str, int] | None = None  # prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens
+
+
+@dataclass
+class ToolCallsTurn:
+    calls: list[ToolCall]
+    text: str = ""  # streamed before the calls
+    delay: float = 0.0
+    usage: dict[str, int] | None = None
+
+
+@dataclass
+class ErrorTurn:
+    status: int = 500
+    message: str = "scripted failure"
+
+
+Turn = TextTurn | ToolCallsTurn | ErrorTurn
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-case names
+    body: Any  # the parsed JSON body, or None
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list((self.body or {}).get("messages", []))
+
+
+def _chunks_of(text: str | list[str]) -> list[str]:
+    if isinstance(text, list):
+        return text
+    return re.findall(r"\s*\S+", text) or [text]
+
+
+class ScriptedOpenAIServer:
+    """Start with `start()` or as a context manager; `base_url` ends in `/v1`."""
+
+    def __init__(self, script: Sequence[Turn] = (), *, models: Sequence[str] = ("test-model",)) -> None:
+        self.models = list(models)
+        self._script: list[Turn] = list(script)
+        self._requests: list[RecordedRequest] = []
+        self._lock = threading.Lock()
+        self.streams_completed = 0
+        self.streams_aborted = 0
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind(("127.0.0.1", 0))
+        self.port = int(self._socket.getsockname()[1])
+        app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat_completions, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+            ]
+        )
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", loop="asyncio"))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def chat_requests(self) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.path == "/v1/chat/completions"]
+
+    def add(self, *turns: Turn) -> None:
+        with self._lock:
+            self._script.extend(turns)
+
+    def start(self) -> ScriptedOpenAIServer:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the scripted OpenAI server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+        self._socket.close()
+
+    def __enter__(self) -> ScriptedOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- endpoints -------------------------------------------------------------------------
+
+    async def _record(self, request: Request) -> Any:
+        raw = await request.body()
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        with self._lock:
+            self._requests.append(
+                RecordedRequest(request.method, request.url.path, {k.lower(): v for k, v in request.headers.items()}, body)
+            )
+        return body
+
+    async def _models(self, request: Request) -> Response:
+        await self._record(request)
+        data = [{"id": model, "object": "model", "created": 0, "owned_by": "mosoo-tests"} for model in self.models]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def _chat_completions(self, request: Request) -> Response:
+        body = await self._record(request)
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return _error(400, "the body must be a JSON object with messages")
+        with self._lock:
+            turn = self._script.pop(0) if self._script else None
+        if turn is None:
+            return _error(400, "the test script has no more turns")
+        if isinstance(turn, ErrorTurn):
+            return _error(turn.status, turn.message)
+        model = str(body.get("model") or self.models[0])
+        usage = _usage(turn, body)
+        if not body.get("stream"):
+            return JSONResponse(_completion(turn, model, usage))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return StreamingResponse(
+            self._stream(turn, model, usage if include_usage else None),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache"},
+        )
+
+    async def _stream(self, turn: TextTurn | ToolCallsTurn, model: str, usage: dict[str, Any] | None) -> AsyncIterator[str]:
+        completion_id = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+        created = int(time.time())
+        finished = False
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> str:
+            data = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+            }
+            return f"data: {json.dumps(data)}\n\n"
+
+        try:
+            yield chunk({"role": "assistant", "content": ""})
+            if isinstance(turn, TextTurn):
+                for piece in turn.reasoning:
+                    await asyncio.sleep(turn.delay)
+                    yield chunk({"reasoning_content": piece})
+            text = turn.text
+            for piece in _chunks_of(text) if text else []:
+                await asyncio.sleep(turn.delay)
+                yield chunk({"content": piece})
+            if isinstance(turn, ToolCallsTurn):
+                for index, call in enumerate(turn.calls):
+                    await asyncio.sleep(turn.delay)
+                    call_id = call.id or f"call_{uuid.uuid4().hex[:12]}"
+                    yield chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function", "function": {"name": call.name, "arguments": ""}}]})
+                    arguments = call.arguments_json()
+                    middle = len(arguments) // 2
+                    for piece in (arguments[:middle], arguments[middle:]):
+                        if piece:
+                            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            yield chunk({}, "tool_calls" if isinstance(turn, ToolCallsTurn) else "stop")
+            if usage is not None:
+                data = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [], "usage": usage}
+                yield f"data: {json.dumps(data)}\n\n"
+            yield "data: [DONE]\n\n"
+            finished = True
+        finally:
+            with self._lock:
+                if finished:
+                    self.streams_completed += 1
+                else:
+                    self.streams_aborted += 1
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": None}}, status_code=status)
+
+
+def _usage(turn: TextTurn | ToolCallsTurn, body: dict[str, Any]) -> dict[str, Any]:
+    given = dict(turn.usage or {})
+    prompt_chars = sum(len(json.dumps(m.get("content"))) for m in body["messages"] if isinstance(m, dict))
+    usage: dict[str, Any] = {
+        "prompt_tokens": given.get("prompt_tokens", prompt_chars // 4 + 1),
+        "completion_tokens": given.get("completion_tokens", len(_chunks_of(turn.text)) if turn.text else 1),
+    }
+    usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+    if "cached_tokens" in given:
+        usage["prompt_tokens_details"] = {"cached_tokens": given["cached_tokens"]}
+    if "reasoning_tokens" in given:
+        usage["completion_tokens_details"] = {"reasoning_tokens": given["reasoning_tokens"]}
+    return usage
+
+
+def _completion(turn: TextTurn | ToolCallsTurn, model: str, usage: dict[str, Any]) -> dict[str, Any]:
+    text = "".join(_chunks_of(turn.text)) if turn.text else None
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if isinstance(turn, ToolCallsTurn):
+        message["tool_calls"] = [
+            {"id": call.id or f"call_{uuid.uuid4().hex[:12]}", "type": "function", "function": {"name": call.name, "arguments": call.arguments_json()}}
+            for call in turn.calls
+        ]
+    if isinstance(turn, TextTurn) and turn.reasoning:
+        message["reasoning_content"] = "".join(turn.reasoning)
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if isinstance(turn, ToolCallsTurn) else "stop"}],
+        "usage": usage,
+    }
