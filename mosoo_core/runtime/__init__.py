@@ -1,0 +1,1 @@
+"""Run orchestration and the sandboxes runs execute in (see `mosoo_core.runtime.sandbox`)."""

@@ -1,0 +1,276 @@
+"""Run orchestration (worker side): freeze the snapshot, get or create the sandbox, boot
+the driver, hand it the input; and after the run, checkpoint and tear down.
+
+Cattle: a fresh sandbox per run; `/workspace` is checkpointed to the object store after a
+run and restored for the next run of the same thread. Pet: one sandbox per Agent, shared by
+its threads (one driver per thread inside it), kept between runs.
+Every step is safe to run twice: a task re-delivered after a worker died finds the run past
+`queued` and cleans up instead of booting a second sandbox.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlmodel import Session, select
+
+from driver.protocol import BootPayload, ExecutionSpec, GatewayGrant
+from mosoo_core import agents, sessions, streams
+from mosoo_core.agents.models import Agent
+from mosoo_core.clock import utcnow
+from mosoo_core.db import session_scope
+from mosoo_core.files import get_store, iter_chunks
+from mosoo_core.logs import get_logger
+from mosoo_core.runtime.sandbox import (
+    SandboxBackend,
+    SandboxError,
+    SandboxRef,
+    SandboxSpec,
+    get_backend,
+)
+from mosoo_core.runtime.sandbox._base import (
+    BOOT_PAYLOAD,
+    LABEL_DRIVER_INSTANCE,
+    LABEL_SUBJECT,
+    WORKSPACE,
+)
+from mosoo_core.sessions.models import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
+from mosoo_core.settings import get_settings
+
+log = get_logger(__name__)
+READY_TIMEOUT_SECONDS = 60.0
+CONTROL_URL = "unix:///run/mosoo/control.sock"
+
+
+@dataclass(frozen=True)
+class BootPlan:
+    run_id: str
+    session_id: str
+    app_id: str
+    agent_id: str
+    kind: str
+    subject: str
+    instance_id: str
+    payload_json: str  # holds the boot token and grant: written into the sandbox, never logged
+
+
+def checkpoint_key(app_id: str, session_id: str) -> str:
+    return f"{app_id}/checkpoints/{session_id}/workspace.tar"
+
+
+def _fail(db: Session, run: SessionRun, code: str, message: str, retryable: bool) -> list[sessions.StoredEvent]:
+    return sessions.finish_run(db, run, "failed", code=code, message=message, retryable=retryable, emit_event=True)
+
+
+def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.StoredEvent]]:
+    """Freeze the run's snapshot and register its driver. None when there is nothing to boot."""
+    run = db.get(SessionRun, run_id)
+    if run is None or run.status != "queued":
+        return None, []
+    session = db.get(AgentSession, run.session_id)
+    agent = db.get(Agent, session.agent_id) if session else None
+    if session is None or agent is None:
+        return None, _fail(db, run, "agent_missing", "The agent of this thread no longer exists.", False)
+    ready = agents.readiness(db, agents.agent_view(agent))
+    if not ready.ready:
+        reasons = "; ".join(b.message for b in ready.blockers)
+        return None, _fail(db, run, "readiness_blocked", f"The agent is not ready: {reasons}", False)
+    assert agent.provider_credential_id is not None
+    subject = f"agent:{agent.id}" if agent.kind == "pet" else f"session:{session.id}"
+    driver = sessions.register_driver(
+        db, app_id=run.app_id, subject=subject, runtime=agent.runtime, session_id=session.id
+    )
+    grant = sessions.issue_model_grant(
+        db, run, credential_id=agent.provider_credential_id, allowed_models=[agent.model]
+    )
+    spec = ExecutionSpec(
+        app_id=run.app_id, agent_id=agent.id, session_id=session.id, runtime=agent.runtime, model=agent.model,
+        system_prompt=agent.system_prompt, tools=dict(agent.tools),  # type: ignore[arg-type]
+        provider_options=dict(agent.provider_options), gateway=GatewayGrant(grant=grant),
+    )
+    # The stored snapshot never holds the grant.
+    run.snapshot = {**spec.model_dump(exclude={"gateway"}), "kind": agent.kind, "credential_id": agent.provider_credential_id}
+    run.status = "booting"
+    run.driver_instance_id = driver.instance_id
+    db.add(run)
+    payload = BootPayload(
+        control_url=CONTROL_URL, driver_instance_id=driver.instance_id, boot_token=driver.boot_token,
+        runtime=agent.runtime, execution_spec=spec,
+    )
+    plan = BootPlan(
+        run_id=run.id, session_id=session.id, app_id=run.app_id, agent_id=agent.id, kind=agent.kind,
+        subject=subject, instance_id=driver.instance_id, payload_json=payload.model_dump_json(),
+    )
+    return plan, []
+
+
+def _sandbox_for(backend: SandboxBackend, plan: BootPlan) -> SandboxRef:
+    settings = get_settings()
+    if plan.kind == "pet":
+        for ref in backend.list_by_label({LABEL_SUBJECT: plan.subject}):
+            if ref.state != "running":
+                backend.start(ref)
+            return ref
+    spec = SandboxSpec(
+        subject=plan.subject, app_id=plan.app_id, driver_instance_id=plan.instance_id,
+        control_socket=settings.resolved_control_socket,
+    )
+    ref = backend.create(spec)
+    if plan.kind == "cattle":
+        store = get_store()
+        key = checkpoint_key(plan.app_id, plan.session_id)
+        if store.exists(key):
+            backend.put_archive(ref, WORKSPACE, iter_chunks(store.open(key)))
+    return ref
+
+
+def _wait_ready(instance_id: str, timeout: float) -> bool:
+    client = streams.sync_client()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if client.get(streams.ready_key(instance_id)):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def dispatch_run(run_id: str, backend: SandboxBackend | None = None) -> str:
+    """Boot a sandbox and driver for a queued run and give it the input. Returns the run's status."""
+    with session_scope() as db:
+        run = db.get(SessionRun, run_id)
+        if run is not None and run.status == "booting":
+            # A worker died while booting this run: clean up and fail it clearly.
+            events = _abandon_boot(db, run, backend)
+            streams.publish_events(events)
+            return "failed"
+        plan, events = plan_boot(db, run_id)
+    streams.publish_events(events)
+    if plan is None:
+        return "skipped"
+    backend = backend or get_backend()
+    started = time.monotonic()
+    try:
+        ref = _sandbox_for(backend, plan)
+        backend.put_file(ref, BOOT_PAYLOAD, plan.payload_json.encode(), mode=0o600)
+        backend.start_driver(ref)
+    except SandboxError as error:
+        log.warning("run.sandbox_failed", run_id=run_id, error=str(error)[:300])
+        _teardown(backend, plan.instance_id, plan.kind)
+        return _fail_by_id(run_id, "sandbox_failed", f"The sandbox could not start: {error.message[:300]}", True)
+    if not _wait_ready(plan.instance_id, READY_TIMEOUT_SECONDS):
+        _teardown(backend, plan.instance_id, plan.kind)
+        return _fail_by_id(run_id, "driver_boot_timeout", "The driver did not report ready within 60 seconds.", True)
+    with session_scope() as db:
+        run = db.get(SessionRun, run_id)
+        if run is None or run.status not in ACTIVE_RUN_STATUSES:
+            return run.status if run else "missing"
+        sessions.enqueue_command(
+            db, plan.instance_id, "input.start", {"run_id": run_id, "text": run.input_text, "attachments": []}
+        )
+    streams.notify_driver(plan.instance_id)
+    log.info("run.dispatched", run_id=run_id, instance_id=plan.instance_id, seconds=round(time.monotonic() - started, 3))
+    return "booting"
+
+
+def _fail_by_id(run_id: str, code: str, message: str, retryable: bool) -> str:
+    with session_scope() as db:
+        run = db.get(SessionRun, run_id)
+        events = _fail(db, run, code, message, retryable) if run else []
+    streams.publish_events(events)
+    return "failed"
+
+
+def _abandon_boot(db: Session, run: SessionRun, backend: SandboxBackend | None) -> list[sessions.StoredEvent]:
+    instance = db.get(DriverInstance, run.driver_instance_id) if run.driver_instance_id else None
+    if instance is not None:
+        kind = run.snapshot.get("kind", "cattle")
+        _teardown(backend or get_backend(), instance.id, kind)
+        sessions.mark_stopped(db, instance.id)
+    return _fail(db, run, "dispatch_interrupted", "The worker stopped while starting the sandbox. Send the message again.", True)
+
+
+def _teardown(backend: SandboxBackend, instance_id: str, kind: str) -> None:
+    if kind == "pet":
+        return  # the Agent's sandbox outlives one driver
+    for ref in backend.list_by_label({LABEL_DRIVER_INSTANCE: instance_id}):
+        backend.remove(ref)
+
+
+def finish_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> str:
+    """After a run ends: Cattle checkpoints `/workspace` (when the run completed) and removes
+    its sandbox; Pet keeps its sandbox. Safe to run twice."""
+    with session_scope() as db:
+        run = db.get(SessionRun, run_id)
+        if run is None or run.status in ACTIVE_RUN_STATUSES or not run.driver_instance_id:
+            return "skipped"
+        instance_id, kind, status = run.driver_instance_id, run.snapshot.get("kind", "cattle"), run.status
+        app_id, session_id = run.app_id, run.session_id
+    if kind == "pet":
+        return "kept"
+    backend = backend or get_backend()
+    refs = backend.list_by_label({LABEL_DRIVER_INSTANCE: instance_id})
+    if status == "completed":
+        for ref in refs[:1]:
+            try:
+                _checkpoint(backend, ref, app_id, session_id)
+            except SandboxError as error:
+                log.warning("run.checkpoint_failed", run_id=run_id, error=str(error)[:300])
+    for ref in refs:
+        backend.remove(ref)
+    with session_scope() as db:
+        sessions.mark_stopped(db, instance_id)
+    return "removed"
+
+
+class _ChunkReader:
+    """A file-like view of a chunk iterator, so the store can stream it."""
+
+    def __init__(self, chunks: object) -> None:
+        self.chunks = iter(chunks)  # type: ignore[call-overload]
+        self.buffer = b""
+
+    def read(self, size: int = -1) -> bytes:
+        while size < 0 or len(self.buffer) < size:
+            try:
+                self.buffer += next(self.chunks)
+            except StopIteration:
+                break
+        if size < 0:
+            data, self.buffer = self.buffer, b""
+        else:
+            data, self.buffer = self.buffer[:size], self.buffer[size:]
+        return data
+
+
+def _checkpoint(backend: SandboxBackend, ref: SandboxRef, app_id: str, session_id: str) -> None:
+    get_store().put(checkpoint_key(app_id, session_id), _ChunkReader(backend.get_archive(ref, WORKSPACE)))  # type: ignore[arg-type]
+
+
+def sweep_sandboxes(backend: SandboxBackend | None = None, *, grace: timedelta = timedelta(minutes=2)) -> int:
+    """Remove sandboxes nothing needs any more: a Cattle sandbox whose driver's run is over
+    (or unknown), a Pet sandbox whose Agent was deleted."""
+    backend = backend or get_backend()
+    removed = 0
+    now = utcnow()
+    with session_scope() as db:
+        for ref in backend.list_by_label({}):
+            subject = ref.labels.get(LABEL_SUBJECT, "")
+            instance_id = ref.labels.get(LABEL_DRIVER_INSTANCE, "")
+            if subject.startswith("agent:"):
+                needed = db.get(Agent, subject.removeprefix("agent:")) is not None
+            else:
+                instance = db.get(DriverInstance, instance_id) if instance_id else None
+                active = instance is not None and db.exec(
+                    select(SessionRun).where(SessionRun.driver_instance_id == instance.id)
+                ).first()
+                needed = instance is not None and (
+                    (active is not None and active.status in ACTIVE_RUN_STATUSES)
+                    or instance.created_at > now - grace
+                )
+            if not needed:
+                backend.remove(ref)
+                removed += 1
+    log.info("sandbox.swept", removed=removed)
+    return removed

@@ -1,0 +1,109 @@
+"""Sandboxes: where drivers run. One interface (`SandboxBackend`), two backends: `docker`
+(default where an engine answers) and `process` (bubblewrap). See ARCHITECTURE.md section 4.
+
+    backend = get_backend()
+    ref = backend.create(SandboxSpec(subject="session:...", app_id="...", control_socket=path))
+    backend.put_file(ref, BOOT_PAYLOAD, payload_json, 0o600)
+    backend.start_driver(ref)
+    ...
+    checkpoint = backend.get_archive(ref, WORKSPACE)   # a tar stream
+    backend.remove(ref)
+"""
+
+from __future__ import annotations
+
+from mosoo_core.runtime.sandbox._base import (
+    ATTACHMENTS_DIR,
+    BOOT_DIR,
+    BOOT_PAYLOAD,
+    BOOT_PAYLOAD_ENV,
+    CONTROL_SOCKET,
+    DRIVER_COMMAND,
+    LABEL_APP,
+    LABEL_DRIVER_INSTANCE,
+    LABEL_SANDBOX,
+    LABEL_SUBJECT,
+    SANDBOX_GID,
+    SANDBOX_UID,
+    SANDBOX_USER,
+    WORKSPACE,
+    ExecResult,
+    Limits,
+    Mount,
+    NetworkPolicy,
+    SandboxBackend,
+    SandboxError,
+    SandboxNotFound,
+    SandboxRef,
+    SandboxSpec,
+)
+from mosoo_core.settings import Settings, get_settings
+
+
+def _docker_client() -> object | None:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=120)
+        client.ping()
+        return client
+    except Exception:
+        return None
+
+
+def get_backend(settings: Settings | None = None) -> SandboxBackend:
+    """The configured backend: `docker`, `process`, or `auto` (docker when an engine
+    answers, else process)."""
+    settings = settings or get_settings()
+    limits = Limits(
+        memory_mb=settings.sandbox_memory_mb,
+        cpus=settings.sandbox_cpus,
+        pids_limit=settings.sandbox_pids_limit,
+    )
+    if settings.sandbox_backend in ("auto", "docker"):
+        client = _docker_client()
+        if client is not None:
+            from mosoo_core.runtime.sandbox.docker_backend import DockerBackend
+
+            return DockerBackend(
+                client,  # type: ignore[arg-type]
+                image=settings.sandbox_image,
+                base_image=settings.sandbox_base_image,
+                limits=limits,
+            )
+        if settings.sandbox_backend == "docker":
+            raise SandboxError("MOSOO_SANDBOX_BACKEND=docker but no Docker engine answers")
+    from mosoo_core.runtime.sandbox.process_backend import ProcessBackend
+
+    data_dir = settings.data_dir.resolve()
+    return ProcessBackend(
+        data_dir / "sandboxes", runtime_parent=data_dir / "sandbox-runtime", limits=limits
+    )
+
+
+__all__ = [
+    "ATTACHMENTS_DIR",
+    "BOOT_DIR",
+    "BOOT_PAYLOAD",
+    "BOOT_PAYLOAD_ENV",
+    "CONTROL_SOCKET",
+    "DRIVER_COMMAND",
+    "LABEL_APP",
+    "LABEL_DRIVER_INSTANCE",
+    "LABEL_SANDBOX",
+    "LABEL_SUBJECT",
+    "SANDBOX_GID",
+    "SANDBOX_UID",
+    "SANDBOX_USER",
+    "WORKSPACE",
+    "ExecResult",
+    "Limits",
+    "Mount",
+    "NetworkPolicy",
+    "SandboxBackend",
+    "SandboxError",
+    "SandboxNotFound",
+    "SandboxRef",
+    "SandboxSpec",
+    "get_backend",
+]

@@ -1,0 +1,211 @@
+"""The sandbox contract every backend implements (ARCHITECTURE.md section 4).
+
+A sandbox is one isolated place where a driver runs: `/workspace` (writable, the working
+directory), `/tmp` (scratch), `/run/mosoo/control.sock` (the only way out when the network
+policy is `none`), `/run/mosoo/boot` (the one-time boot payload, readable only by the
+sandbox user) and read-only mounts for attachments and skills. Every process in it runs as
+the unprivileged sandbox user (uid 10001).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Literal
+
+from mosoo_core.errors import MosooError
+
+SANDBOX_UID = 10001
+SANDBOX_GID = 10001
+SANDBOX_USER = "mosoo"
+WORKSPACE = "/workspace"
+CONTROL_SOCKET = "/run/mosoo/control.sock"
+BOOT_DIR = "/run/mosoo/boot"
+BOOT_PAYLOAD = "/run/mosoo/boot/payload.json"
+ATTACHMENTS_DIR = "/mnt/attachments"
+DRIVER_COMMAND = "mosoo-driver"
+BOOT_PAYLOAD_ENV = "MOSOO_DRIVER_BOOT_PAYLOAD_FILE"
+# Inside every sandbox: the driver's virtualenv first, then the system.
+SANDBOX_PATH = "/opt/mosoo/bin:/opt/mosoo/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+LABEL_SANDBOX = "mosoo.sandbox"  # "1" on everything a backend creates; what GC lists
+LABEL_SUBJECT = "mosoo.subject"
+LABEL_APP = "mosoo.app"
+LABEL_DRIVER_INSTANCE = "mosoo.driver_instance"
+
+NetworkPolicy = Literal["none", "full"]
+# Exec output kept in memory; beyond it the tail is dropped and `truncated` is set.
+MAX_EXEC_OUTPUT_BYTES = 16 * 1024 * 1024
+# Files streamed into a sandbox or out of it move in chunks of this size.
+CHUNK_BYTES = 64 * 1024
+
+TarData = bytes | Iterable[bytes] | BinaryIO
+
+
+class SandboxError(MosooError):
+    code = "sandbox_error"
+
+
+class SandboxNotFound(SandboxError):
+    code = "not_found"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path shown inside the sandbox; read-only unless said otherwise."""
+
+    source: Path
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """What to create. Limits left as None take the backend's defaults (settings)."""
+
+    subject: str  # "agent:{id}" (Pet) or "session:{id}" (Cattle)
+    app_id: str
+    driver_instance_id: str = ""
+    control_socket: Path | None = None  # host path, bind-mounted at /run/mosoo/control.sock
+    mounts: tuple[Mount, ...] = ()  # attachments (/mnt/attachments/...), skills (/opt/mosoo/skills/...)
+    memory_mb: int | None = None
+    cpus: float | None = None
+    pids_limit: int | None = None
+    network: NetworkPolicy = "none"
+    env: Mapping[str, str] = field(default_factory=dict)  # set for every process in the sandbox
+    labels: Mapping[str, str] = field(default_factory=dict)  # extra labels, e.g. mosoo.test=1
+
+    def all_labels(self) -> dict[str, str]:
+        return {
+            **self.labels,
+            LABEL_SANDBOX: "1",
+            LABEL_SUBJECT: self.subject,
+            LABEL_APP: self.app_id,
+            LABEL_DRIVER_INSTANCE: self.driver_instance_id,
+        }
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_mb: int = 1024
+    cpus: float = 1.0
+    pids_limit: int = 256
+
+    def apply(self, spec: SandboxSpec) -> Limits:
+        return Limits(
+            memory_mb=spec.memory_mb or self.memory_mb,
+            cpus=spec.cpus or self.cpus,
+            pids_limit=spec.pids_limit or self.pids_limit,
+        )
+
+
+@dataclass(frozen=True)
+class SandboxRef:
+    """A handle on one sandbox. `state` is a snapshot taken when the ref was made."""
+
+    backend: str
+    id: str
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    state: str = "running"
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool = False
+    truncated: bool = False
+
+    @property
+    def stdout_text(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def stderr_text(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
+
+
+class SandboxBackend(abc.ABC):
+    """Create, use and destroy sandboxes. Both backends pass tests/integration/sandbox."""
+
+    name: str
+    limits: Limits
+
+    @abc.abstractmethod
+    def create(self, spec: SandboxSpec) -> SandboxRef:
+        """Create and start a sandbox with an empty /workspace."""
+
+    @abc.abstractmethod
+    def exec(
+        self,
+        ref: SandboxRef,
+        argv: list[str],
+        *,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str = WORKSPACE,
+        timeout: float | None = None,
+        stdin: TarData | None = None,
+    ) -> ExecResult:
+        """Run a command to completion. On timeout the command and everything it started
+        is killed and `timed_out` is set."""
+
+    @abc.abstractmethod
+    def start_process(
+        self, ref: SandboxRef, argv: list[str], *, env: Mapping[str, str] | None = None,
+        workdir: str = WORKSPACE,
+    ) -> None:
+        """Start a long-running command detached (it lives until it exits or `stop`)."""
+
+    def start_driver(self, ref: SandboxRef, payload_path: str = BOOT_PAYLOAD) -> None:
+        """Start `mosoo-driver`, which reads (and deletes) the boot payload at payload_path."""
+        self.start_process(ref, [DRIVER_COMMAND], env={BOOT_PAYLOAD_ENV: payload_path})
+
+    def put_file(self, ref: SandboxRef, path: str, data: bytes, mode: int = 0o600) -> None:
+        """Write one file as the sandbox user, created with `mode` (never wider on the way)."""
+        script = 'umask 077 && cat > "$1" && chmod "$2" "$1"'
+        result = self.exec(ref, ["sh", "-c", script, "sh", path, format(mode, "o")], stdin=data, timeout=60)
+        if result.exit_code != 0:
+            raise SandboxError(f"could not write {path}: {result.stderr_text.strip()[:500]}")
+
+    def get_archive(self, ref: SandboxRef, path: str = WORKSPACE) -> Iterator[bytes]:
+        """A tar stream of the contents of directory `path` (member names relative to it),
+        read inside the sandbox as the sandbox user. Raises SandboxError at the end of the
+        stream if tar failed, so a broken checkpoint is never taken for a good one."""
+        return self._stream_out(ref, ["tar", "-C", path, "-cf", "-", "."])
+
+    def put_archive(self, ref: SandboxRef, path: str, tar: TarData) -> None:
+        """Extract a tar stream (as made by get_archive) into directory `path`, inside the
+        sandbox as the sandbox user, so a hostile archive cannot write outside it."""
+        script = 'mkdir -p "$1" && tar -C "$1" -xf - --no-same-owner --delay-directory-restore'
+        result = self.exec(ref, ["sh", "-c", script, "sh", path], stdin=tar, timeout=600)
+        if result.exit_code != 0:
+            raise SandboxError(f"could not extract into {path}: {result.stderr_text.strip()[:500]}")
+
+    @abc.abstractmethod
+    def _stream_out(self, ref: SandboxRef, argv: list[str]) -> Iterator[bytes]:
+        """Run argv and yield its stdout as it comes; raise SandboxError if it fails."""
+
+    @abc.abstractmethod
+    def start(self, ref: SandboxRef) -> None:
+        """Start a stopped sandbox again (its /workspace is kept)."""
+
+    @abc.abstractmethod
+    def stop(self, ref: SandboxRef, timeout: float = 5) -> None:
+        """Stop every process of the sandbox; /workspace is kept until remove."""
+
+    @abc.abstractmethod
+    def remove(self, ref: SandboxRef) -> None:
+        """Stop and delete the sandbox and its /workspace. Removing twice is fine."""
+
+    @abc.abstractmethod
+    def list_by_label(self, labels: Mapping[str, str] | None = None) -> list[SandboxRef]:
+        """Every sandbox of this backend whose labels include `labels`."""
+
+    @abc.abstractmethod
+    def describe_enforcement(self) -> dict[str, str]:
+        """What is enforced and how, for `mosoo doctor` and the tests."""

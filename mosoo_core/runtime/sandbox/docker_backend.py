@@ -1,0 +1,384 @@
+"""Sandboxes as Docker containers (the `docker` SDK), hardened as ARCHITECTURE.md section 4 says.
+
+One container per sandbox, running `sleep infinity` under Docker's init so it stays up
+between commands; a named volume per sandbox holds /workspace (it survives stop/start and is
+deleted with the sandbox). Commands run with `docker exec`; files and archives move through
+exec stdin/stdout, so they also reach tmpfs paths (/run/mosoo/boot) and are always written
+by the sandbox user inside its own mount namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import docker
+from docker import errors as docker_errors
+from docker.types import Mount as DockerMount
+from docker.types import Ulimit
+
+from mosoo_core.ids import new_id
+from mosoo_core.logs import get_logger
+from mosoo_core.runtime.sandbox._base import (
+    BOOT_DIR,
+    CONTROL_SOCKET,
+    LABEL_SANDBOX,
+    SANDBOX_GID,
+    SANDBOX_PATH,
+    SANDBOX_UID,
+    WORKSPACE,
+    ExecResult,
+    Limits,
+    SandboxBackend,
+    SandboxError,
+    SandboxNotFound,
+    SandboxRef,
+    SandboxSpec,
+    TarData,
+)
+from mosoo_core.runtime.sandbox._streams import CappedBuffer, iter_chunks
+
+log = get_logger("mosoo.sandbox.docker")
+
+_STDOUT, _STDERR = 1, 2
+# Runs an exec'd command in its own process group and kills what is left of that group when
+# it ends, so background children never outlive the call (as in the process backend, where
+# the command's pid namespace ends with it). fd 3 carries stdin past the `&`, which would
+# otherwise read from /dev/null.
+_EXEC_WRAPPER = (
+    'exec 3<&0; setsid "$@" <&3 3<&- & pid=$!; exec 3<&-; '
+    'wait "$pid"; code=$?; kill -9 -"$pid" 2>/dev/null; exit "$code"'
+)
+# How long past its own timeout an exec may take before we stop waiting for it.
+_EXEC_GRACE_SECONDS = 10.0
+
+
+def _workspace_volume(name: str) -> str:
+    return f"{name}-workspace"
+
+
+class _Hijacked:
+    """The raw, bidirectional connection of one `docker exec` (stdin in, frames out)."""
+
+    def __init__(self, api: docker.APIClient, exec_id: str) -> None:
+        # exec_start(socket=True) hands back the socket *below* the HTTP reader, which can lose
+        # output already buffered while the 101 headers were parsed; read through the reader.
+        response = api._post_json(  # noqa: SLF001
+            api._url("/exec/{0}/start", exec_id),  # noqa: SLF001
+            headers={"Connection": "Upgrade", "Upgrade": "tcp"},
+            data={"Tty": False, "Detach": False},
+            stream=True,
+        )
+        api._raise_for_status(response)  # noqa: SLF001
+        self._response = response
+        self.reader = response.raw._fp.fp  # BufferedReader over the connection
+        raw = self.reader.raw
+        self.sock: socket.socket = getattr(raw, "_sock", raw)
+
+    def send_all(self, data: TarData) -> None:
+        try:
+            for chunk in iter_chunks(data):
+                self.sock.sendall(chunk)
+        except OSError:
+            pass  # the command exited without reading everything; its exit code says why
+        finally:
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_WR)
+
+    def frames(self, deadline: float | None) -> Iterator[tuple[int, bytes]]:
+        """(stream, chunk) until the command closes its output; TimeoutError past deadline."""
+        while True:
+            header = self._read_exactly(8, deadline)
+            if header is None:
+                return
+            stream, size = struct.unpack(">BxxxL", header)
+            while size > 0:
+                chunk = self._read_some(min(size, 65536), deadline)
+                if not chunk:
+                    return
+                size -= len(chunk)
+                yield stream, chunk
+
+    def _settimeout(self, deadline: float | None) -> None:
+        if deadline is None:
+            self.sock.settimeout(None)
+        else:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            self.sock.settimeout(remaining)
+
+    def _read_some(self, size: int, deadline: float | None) -> bytes:
+        self._settimeout(deadline)
+        try:
+            return bytes(self.reader.read1(size))
+        except socket.timeout as error:
+            raise TimeoutError from error
+
+    def _read_exactly(self, size: int, deadline: float | None) -> bytes | None:
+        data = b""
+        while len(data) < size:
+            chunk = self._read_some(size - len(data), deadline)
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.sock.close()
+        with contextlib.suppress(Exception):
+            self._response.close()
+
+
+class DockerBackend(SandboxBackend):
+    name = "docker"
+
+    def __init__(
+        self,
+        client: docker.DockerClient | None = None,
+        *,
+        image: str = "",
+        base_image: str = "",
+        limits: Limits | None = None,
+    ) -> None:
+        self.client = client or docker.from_env(timeout=120)
+        self.limits = limits or Limits()
+        self._image = image
+        self._base_image = base_image
+        self._image_lock = threading.Lock()
+
+    # --- image -----------------------------------------------------------------------------
+
+    @property
+    def image(self) -> str:
+        """The sandbox image; built from driver/Dockerfile (cached by content) on first use."""
+        with self._image_lock:
+            if not self._image:
+                from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
+
+                self._image = ensure_sandbox_image(self.client, base_image=self._base_image)
+            return self._image
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def create(self, spec: SandboxSpec) -> SandboxRef:
+        limits = self.limits.apply(spec)
+        labels = spec.all_labels()
+        name = f"mosoo-{new_id().lower()}"
+        image = self.image
+        mounts = [DockerMount(WORKSPACE, _workspace_volume(name), type="volume")]
+        if spec.control_socket is not None:
+            if not spec.control_socket.exists():
+                raise SandboxError(f"the control socket {spec.control_socket} does not exist")
+            mounts.append(
+                DockerMount(CONTROL_SOCKET, str(spec.control_socket), type="bind", read_only=True)
+            )
+        for mount in spec.mounts:
+            mounts.append(
+                DockerMount(mount.target, str(mount.source), type="bind", read_only=mount.read_only)
+            )
+        memory = f"{limits.memory_mb}m"
+        self.client.volumes.create(name=_workspace_volume(name), labels=labels)
+        try:
+            container = self.client.containers.run(
+                image,
+                ["sleep", "infinity"],
+                name=name,
+                hostname="sandbox",
+                detach=True,
+                user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+                working_dir=WORKSPACE,
+                environment={"HOME": WORKSPACE, "PATH": SANDBOX_PATH, **spec.env},
+                labels=labels,
+                init=True,
+                read_only=True,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges:true"],
+                pids_limit=limits.pids_limit,
+                mem_limit=memory,
+                memswap_limit=memory,  # the same figure: no swap on top
+                nano_cpus=int(limits.cpus * 1e9),
+                ulimits=[Ulimit(name="nofile", soft=8192, hard=8192)],
+                network_mode="none" if spec.network == "none" else "bridge",
+                mounts=mounts,
+                tmpfs={
+                    "/tmp": f"rw,nosuid,nodev,size={limits.memory_mb}m,mode=1777",
+                    BOOT_DIR: f"rw,nosuid,nodev,noexec,size=1m,uid={SANDBOX_UID},gid={SANDBOX_GID},mode=0700",
+                },
+            )
+        except docker_errors.DockerException as error:
+            self._remove_by_name(name)
+            raise SandboxError(f"could not create the sandbox: {error}") from error
+        log.info("sandbox.created", backend=self.name, sandbox=name, subject=spec.subject, app_id=spec.app_id)
+        return SandboxRef(backend=self.name, id=container.id, name=name, labels=labels, state="running")
+
+    def start(self, ref: SandboxRef) -> None:
+        self._container(ref).start()
+
+    def stop(self, ref: SandboxRef, timeout: float = 5) -> None:
+        container = self._container(ref)
+        with contextlib.suppress(docker_errors.NotFound):
+            container.stop(timeout=int(timeout))
+
+    def remove(self, ref: SandboxRef) -> None:
+        self._remove_by_name(ref.name)
+        log.info("sandbox.removed", backend=self.name, sandbox=ref.name)
+
+    def _remove_by_name(self, name: str) -> None:
+        with contextlib.suppress(docker_errors.NotFound):
+            self.client.containers.get(name).remove(force=True, v=True)
+        for attempt in range(10):
+            try:
+                self.client.volumes.get(_workspace_volume(name)).remove(force=True)
+                return
+            except docker_errors.NotFound:
+                return
+            except docker_errors.APIError:
+                if attempt == 9:
+                    raise
+                time.sleep(0.2)  # the engine may still be releasing the container's mounts
+
+    def list_by_label(self, labels: Mapping[str, str] | None = None) -> list[SandboxRef]:
+        wanted = {LABEL_SANDBOX: "1", **(labels or {})}
+        containers = self.client.containers.list(
+            all=True, filters={"label": [f"{key}={value}" for key, value in wanted.items()]}
+        )
+        return [
+            SandboxRef(
+                backend=self.name, id=c.id, name=c.name, labels=dict(c.labels), state=c.status
+            )
+            for c in containers
+        ]
+
+    def _container(self, ref: SandboxRef) -> Any:
+        try:
+            return self.client.containers.get(ref.id)
+        except docker_errors.NotFound as error:
+            raise SandboxNotFound(f"sandbox {ref.name} does not exist") from error
+
+    # --- commands --------------------------------------------------------------------------
+
+    def _exec_create(
+        self,
+        ref: SandboxRef,
+        argv: list[str],
+        *,
+        user: str | None,
+        env: Mapping[str, str] | None,
+        workdir: str,
+        stdin: bool,
+    ) -> str:
+        try:
+            created = self.client.api.exec_create(
+                ref.id,
+                argv,
+                stdout=True,
+                stderr=True,
+                stdin=stdin,
+                user=user or "",
+                environment=dict(env or {}),
+                workdir=workdir,
+            )
+        except docker_errors.NotFound as error:
+            raise SandboxNotFound(f"sandbox {ref.name} does not exist") from error
+        except docker_errors.APIError as error:
+            raise SandboxError(f"could not run a command in {ref.name}: {error.explanation}") from error
+        return str(created["Id"])
+
+    def _exit_code(self, exec_id: str) -> int:
+        for _ in range(100):
+            state = self.client.api.exec_inspect(exec_id)
+            if not state.get("Running") and state.get("ExitCode") is not None:
+                return int(state["ExitCode"])
+            time.sleep(0.02)
+        return -1
+
+    def exec(
+        self,
+        ref: SandboxRef,
+        argv: list[str],
+        *,
+        user: str | None = None,
+        env: Mapping[str, str] | None = None,
+        workdir: str = WORKSPACE,
+        timeout: float | None = None,
+        stdin: TarData | None = None,
+    ) -> ExecResult:
+        if timeout is not None:
+            # `timeout` kills the command's whole process group, so background children go too.
+            argv = ["timeout", "-s", "KILL", f"{timeout:g}s", *argv]
+        argv = ["sh", "-c", _EXEC_WRAPPER, "sh", *argv]
+        exec_id = self._exec_create(ref, argv, user=user, env=env, workdir=workdir, stdin=stdin is not None)
+        started = time.monotonic()
+        deadline = None if timeout is None else started + timeout + _EXEC_GRACE_SECONDS
+        out, err = CappedBuffer(), CappedBuffer()
+        connection = _Hijacked(self.client.api, exec_id)
+        writer = None
+        if stdin is not None:
+            writer = threading.Thread(target=connection.send_all, args=(stdin,), daemon=True)
+            writer.start()
+        timed_out = False
+        try:
+            for stream, chunk in connection.frames(deadline):
+                (err if stream == _STDERR else out).write(chunk)
+        except TimeoutError:
+            timed_out = True  # something escaped the process group and holds the output open
+        finally:
+            connection.close()
+        exit_code = -1 if timed_out else self._exit_code(exec_id)
+        if timeout is not None and exit_code == 137 and time.monotonic() - started >= timeout:
+            timed_out = True
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=out.getvalue(),
+            stderr=err.getvalue(),
+            timed_out=timed_out,
+            truncated=out.truncated or err.truncated,
+        )
+
+    def _stream_out(self, ref: SandboxRef, argv: list[str]) -> Iterator[bytes]:
+        exec_id = self._exec_create(ref, argv, user=None, env=None, workdir="/", stdin=False)
+
+        def stream() -> Iterator[bytes]:
+            err = CappedBuffer(64 * 1024)
+            connection = _Hijacked(self.client.api, exec_id)
+            try:
+                for kind, chunk in connection.frames(None):
+                    if kind == _STDERR:
+                        err.write(chunk)
+                    else:
+                        yield chunk
+            finally:
+                connection.close()
+            code = self._exit_code(exec_id)
+            if code != 0:
+                message = err.getvalue().decode("utf-8", "replace").strip()[:500]
+                raise SandboxError(f"{argv[0]} exited with {code}: {message}")
+
+        return stream()
+
+    def start_process(
+        self, ref: SandboxRef, argv: list[str], *, env: Mapping[str, str] | None = None,
+        workdir: str = WORKSPACE,
+    ) -> None:
+        exec_id = self._exec_create(ref, argv, user=None, env=env, workdir=workdir, stdin=False)
+        self.client.api.exec_start(exec_id, detach=True)
+
+    def describe_enforcement(self) -> dict[str, str]:
+        limits = self.limits
+        return {
+            "user": f"uid {SANDBOX_UID} (non-root), no-new-privileges, every capability dropped",
+            "syscalls": "Docker's default seccomp profile",
+            "filesystem": "read-only root; /workspace volume, /tmp and /run/mosoo/boot tmpfs",
+            "network": "none by default (no interface but loopback); `full` is the default bridge",
+            "memory": f"cgroup limit, {limits.memory_mb} MiB by default, no swap; OOM kills inside",
+            "pids": f"cgroup pids.max, {limits.pids_limit} by default",
+            "cpu": f"CFS quota, {limits.cpus:g} CPU by default",
+            "disk": "not limited (the workspace volume grows on the engine's disk)",
+        }
