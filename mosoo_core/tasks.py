@@ -27,7 +27,7 @@ app.conf.update(
     beat_schedule={
         "sweep-pending-email": {"task": "mosoo.sweep_pending_email", "schedule": 60.0},
         "purge-sign-in-records": {"task": "mosoo.purge_sign_in_records", "schedule": 3600.0},
-        "sweep-sandboxes": {"task": "mosoo.sweep_sandboxes", "schedule": 300.0},
+        "sweep-sandboxes": {"task": "mosoo.sweep_sandboxes", "schedule": 60.0},
     },
     beat_schedule_filename=str((settings.data_dir / "run" / "celerybeat-schedule").resolve()),
 )
@@ -98,5 +98,6 @@ def finish_run(run_id: str) -> str:
 @app.task(name="mosoo.sweep_sandboxes")
 def sweep_sandboxes() -> int:
     from mosoo_core.runtime.runs import sweep_sandboxes as sweep
+    from mosoo_core.runtime.runs import sweep_stuck_boots
 
-    return sweep()
+    return sweep_stuck_boots() + sweep()

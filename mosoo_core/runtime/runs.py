@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlmodel import Session, select
 
@@ -246,6 +246,32 @@ class _ChunkReader:
 
 def _checkpoint(backend: SandboxBackend, ref: SandboxRef, app_id: str, session_id: str) -> None:
     get_store().put(checkpoint_key(app_id, session_id), _ChunkReader(backend.get_archive(ref, WORKSPACE)))  # type: ignore[arg-type]
+
+
+STUCK_BOOT_AFTER = timedelta(seconds=READY_TIMEOUT_SECONDS + 60)
+
+
+def sweep_stuck_boots(backend: SandboxBackend | None = None, *, now: datetime | None = None) -> int:
+    """Runs left `booting` by a worker that died (its task would only come back much later):
+    fail them with a clear error and remove what their boot created."""
+    now = now or utcnow()
+    failed = 0
+    with session_scope() as db:
+        stuck = db.exec(
+            select(SessionRun, DriverInstance)
+            .join(DriverInstance, DriverInstance.id == SessionRun.driver_instance_id)  # type: ignore[arg-type]
+            .where(
+                SessionRun.status == "booting",
+                DriverInstance.ready_at == None,  # noqa: E711
+                DriverInstance.created_at < now - STUCK_BOOT_AFTER,
+            )
+        ).all()
+        events = []
+        for run, _instance in stuck:
+            events += _abandon_boot(db, run, backend)
+            failed += 1
+    streams.publish_events(events)
+    return failed
 
 
 def sweep_sandboxes(backend: SandboxBackend | None = None, *, grace: timedelta = timedelta(minutes=2)) -> int:

@@ -183,3 +183,64 @@ def test_provider_key_is_nowhere_in_the_sandbox(stack: Stack) -> None:
         ["sh", "-c", "grep -rlF -f /tmp/needle / --exclude-dir=proc --exclude-dir=sys --exclude=needle 2>/dev/null; true"], user="0"
     )
     assert found.output.strip() == b"", found.output
+
+
+def test_worker_killed_while_booting_leaves_a_clear_failure_and_no_container(
+    engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import timedelta
+
+    from mosoo_core.clock import utcnow
+    from mosoo_core.runtime.runs import STUCK_BOOT_AFTER, sweep_stuck_boots
+    from tests.support.processes import stop_group
+
+    client = docker.from_env(timeout=600)
+    image = ensure_sandbox_image(client, base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", ""))
+    data_dir = tmp_path / "data"
+    settings_env = {
+        "MOSOO_REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
+        "MOSOO_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
+        "MOSOO_SANDBOX_BACKEND": "docker",
+        "MOSOO_SANDBOX_IMAGE": image,
+    }
+    for key, value in settings_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MOSOO_DATA_DIR", str(data_dir))
+    reset_settings_cache()
+    redis.Redis(db=REDIS_DB).flushdb()
+    import importlib
+
+    import mosoo_core.tasks
+
+    importlib.reload(mosoo_core.tasks)
+    # A control socket nobody serves: the driver cannot report ready, so the worker stays in
+    # the boot long enough to be killed there.
+    import socket as socket_module
+
+    (data_dir / "run").mkdir(parents=True)
+    dead_socket = socket_module.socket(socket_module.AF_UNIX)
+    dead_socket.bind(str(data_dir / "run" / "control.sock"))
+    log = tmp_path / "worker.log"
+    with ScriptedOpenAIServer() as model, running(["worker", "--concurrency", "1"], mosoo_env(data_dir, database_url, **settings_env), log) as worker:
+        wait_for(lambda: b"worker.ready" in log.read_bytes(), 60, "the worker")
+        with Session(engine) as db:
+            account_id, app_id, agent_id = _agent(db, model.base_url)
+            thread = sessions.create_session(db, account_id, app_id, agent_id)
+            db.commit()
+        run_id = _send(engine, account_id, thread.id, "hello")
+        wait_for(lambda: b"sandbox.created" in log.read_bytes(), 60, "the sandbox to be created")
+        os.killpg(worker.pid, 9)
+        stop_group(worker)
+    dead_socket.close()
+    label = f"{LABEL_SUBJECT}=session:{thread.id}"
+    assert client.containers.list(all=True, filters={"label": label}), "the dead worker left its sandbox"
+    with Session(engine) as db:
+        assert db.get(SessionRun, run_id).status == "booting"  # type: ignore[union-attr]
+    # The beat sweep finds the stuck boot.
+    assert sweep_stuck_boots(now=utcnow() + STUCK_BOOT_AFTER + timedelta(seconds=1)) == 1
+    run = _wait_run(engine, run_id, timeout=5)
+    assert (run.status, run.error_code, run.error_retryable) == ("failed", "dispatch_interrupted", True)
+    assert "Send the message again" in (run.error_message or "")
+    assert client.containers.list(all=True, filters={"label": label}) == []
+    with Session(engine) as db:
+        assert sessions.get_session(db, account_id, thread.id).status == "idle"
