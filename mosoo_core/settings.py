@@ -68,7 +68,13 @@ class Settings(BaseSettings):
     # Overridable so tests can point at a local OpenID Connect provider.
     google_issuer: str = "https://accounts.google.com"
 
-    sandbox_base_image: str = Field(default="")
+    # Sandboxes: `auto` is docker when an engine answers, else process (bubblewrap).
+    sandbox_backend: Literal["auto", "docker", "process"] = "auto"
+    sandbox_image: str = ""  # empty: built from driver/Dockerfile, tagged by its content
+    sandbox_base_image: str = Field(default="")  # empty: python:3.11-slim if local, else debootstrap
+    sandbox_memory_mb: int = 1024
+    sandbox_cpus: float = 1.0
+    sandbox_pids_limit: int = 256
     driver_heartbeat_interval_ms: int = 10_000
 
     @property

@@ -29,7 +29,7 @@ def ready_key(instance_id: str) -> str:
     return f"driver:{instance_id}:ready"
 
 
-def event_fields(event: StoredEvent) -> dict[str, str]:
+def event_fields(event: StoredEvent) -> dict[Any, Any]:
     return {"seq": str(event.seq), "event": json.dumps(event.to_public(), separators=(",", ":"))}
 
 

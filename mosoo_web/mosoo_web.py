@@ -7,11 +7,13 @@ import reflex as rx
 from mosoo_core.logs import configure_logging
 from mosoo_core.settings import get_settings
 from mosoo_web.api import build_api
+from mosoo_web.pages.agents import AgentsState, agents_page
 from mosoo_web.pages.app_settings import app_settings_page
 from mosoo_web.pages.dev_mailbox import DevMailboxState, dev_mailbox_page
 from mosoo_web.pages.home import apps_page, index_page
 from mosoo_web.pages.login import LoginState, login_page
 from mosoo_web.pages.organization import organization_page
+from mosoo_web.pages.preview import PreviewState, preview_page
 from mosoo_web.pages.profile import profile_page
 from mosoo_web.pages.providers import ProvidersState, providers_page
 from mosoo_web.state.session import SessionState
@@ -30,6 +32,18 @@ app.add_page(
     route="/apps/[app_id]/providers",
     title="Providers · Mosoo",
     on_load=[SessionState.require_app, ProvidersState.load],
+)
+app.add_page(
+    agents_page,
+    route="/apps/[app_id]/agents",
+    title="Agents · Mosoo",
+    on_load=[SessionState.require_app, AgentsState.load],
+)
+app.add_page(
+    preview_page,
+    route="/apps/[app_id]/agents/[agent_id]",
+    title="Preview · Mosoo",
+    on_load=[SessionState.require_app, PreviewState.load],
 )
 app.add_page(organization_page, route="/org", title="Organization · Mosoo", on_load=SessionState.require_account)
 app.add_page(profile_page, route="/profile", title="Profile · Mosoo", on_load=SessionState.require_account)

@@ -288,11 +288,13 @@ def sweep_sandboxes(backend: SandboxBackend | None = None, *, grace: timedelta =
                 needed = db.get(Agent, subject.removeprefix("agent:")) is not None
             else:
                 instance = db.get(DriverInstance, instance_id) if instance_id else None
-                active = instance is not None and db.exec(
-                    select(SessionRun).where(SessionRun.driver_instance_id == instance.id)
-                ).first()
+                run = (
+                    db.exec(select(SessionRun).where(SessionRun.driver_instance_id == instance.id)).first()
+                    if instance is not None
+                    else None
+                )
                 needed = instance is not None and (
-                    (active is not None and active.status in ACTIVE_RUN_STATUSES)
+                    (run is not None and run.status in ACTIVE_RUN_STATUSES)
                     or instance.created_at > now - grace
                 )
             if not needed:

@@ -1,0 +1,358 @@
+"""A thread's public events folded into what a person reads: the transcript.
+
+One reading of the event log for every viewer (Preview, the Threads page, the CLI). Feed
+events in `seq` order to `Transcript.apply`; replays and duplicates (seq already seen) are
+ignored, so a viewer can read the database and then a stream that overlaps it.
+
+At most one item is *open* (still receiving deltas): the last one, an assistant text or
+a thinking block. Everything before it is settled. `version` changes when a settled item
+changes or an item settles (not when deltas only grow the open item); `status_version`
+when the thread's status, active run or usage totals change. A viewer re-renders the
+settled list rarely and the open text often.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+RUN_END_TYPES = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def add(self, payload: Mapping[str, Any]) -> None:
+        for name in USAGE_FIELDS:
+            value = payload.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                setattr(self, name, getattr(self, name) + value)
+
+    @property
+    def empty(self) -> bool:
+        return not any(getattr(self, name) for name in USAGE_FIELDS)
+
+
+@dataclass
+class TranscriptItem:
+    """One block of the transcript. `kind` says which fields matter:
+
+    - `user`, `assistant`, `thinking`: `text` (`streaming` while deltas still arrive)
+    - `tool`: `tool_call_id`, `name`, `input`, `output`, `is_error`, `duration_ms`,
+      `status` running | waiting (for a permission) | done | error | interrupted
+    - `permission`: `request_id`, `tool_call_id`, `name`, `input`,
+      `status` pending | allow_once | reject_once | expired
+    - `file`: `name` (the path), `status` (the change: created, modified, deleted ...)
+    - `run_end`: `status` completed | failed | cancelled, `code`, `text` (the error
+      message), `retryable`, `usage` (the run's summed token usage)
+    """
+
+    key: str
+    kind: str
+    run_id: str | None = None
+    text: str = ""
+    streaming: bool = False
+    message_id: str = ""
+    tool_call_id: str = ""
+    request_id: str = ""
+    name: str = ""
+    input: Any = None
+    output: str = ""
+    is_error: bool = False
+    duration_ms: int | None = None
+    status: str = ""
+    code: str = ""
+    retryable: bool = False
+    usage: Usage | None = None
+
+
+@dataclass
+class Transcript:
+    items: list[TranscriptItem] = field(default_factory=list)
+    last_seq: int = 0
+    version: int = 0
+    status_version: int = 0
+    session_status: str = "idle"
+    # The run the thread is working on (from its user.message or run.started until it ends).
+    active_run_id: str | None = None
+    last_run_status: str = ""
+    usage: Usage = field(default_factory=Usage)
+    _tools: dict[str, int] = field(default_factory=dict, repr=False)
+    _permissions: dict[str, int] = field(default_factory=dict, repr=False)
+    _run_usage: dict[str, Usage] = field(default_factory=dict, repr=False)
+    _run_ends: dict[str, int] = field(default_factory=dict, repr=False)
+    _messages: dict[str, list[int]] = field(default_factory=dict, repr=False)
+    _runs_with_text: set[str] = field(default_factory=set, repr=False)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    @property
+    def open_item(self) -> TranscriptItem | None:
+        """The trailing assistant text or thinking block still receiving deltas."""
+        if self.items and self.items[-1].streaming:
+            return self.items[-1]
+        return None
+
+    @property
+    def settled_items(self) -> list[TranscriptItem]:
+        return [item for item in self.items if not item.streaming]
+
+    @property
+    def pending_permissions(self) -> list[TranscriptItem]:
+        return [item for item in self.items if item.kind == "permission" and item.status == "pending"]
+
+    # --- folding ---------------------------------------------------------------------------
+
+    def apply_all(self, events: Iterable[Mapping[str, Any]]) -> Transcript:
+        for event in events:
+            self.apply(event)
+        return self
+
+    def apply(self, event: Mapping[str, Any]) -> bool:
+        """Fold one public event ({seq, type, run_id, payload}); False when already seen."""
+        seq = event.get("seq")
+        if isinstance(seq, int):
+            if seq <= self.last_seq:
+                return False
+            self.last_seq = seq
+        kind = str(event.get("type", ""))
+        payload = event.get("payload") or {}
+        if not isinstance(payload, Mapping):
+            payload = {}
+        run_id = event.get("run_id")
+        key = str(seq) if isinstance(seq, int) else f"local-{len(self.items)}"
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, key, run_id, payload)
+        return True
+
+    def _changed(self) -> None:
+        self.version += 1
+
+    def _status_changed(self) -> None:
+        self.status_version += 1
+
+    def _close_open(self) -> None:
+        item = self.open_item
+        if item is not None:
+            item.streaming = False
+            self._changed()
+
+    def _append(self, item: TranscriptItem) -> int:
+        self.items.append(item)
+        if not item.streaming:
+            self._changed()
+        return len(self.items) - 1
+
+    def _on_user_message(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        self._close_open()
+        self._append(TranscriptItem(key=key, kind="user", run_id=run_id, text=str(payload.get("text", ""))))
+        if run_id:
+            self.active_run_id = run_id
+            self._status_changed()
+
+    def _on_run_started(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        if run_id:
+            self.active_run_id = run_id
+            self._status_changed()
+
+    def _on_message_started(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        self._close_open()
+
+    def _on_message_delta(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        text = str(payload.get("text", ""))
+        message_id = str(payload.get("message_id") or "")
+        item = self.open_item
+        if item is not None and item.kind == "assistant" and item.message_id == message_id:
+            item.text += text
+            return
+        self._close_open()
+        index = self._append(
+            TranscriptItem(key=key, kind="assistant", run_id=run_id, text=text, streaming=True, message_id=message_id)
+        )
+        if message_id:
+            self._messages.setdefault(message_id, []).append(index)
+        if run_id:
+            self._runs_with_text.add(run_id)
+
+    def _on_message_completed(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        text = payload.get("text")
+        message_id = str(payload.get("message_id") or "")
+        open_item = self.open_item
+        segments = self._messages.get(message_id, []) if message_id else []
+        if not segments and open_item is not None and open_item.kind == "assistant":
+            segments = [len(self.items) - 1]
+        self._close_open()
+        if not segments:
+            if isinstance(text, str) and text:
+                self._append(TranscriptItem(key=key, kind="assistant", run_id=run_id, text=text, message_id=message_id))
+                if run_id:
+                    self._runs_with_text.add(run_id)
+            return
+        # One unbroken segment: the completed text is the authoritative whole.
+        if len(segments) == 1 and isinstance(text, str) and text and self.items[segments[0]].text != text:
+            self.items[segments[0]].text = text
+            self._changed()
+
+    def _on_thinking_delta(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        text = str(payload.get("text", ""))
+        item = self.open_item
+        if item is not None and item.kind == "thinking":
+            item.text += text
+            return
+        self._close_open()
+        self._append(TranscriptItem(key=key, kind="thinking", run_id=run_id, text=text, streaming=True))
+
+    def _on_tool_started(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        self._close_open()
+        tool_call_id = str(payload.get("tool_call_id", ""))
+        index = self._append(
+            TranscriptItem(
+                key=key, kind="tool", run_id=run_id, tool_call_id=tool_call_id,
+                name=str(payload.get("name", "")), input=payload.get("input"), status="running",
+            )
+        )
+        if tool_call_id:
+            self._tools[tool_call_id] = index
+
+    def _on_tool_completed(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        self._close_open()
+        tool_call_id = str(payload.get("tool_call_id", ""))
+        index = self._tools.get(tool_call_id)
+        if index is None:  # a completion without its start (should not happen): still show it
+            index = self._append(
+                TranscriptItem(key=key, kind="tool", run_id=run_id, tool_call_id=tool_call_id, name="tool")
+            )
+            if tool_call_id:
+                self._tools[tool_call_id] = index
+        item = self.items[index]
+        output = payload.get("output", "")
+        item.output = output if isinstance(output, str) else str(output)
+        item.is_error = bool(payload.get("is_error"))
+        duration = payload.get("duration_ms")
+        item.duration_ms = duration if isinstance(duration, int) and not isinstance(duration, bool) else None
+        item.status = "error" if item.is_error else "done"
+        self._changed()
+
+    def _on_confirmation_required(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        self._close_open()
+        request_id = str(payload.get("request_id", ""))
+        index = self._append(
+            TranscriptItem(
+                key=key, kind="permission", run_id=run_id, request_id=request_id,
+                tool_call_id=str(payload.get("tool_call_id", "")), name=str(payload.get("name", "")),
+                input=payload.get("input"), status="pending",
+            )
+        )
+        if request_id:
+            self._permissions[request_id] = index
+        tool = self._tool(str(payload.get("tool_call_id", "")))
+        if tool is not None and tool.status == "running":
+            tool.status = "waiting"
+
+    def _on_confirmation_resolved(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        index = self._permissions.get(str(payload.get("request_id", "")))
+        if index is None:
+            return
+        decision = str(payload.get("decision", ""))
+        permission = self.items[index]
+        permission.status = decision if decision in ("allow_once", "reject_once") else "expired"
+        tool = self._tool(permission.tool_call_id)
+        if tool is not None and tool.status == "waiting":
+            tool.status = "running"
+        self._changed()
+
+    def _tool(self, tool_call_id: str) -> TranscriptItem | None:
+        index = self._tools.get(tool_call_id) if tool_call_id else None
+        return self.items[index] if index is not None else None
+
+    def _on_file_changed(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        self._close_open()
+        self._append(
+            TranscriptItem(
+                key=key, kind="file", run_id=run_id, name=str(payload.get("path", "")),
+                status=str(payload.get("change", "modified")),
+            )
+        )
+
+    def _on_usage(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        self.usage.add(payload)
+        if run_id:
+            self._run_usage.setdefault(run_id, Usage()).add(payload)
+            end = self._run_ends.get(run_id)
+            if end is not None:  # usage reported after the run ended: update its line
+                self.items[end].usage = self._run_usage[run_id]
+                self._changed()
+        self._status_changed()
+
+    def _on_run_end(self, key: str, run_id: str | None, payload: Mapping[str, Any], status: str) -> None:
+        self._close_open()
+        if run_id and status == "completed" and run_id not in self._runs_with_text:
+            final_text = payload.get("final_text")
+            if isinstance(final_text, str) and final_text:
+                self._append(TranscriptItem(key=f"{key}-final", kind="assistant", run_id=run_id, text=final_text))
+                self._runs_with_text.add(run_id)
+        for item in self.items:
+            if run_id is not None and item.run_id != run_id:
+                continue
+            if item.kind == "tool" and item.status in ("running", "waiting"):
+                item.status = "interrupted"
+            elif item.kind == "permission" and item.status == "pending":
+                item.status = "expired"
+        end = TranscriptItem(
+            key=key, kind="run_end", run_id=run_id, status=status,
+            usage=self._run_usage.get(run_id) if run_id else None,
+        )
+        if status == "failed":
+            end.code = str(payload.get("code") or "run_failed")
+            end.text = str(payload.get("message") or "")
+            end.retryable = bool(payload.get("retryable"))
+        index = self._append(end)
+        if run_id:
+            self._run_ends[run_id] = index
+        if self.active_run_id == run_id or run_id is None:
+            self.active_run_id = None
+        self.last_run_status = status
+        self._status_changed()
+
+    def _on_session_status(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        status = payload.get("status")
+        if isinstance(status, str) and status:
+            self.session_status = status
+            self._status_changed()
+
+
+def _run_end(status: str) -> Any:
+    def handler(self: Transcript, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        self._on_run_end(key, run_id, payload, status)
+
+    return handler
+
+
+_HANDLERS: dict[str, Any] = {
+    "user.message": Transcript._on_user_message,
+    "run.started": Transcript._on_run_started,
+    "agent.message.started": Transcript._on_message_started,
+    "agent.message.delta": Transcript._on_message_delta,
+    "agent.message.completed": Transcript._on_message_completed,
+    "agent.thinking.delta": Transcript._on_thinking_delta,
+    "tool.use.started": Transcript._on_tool_started,
+    "tool.use.completed": Transcript._on_tool_completed,
+    "tool.confirmation.required": Transcript._on_confirmation_required,
+    "tool.confirmation.resolved": Transcript._on_confirmation_resolved,
+    "file.changed": Transcript._on_file_changed,
+    "usage.updated": Transcript._on_usage,
+    "session.status": Transcript._on_session_status,
+    **{event_type: _run_end(status) for event_type, status in RUN_END_TYPES.items()},
+}
+
+
+def build_transcript(events: Iterable[Mapping[str, Any]]) -> Transcript:
+    """The transcript of a whole event list (public shape, in seq order)."""
+    return Transcript().apply_all(events)

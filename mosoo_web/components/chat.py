@@ -1,0 +1,539 @@
+"""The chat transcript: user bubbles, assistant markdown, thinking, tool cards, permission
+prompts, usage lines and run errors. Pages hand in display rows (`ChatItem`) built from
+`mosoo_core.sessions.transcript` items and the handlers for the permission buttons."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import reflex as rx
+
+from mosoo_core.sessions.transcript import TranscriptItem, Usage
+
+OUTPUT_DISPLAY_CHARS = 6_000
+INPUT_DISPLAY_CHARS = 4_000
+SUMMARY_CHARS = 140
+MONO = "var(--code-font-family, ui-monospace, SFMono-Regular, Menlo, monospace)"
+
+TOOL_ICONS = {
+    "bash": "square-terminal",
+    "read": "file-text",
+    "write": "file-pen-line",
+    "edit": "file-diff",
+    "glob": "folder-search",
+    "grep": "text-search",
+    "web_fetch": "globe",
+}
+_SUMMARY_KEYS = ("command", "path", "file_path", "pattern", "url", "query")
+
+
+@dataclass
+class ChatItem:
+    """One transcript row, ready to render (texts already truncated and formatted)."""
+
+    key: str = ""
+    kind: str = ""
+    text: str = ""
+    status: str = ""
+    name: str = ""
+    summary: str = ""
+    input_text: str = ""
+    output_text: str = ""
+    output_note: str = ""
+    is_error: bool = False
+    duration_text: str = ""
+    request_id: str = ""
+    code: str = ""
+    retryable: bool = False
+    usage_text: str = ""
+
+
+def _clip(text: str, limit: int) -> tuple[str, str]:
+    if len(text) <= limit:
+        return text, ""
+    return text[:limit], f"… {len(text) - limit:,} more characters not shown"
+
+
+def _json(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def tool_summary(value: Any) -> str:
+    """The one line that says what a tool call does: the command, the path, the pattern."""
+    text = ""
+    if isinstance(value, dict):
+        for key in _SUMMARY_KEYS:
+            if isinstance(value.get(key), str) and value[key].strip():
+                text = value[key]
+                break
+        else:
+            text = next((v for v in value.values() if isinstance(v, str) and v.strip()), "")
+    elif isinstance(value, str):
+        text = value
+    text = " ".join(text.split())
+    return text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
+
+
+def duration_text(duration_ms: int | None) -> str:
+    if duration_ms is None:
+        return ""
+    if duration_ms < 1000:
+        return f"{duration_ms} ms"
+    seconds = duration_ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes} min {rest} s"
+
+
+def usage_text(usage: Usage | None) -> str:
+    if usage is None or usage.empty:
+        return ""
+    parts = [f"{usage.input_tokens:,} in", f"{usage.output_tokens:,} out"]
+    extras = []
+    if usage.cached_input_tokens:
+        extras.append(f"{usage.cached_input_tokens:,} cached")
+    if usage.reasoning_tokens:
+        extras.append(f"{usage.reasoning_tokens:,} reasoning")
+    text = " · ".join(parts) + " tokens"
+    return f"{text} ({', '.join(extras)})" if extras else text
+
+
+def chat_item(item: TranscriptItem) -> ChatItem:
+    """A transcript item as a display row."""
+    row = ChatItem(key=item.key, kind=item.kind, text=item.text, status=item.status, name=item.name)
+    if item.kind in ("tool", "permission"):
+        row.summary = tool_summary(item.input)
+        row.input_text, _ = _clip(_json(item.input), INPUT_DISPLAY_CHARS)
+        row.request_id = item.request_id
+    if item.kind == "tool":
+        row.output_text, row.output_note = _clip(item.output, OUTPUT_DISPLAY_CHARS)
+        row.is_error = item.is_error
+        row.duration_text = duration_text(item.duration_ms)
+    if item.kind == "run_end":
+        row.code = item.code
+        row.retryable = item.retryable
+        row.usage_text = usage_text(item.usage)
+    return row
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+PermissionHandler = Callable[[rx.Var], Any]
+
+
+def _user_bubble(item: rx.Var[ChatItem]) -> rx.Component:
+    return rx.hstack(
+        rx.box(
+            rx.text(item.text, size="2", white_space="pre-wrap", overflow_wrap="anywhere"),
+            background=rx.color("accent", 9),
+            color="white",
+            padding_x="14px",
+            padding_y="9px",
+            border_radius="16px 16px 4px 16px",
+            max_width="85%",
+            data_testid="chat-user-message",
+        ),
+        justify="end",
+        width="100%",
+    )
+
+
+def _markdown(text: rx.Var | str) -> rx.Component:
+    return rx.box(
+        rx.markdown(text),
+        font_size="14px",
+        line_height="1.6",
+        overflow_wrap="anywhere",
+        class_name="mosoo-markdown",
+        width="100%",
+    )
+
+
+def _assistant_text(text: rx.Var | str, streaming: bool = False) -> rx.Component:
+    return rx.hstack(
+        rx.box(
+            rx.icon("sparkles", size=14, color=rx.color("accent", 11)),
+            background=rx.color("accent", 3),
+            border_radius="999px",
+            padding="6px",
+            display="flex",
+            margin_top="2px",
+        ),
+        rx.box(
+            _markdown(text),
+            rx.cond(streaming, rx.box(class_name="mosoo-caret"), rx.fragment()),
+            flex="1",
+            min_width="0",
+            data_testid="chat-assistant-live" if streaming else "chat-assistant-message",
+        ),
+        align="start",
+        spacing="3",
+        width="100%",
+    )
+
+
+def _thinking(text: rx.Var | str, streaming: bool = False) -> rx.Component:
+    return rx.el.details(
+        rx.el.summary(
+            rx.hstack(
+                rx.icon("brain", size=13),
+                rx.text("Thinking…" if streaming else "Thought", size="1", weight="medium"),
+                align="center",
+                spacing="1",
+                display="inline-flex",
+            ),
+            cursor="pointer",
+            color=rx.color("gray", 10),
+            list_style="none",
+        ),
+        rx.text(
+            text,
+            size="1",
+            color=rx.color("gray", 10),
+            white_space="pre-wrap",
+            font_style="italic",
+            padding_left="12px",
+            margin_top="6px",
+            border_left=f"2px solid {rx.color('gray', 5)}",
+        ),
+        open=streaming,
+        margin_left="38px",
+        data_testid="chat-thinking",
+    )
+
+
+def _status_chip(item: rx.Var[ChatItem]) -> rx.Component:
+    return rx.match(
+        item.status,
+        ("running", rx.hstack(rx.spinner(size="1"), rx.text("Running", size="1"), align="center", spacing="1", color=rx.color("gray", 10))),
+        ("done", rx.hstack(rx.icon("check", size=13, color=rx.color("green", 10)), rx.text(item.duration_text, size="1", color=rx.color("gray", 10)), align="center", spacing="1")),
+        ("error", rx.hstack(rx.icon("circle-x", size=13, color=rx.color("red", 10)), rx.text("Error", size="1", color=rx.color("red", 11)), rx.text(item.duration_text, size="1", color=rx.color("gray", 10)), align="center", spacing="1")),
+        ("waiting", rx.hstack(rx.icon("shield-question", size=13, color=rx.color("amber", 10)), rx.text("Waiting for approval", size="1", color=rx.color("amber", 11)), align="center", spacing="1")),
+        ("interrupted", rx.text("Interrupted", size="1", color=rx.color("gray", 10))),
+        rx.fragment(),
+    )
+
+
+def _code_block(label: str, text: rx.Var, test_id: str, error: rx.Var | bool = False) -> rx.Component:
+    return rx.vstack(
+        rx.text(label, size="1", weight="medium", color=rx.color("gray", 10), text_transform="uppercase", letter_spacing="0.04em"),
+        rx.box(
+            rx.el.pre(
+                text,
+                margin="0",
+                white_space="pre-wrap",
+                overflow_wrap="anywhere",
+                font_family=MONO,
+                font_size="12px",
+                line_height="1.5",
+            ),
+            max_height="240px",
+            overflow_y="auto",
+            width="100%",
+            padding="8px 10px",
+            border_radius="6px",
+            background=rx.cond(error, rx.color("red", 2), rx.color("gray", 2)),
+            border=f"1px solid {rx.color('gray', 4)}",
+            color=rx.cond(error, rx.color("red", 11), rx.color("gray", 12)),
+            data_testid=test_id,
+        ),
+        spacing="1",
+        width="100%",
+    )
+
+
+def _tool_icon(name: rx.Var[str]) -> rx.Component:
+    color = rx.color("accent", 11)
+    return rx.match(
+        name,
+        *[(tool, rx.icon(icon, size=14, color=color)) for tool, icon in TOOL_ICONS.items()],
+        rx.icon("wrench", size=14, color=color),
+    )
+
+
+def _tool_card(item: rx.Var[ChatItem]) -> rx.Component:
+    return rx.box(
+        rx.el.details(
+            rx.el.summary(
+                rx.hstack(
+                    rx.icon(tag="chevron-right", size=14, class_name="mosoo-chevron", color=rx.color("gray", 9)),
+                    _tool_icon(item.name),
+                    rx.text(item.name, size="2", weight="bold", font_family=MONO, data_testid="tool-name"),
+                    rx.text(item.summary, size="1", color=rx.color("gray", 11), font_family=MONO, truncate=True, flex="1", min_width="0"),
+                    _status_chip(item),
+                    align="center",
+                    spacing="2",
+                    width="100%",
+                ),
+                cursor="pointer",
+                list_style="none",
+                padding="8px 12px",
+            ),
+            rx.vstack(
+                rx.cond(item.input_text != "", _code_block("Input", item.input_text, "tool-input"), rx.fragment()),
+                rx.cond(
+                    (item.status == "done") | (item.status == "error"),
+                    rx.vstack(
+                        _code_block("Output", rx.cond(item.output_text != "", item.output_text, "(no output)"), "tool-output", item.is_error),
+                        rx.cond(item.output_note != "", rx.text(item.output_note, size="1", color=rx.color("gray", 10)), rx.fragment()),
+                        spacing="1",
+                        width="100%",
+                    ),
+                    rx.fragment(),
+                ),
+                padding="0 12px 12px 12px",
+                spacing="3",
+                width="100%",
+            ),
+            # Errors open by default: the owner needs to see what went wrong.
+            open=item.is_error,
+            class_name="mosoo-tool",
+        ),
+        border=rx.cond(item.is_error, f"1px solid {rx.color('red', 6)}", f"1px solid {rx.color('gray', 5)}"),
+        border_radius="10px",
+        background=rx.color("gray", 1),
+        margin_left="38px",
+        data_testid="chat-tool-card",
+        data_status=item.status,
+    )
+
+
+def _permission_card(
+    item: rx.Var[ChatItem], answered: rx.Var[list[str]], on_allow: PermissionHandler, on_reject: PermissionHandler
+) -> rx.Component:
+    pending = item.status == "pending"
+    sent = answered.contains(item.request_id)
+    return rx.box(
+        rx.vstack(
+            rx.hstack(
+                rx.icon("shield-question", size=16, color=rx.color("amber", 11)),
+                rx.text(
+                    rx.cond(pending, "Approval needed", "Approval"),
+                    size="2",
+                    weight="bold",
+                ),
+                rx.spacer(),
+                rx.match(
+                    item.status,
+                    ("allow_once", rx.badge(rx.icon("check", size=12), "Allowed once", color_scheme="green", variant="soft")),
+                    ("reject_once", rx.badge(rx.icon("x", size=12), "Rejected", color_scheme="red", variant="soft")),
+                    ("expired", rx.badge("No longer needed", color_scheme="gray", variant="soft")),
+                    rx.cond(
+                        sent,
+                        rx.badge(rx.spinner(size="1"), "Answer sent", color_scheme="gray", variant="soft", data_testid="permission-sent"),
+                        rx.fragment(),
+                    ),
+                ),
+                align="center",
+                width="100%",
+            ),
+            rx.text(
+                "The agent wants to use ",
+                rx.code(item.name, size="2"),
+                rx.cond(item.summary != "", ": ", "."),
+                size="2",
+            ),
+            rx.cond(
+                item.summary != "",
+                rx.box(
+                    rx.el.pre(item.summary, margin="0", white_space="pre-wrap", overflow_wrap="anywhere", font_family=MONO, font_size="12px"),
+                    padding="8px 10px",
+                    border_radius="6px",
+                    background=rx.color("gray", 2),
+                    border=f"1px solid {rx.color('gray', 4)}",
+                    width="100%",
+                ),
+                rx.fragment(),
+            ),
+            rx.cond(
+                pending & ~sent,
+                rx.hstack(
+                    rx.button(
+                        rx.icon("check", size=14), "Allow once",
+                        size="2", color_scheme="green",
+                        on_click=on_allow(item.request_id),
+                        data_testid="permission-allow",
+                    ),
+                    rx.button(
+                        rx.icon("x", size=14), "Reject",
+                        size="2", variant="soft", color_scheme="red",
+                        on_click=on_reject(item.request_id),
+                        data_testid="permission-reject",
+                    ),
+                    spacing="2",
+                ),
+                rx.fragment(),
+            ),
+            spacing="2",
+            width="100%",
+        ),
+        padding="12px 14px",
+        border_radius="10px",
+        border=rx.cond(pending, f"1px solid {rx.color('amber', 7)}", f"1px solid {rx.color('gray', 5)}"),
+        background=rx.cond(pending, rx.color("amber", 2), rx.color("gray", 1)),
+        margin_left="38px",
+        data_testid="chat-permission",
+        data_status=item.status,
+    )
+
+
+def _file_line(item: rx.Var[ChatItem]) -> rx.Component:
+    return rx.hstack(
+        rx.icon("file", size=13, color=rx.color("gray", 10)),
+        rx.text(item.status, size="1", color=rx.color("gray", 10)),
+        rx.code(item.name, size="1", variant="ghost"),
+        align="center",
+        spacing="2",
+        margin_left="38px",
+        data_testid="chat-file-changed",
+    )
+
+
+def _run_end(item: rx.Var[ChatItem]) -> rx.Component:
+    usage = rx.cond(
+        item.usage_text != "",
+        rx.hstack(
+            rx.icon("coins", size=12),
+            rx.text(item.usage_text, size="1"),
+            align="center",
+            spacing="1",
+            color=rx.color("gray", 9),
+            data_testid="chat-usage",
+        ),
+        rx.fragment(),
+    )
+    return rx.match(
+        item.status,
+        (
+            "failed",
+            rx.vstack(
+                rx.callout.root(
+                    rx.callout.icon(rx.icon("triangle-alert", size=16)),
+                    rx.callout.text(
+                        rx.text("The run failed", weight="bold", as_="span"),
+                        rx.cond(item.text != "", rx.text(": ", item.text, as_="span"), rx.fragment()),
+                        rx.text(" (", item.code, ")", as_="span", color=rx.color("red", 10), font_size="12px"),
+                        rx.cond(item.retryable, rx.text(" Sending the message again may work.", as_="span"), rx.fragment()),
+                    ),
+                    color_scheme="red",
+                    variant="surface",
+                    size="1",
+                    width="100%",
+                    data_testid="chat-run-error",
+                ),
+                usage,
+                margin_left="38px",
+                spacing="1",
+            ),
+        ),
+        (
+            "cancelled",
+            rx.hstack(
+                rx.icon("circle-stop", size=13),
+                rx.text("Stopped", size="1"),
+                usage,
+                align="center",
+                spacing="2",
+                color=rx.color("gray", 10),
+                margin_left="38px",
+                data_testid="chat-run-stopped",
+            ),
+        ),
+        rx.box(usage, margin_left="38px"),
+    )
+
+
+def transcript_item(
+    item: rx.Var[ChatItem], answered: rx.Var[list[str]], on_allow: PermissionHandler, on_reject: PermissionHandler
+) -> rx.Component:
+    return rx.box(
+        rx.match(
+            item.kind,
+            ("user", _user_bubble(item)),
+            ("assistant", _assistant_text(item.text)),
+            ("thinking", _thinking(item.text)),
+            ("tool", _tool_card(item)),
+            ("permission", _permission_card(item, answered, on_allow, on_reject)),
+            ("file", _file_line(item)),
+            ("run_end", _run_end(item)),
+            rx.fragment(),
+        ),
+        width="100%",
+        key=item.key,
+    )
+
+
+def live_item(kind: rx.Var[str], text: rx.Var[str]) -> rx.Component:
+    """The open assistant text or thinking block, updated in batches while it streams."""
+    return rx.match(
+        kind,
+        ("assistant", _assistant_text(text, streaming=True)),
+        ("thinking", _thinking(text, streaming=True)),
+        rx.fragment(),
+    )
+
+
+def working_indicator() -> rx.Component:
+    return rx.hstack(
+        rx.box(class_name="mosoo-dot"),
+        rx.box(class_name="mosoo-dot", style={"animation_delay": "0.15s"}),
+        rx.box(class_name="mosoo-dot", style={"animation_delay": "0.3s"}),
+        spacing="1",
+        margin_left="38px",
+        padding_y="6px",
+        data_testid="chat-working",
+    )
+
+
+CHAT_CSS = """
+.mosoo-markdown p { margin: 0 0 0.6em 0; }
+.mosoo-markdown p:last-child { margin-bottom: 0; }
+.mosoo-markdown pre { overflow-x: auto; padding: 10px 12px; border-radius: 8px;
+  background: var(--gray-3); font-size: 12px; }
+.mosoo-markdown ul, .mosoo-markdown ol { margin: 0.2em 0 0.6em 1.3em; }
+.mosoo-caret { display: inline-block; width: 7px; height: 15px; margin-left: 2px;
+  vertical-align: text-bottom; background: var(--accent-9); animation: mosoo-blink 1s steps(2) infinite; }
+.mosoo-tool > summary::-webkit-details-marker, details > summary::-webkit-details-marker { display: none; }
+.mosoo-tool[open] .mosoo-chevron { transform: rotate(90deg); }
+.mosoo-chevron { transition: transform 0.15s ease; }
+.mosoo-dot { width: 6px; height: 6px; border-radius: 999px; background: var(--gray-9);
+  animation: mosoo-bounce 1s infinite ease-in-out; }
+@keyframes mosoo-blink { to { visibility: hidden; } }
+@keyframes mosoo-bounce { 0%, 80%, 100% { opacity: 0.3; transform: translateY(0); }
+  40% { opacity: 1; transform: translateY(-3px); } }
+"""
+
+
+def chat_styles() -> rx.Component:
+    return rx.el.style(CHAT_CSS)
+
+
+def transcript_view(
+    items: rx.Var[list[ChatItem]],
+    live_kind: rx.Var[str],
+    live_text: rx.Var[str],
+    working: rx.Var[bool],
+    answered: rx.Var[list[str]],
+    on_allow: PermissionHandler,
+    on_reject: PermissionHandler,
+) -> rx.Component:
+    return rx.vstack(
+        chat_styles(),
+        rx.foreach(items, lambda item: transcript_item(item, answered, on_allow, on_reject)),
+        live_item(live_kind, live_text),
+        rx.cond(working & (live_kind == ""), working_indicator(), rx.fragment()),
+        spacing="4",
+        width="100%",
+        data_testid="chat-transcript",
+    )
