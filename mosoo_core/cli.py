@@ -159,6 +159,74 @@ def vault_rotate(
     )
 
 
+sandbox_app = typer.Typer(help="Sandboxes: the image, what exists, manual cleanup.", no_args_is_help=True)
+app.add_typer(sandbox_app, name="sandbox")
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expected key=value, got {pair!r}", param_hint="--label")
+        labels[key] = value
+    return labels
+
+
+@sandbox_app.command("build-image")
+def sandbox_build_image(force: bool = typer.Option(False, help="Rebuild even when the tag exists.")) -> None:
+    """Build the sandbox image from driver/Dockerfile, offline; a no-op when it is up to date."""
+    from mosoo_core.runtime.sandbox import SandboxError
+    from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
+
+    try:
+        tag = ensure_sandbox_image(base_image=get_settings().sandbox_base_image, force=force, echo=typer.echo)
+    except SandboxError as error:
+        typer.echo(f"sandbox build-image: {error.message}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(tag)
+
+
+@sandbox_app.command("list")
+def sandbox_list(label: list[str] = typer.Option([], help="Only sandboxes with this label (key=value, repeatable).")) -> None:
+    """The sandboxes of the configured backend, with their labels."""
+    from mosoo_core.runtime.sandbox import (
+        LABEL_APP,
+        LABEL_DRIVER_INSTANCE,
+        LABEL_SUBJECT,
+        get_backend,
+    )
+
+    backend = get_backend()
+    for ref in backend.list_by_label(_labels(label)):
+        typer.echo(
+            f"{backend.name}  {ref.name}  {ref.state:<8}  {ref.labels.get(LABEL_SUBJECT, '')}"
+            f"  app={ref.labels.get(LABEL_APP, '')}  driver={ref.labels.get(LABEL_DRIVER_INSTANCE, '')}"
+        )
+
+
+@sandbox_app.command("gc")
+def sandbox_gc(
+    label: list[str] = typer.Option([], help="Remove sandboxes with this label (key=value, repeatable; at least one)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be removed."),
+) -> None:
+    """Remove sandboxes matching every --label, and workspace volumes left without a container."""
+    from mosoo_core.runtime.sandbox import get_backend
+    from mosoo_core.runtime.sandbox.docker_backend import DockerBackend
+
+    labels = _labels(label)
+    if not labels:
+        raise typer.BadParameter("name at least one --label, e.g. --label mosoo.test=1", param_hint="--label")
+    backend = get_backend()
+    for ref in backend.list_by_label(labels):
+        typer.echo(f"{'would remove' if dry_run else 'removing'} {backend.name} sandbox {ref.name}")
+        if not dry_run:
+            backend.remove(ref)
+    if isinstance(backend, DockerBackend):
+        for volume in backend.prune_orphan_volumes(dry_run=dry_run):
+            typer.echo(f"{'would remove' if dry_run else 'removed'} orphaned workspace volume {volume}")
+
+
 def main() -> None:
     app()
 

@@ -16,6 +16,7 @@ python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v bwrap >/dev/null || need+=(bubblewrap)
+command -v debootstrap >/dev/null || need+=(debootstrap)  # the sandbox base image, offline
 command -v npm >/dev/null || need+=(npm)
 command -v git >/dev/null || need+=(git)
 command -v curl >/dev/null || need+=(curl)
@@ -61,6 +62,13 @@ if ! docker info >/dev/null 2>&1; then
   (setsid dockerd >"$root/data/log/dockerd.log" 2>&1 &)
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
   docker info >/dev/null 2>&1 || log "warning: the Docker engine did not start (see data/log/dockerd.log)"
+fi
+
+if docker info >/dev/null 2>&1; then
+  # Cached by content: instant when the driver has not changed (about a minute the first time).
+  log "sandbox image"
+  .venv/bin/mosoo sandbox build-image >data/log/sandbox-image.log 2>&1 \
+    || { tail -n 30 data/log/sandbox-image.log >&2; log "warning: the sandbox image did not build"; }
 fi
 
 if [ "$mode" = test ]; then

@@ -10,6 +10,7 @@ Every step is safe to run twice: a task re-delivered after a worker died finds t
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,17 +25,15 @@ from mosoo_core.db import session_scope
 from mosoo_core.files import get_store, iter_chunks
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox import (
+    BOOT_PAYLOAD,
+    LABEL_DRIVER_INSTANCE,
+    LABEL_SUBJECT,
+    WORKSPACE,
     SandboxBackend,
     SandboxError,
     SandboxRef,
     SandboxSpec,
     get_backend,
-)
-from mosoo_core.runtime.sandbox._base import (
-    BOOT_PAYLOAD,
-    LABEL_DRIVER_INSTANCE,
-    LABEL_SUBJECT,
-    WORKSPACE,
 )
 from mosoo_core.sessions.models import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
 from mosoo_core.settings import get_settings
@@ -54,6 +53,16 @@ class BootPlan:
     subject: str
     instance_id: str
     payload_json: str  # holds the boot token and grant: written into the sandbox, never logged
+
+
+LABEL_INSTALLATION = "mosoo.installation"
+
+
+def installation_label() -> dict[str, str]:
+    """Sandboxes are labelled with the database they belong to, so installations (or test
+    runs) sharing one Docker engine never sweep each other's sandboxes."""
+    digest = hashlib.sha256(get_settings().resolved_database_url.encode()).hexdigest()[:16]
+    return {LABEL_INSTALLATION: digest}
 
 
 def checkpoint_key(app_id: str, session_id: str) -> str:
@@ -109,13 +118,13 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
 def _sandbox_for(backend: SandboxBackend, plan: BootPlan) -> SandboxRef:
     settings = get_settings()
     if plan.kind == "pet":
-        for ref in backend.list_by_label({LABEL_SUBJECT: plan.subject}):
+        for ref in backend.list_by_label({LABEL_SUBJECT: plan.subject, **installation_label()}):
             if ref.state != "running":
                 backend.start(ref)
             return ref
     spec = SandboxSpec(
         subject=plan.subject, app_id=plan.app_id, driver_instance_id=plan.instance_id,
-        control_socket=settings.resolved_control_socket,
+        control_socket=settings.resolved_control_socket, labels=installation_label(),
     )
     ref = backend.create(spec)
     if plan.kind == "cattle":
@@ -281,7 +290,7 @@ def sweep_sandboxes(backend: SandboxBackend | None = None, *, grace: timedelta =
     removed = 0
     now = utcnow()
     with session_scope() as db:
-        for ref in backend.list_by_label({}):
+        for ref in backend.list_by_label(installation_label()):
             subject = ref.labels.get(LABEL_SUBJECT, "")
             instance_id = ref.labels.get(LABEL_DRIVER_INSTANCE, "")
             if subject.startswith("agent:"):

@@ -75,13 +75,21 @@ def stack(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest
                 print(f"--- {name}\n" + (tmp_path / name).read_text(errors="replace")[-4000:])
             raise
         finally:
-            for container in client.containers.list(all=True, filters={"label": "mosoo.sandbox=1"}):
-                if container.labels.get(LABEL_SUBJECT, "").split(":", 1)[-1] in _subjects:
-                    container.remove(force=True)
+            _remove_sandboxes()
     client.close()
 
 
 _subjects: set[str] = set()
+
+
+def _remove_sandboxes() -> None:
+    """Remove this module's sandboxes through the backend (containers and their volumes)."""
+    from mosoo_core.runtime.sandbox import get_backend
+
+    backend = get_backend()
+    for ref in backend.list_by_label({"mosoo.sandbox": "1"}):
+        if ref.labels.get(LABEL_SUBJECT, "").split(":", 1)[-1] in _subjects:
+            backend.remove(ref)
 
 
 def _agent(db: Session, base_url: str, *, kind: str = "cattle", tools: dict[str, str] | None = None) -> tuple[str, str, str]:

@@ -41,6 +41,10 @@ def mosoo_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]
         MOSOO_DATABASE_URL=database_url,
         MOSOO_SECRET_KEY="test-secret-key",
         REFLEX_USE_SYSTEM_BUN="1",
+        # Each web process builds its own frontend: the build embeds its port, so two
+        # servers sharing one .web folder would hand out each other's bundles.
+        REFLEX_WEB_WORKDIR=str(data_dir / "reflex-web"),
+        REFLEX_STATES_WORKDIR=str(data_dir / "reflex-states"),
         REFLEX_TELEMETRY_ENABLED="false",
         PYTHONUNBUFFERED="1",
     )

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from mosoo_core.runtime.sandbox._base import (
     ATTACHMENTS_DIR,
     BOOT_DIR,
@@ -39,6 +41,9 @@ from mosoo_core.runtime.sandbox._base import (
 )
 from mosoo_core.settings import Settings, get_settings
 
+_backends: dict[tuple[object, ...], SandboxBackend] = {}
+_backends_lock = threading.Lock()
+
 
 def _docker_client() -> object | None:
     try:
@@ -53,8 +58,21 @@ def _docker_client() -> object | None:
 
 def get_backend(settings: Settings | None = None) -> SandboxBackend:
     """The configured backend: `docker`, `process`, or `auto` (docker when an engine
-    answers, else process)."""
+    answers, else process). One instance per configuration and process (it holds the Docker
+    client and the resolved image)."""
     settings = settings or get_settings()
+    key = (
+        settings.sandbox_backend, settings.sandbox_image, settings.sandbox_base_image,
+        settings.sandbox_memory_mb, settings.sandbox_cpus, settings.sandbox_pids_limit,
+        str(settings.data_dir.resolve()),
+    )
+    with _backends_lock:
+        if key not in _backends:
+            _backends[key] = _make_backend(settings)
+        return _backends[key]
+
+
+def _make_backend(settings: Settings) -> SandboxBackend:
     limits = Limits(
         memory_mb=settings.sandbox_memory_mb,
         cpus=settings.sandbox_cpus,

@@ -151,8 +151,10 @@ class SandboxBackend(abc.ABC):
         timeout: float | None = None,
         stdin: TarData | None = None,
     ) -> ExecResult:
-        """Run a command to completion. On timeout the command and everything it started
-        is killed and `timed_out` is set."""
+        """Run a command to completion as the sandbox user and return its exit code and
+        output (each stream kept up to 16 MiB). Whatever the command left running in the
+        background is killed when it ends; on timeout the command and everything it started
+        is killed and `timed_out` is set. `stdin` may be bytes, a binary file or chunks."""
 
     @abc.abstractmethod
     def start_process(

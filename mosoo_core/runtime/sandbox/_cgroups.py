@@ -6,6 +6,7 @@ process already lives in, so the sandboxes stay inside whatever limits the host 
 cgroup v2 (one hierarchy): a group under /sys/fs/cgroup/mosoo.sandboxes, because v2 forbids
 adding controllers below a group that holds processes (ours). Not available (no root, a
 read-only /sys/fs/cgroup): `create` returns None and the backend falls back to rlimits.
+Our machines have cgroup v1, which the tests exercise; the v2 branch is not exercised here.
 """
 
 from __future__ import annotations

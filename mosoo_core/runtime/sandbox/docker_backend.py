@@ -15,6 +15,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import Any
 
 import docker
@@ -62,19 +63,33 @@ def _workspace_volume(name: str) -> str:
     return f"{name}-workspace"
 
 
+@contextlib.contextmanager
+def _engine_errors(what: str) -> Iterator[None]:
+    """Docker's own exceptions, as the typed errors every backend raises."""
+    try:
+        yield
+    except docker_errors.NotFound as error:
+        raise SandboxNotFound(f"{what}: {error.explanation or error}") from error
+    except docker_errors.DockerException as error:
+        explanation = getattr(error, "explanation", None) or error
+        raise SandboxError(f"{what}: {explanation}") from error
+    except OSError as error:  # the engine's socket itself (connection refused, reset)
+        raise SandboxError(f"{what}: {error}") from error
+
+
 class _Hijacked:
     """The raw, bidirectional connection of one `docker exec` (stdin in, frames out)."""
 
     def __init__(self, api: docker.APIClient, exec_id: str) -> None:
         # exec_start(socket=True) hands back the socket *below* the HTTP reader, which can lose
         # output already buffered while the 101 headers were parsed; read through the reader.
-        response = api._post_json(  # noqa: SLF001
-            api._url("/exec/{0}/start", exec_id),  # noqa: SLF001
+        response = api._post_json(
+            api._url("/exec/{0}/start", exec_id),
             headers={"Connection": "Upgrade", "Upgrade": "tcp"},
             data={"Tty": False, "Detach": False},
             stream=True,
         )
-        api._raise_for_status(response)  # noqa: SLF001
+        api._raise_for_status(response)
         self._response = response
         self.reader = response.raw._fp.fp  # BufferedReader over the connection
         raw = self.reader.raw
@@ -115,10 +130,7 @@ class _Hijacked:
 
     def _read_some(self, size: int, deadline: float | None) -> bytes:
         self._settimeout(deadline)
-        try:
-            return bytes(self.reader.read1(size))
-        except socket.timeout as error:
-            raise TimeoutError from error
+        return bytes(self.reader.read1(size))  # TimeoutError past the deadline
 
     def _read_exactly(self, size: int, deadline: float | None) -> bytes | None:
         data = b""
@@ -184,7 +196,8 @@ class DockerBackend(SandboxBackend):
                 DockerMount(mount.target, str(mount.source), type="bind", read_only=mount.read_only)
             )
         memory = f"{limits.memory_mb}m"
-        self.client.volumes.create(name=_workspace_volume(name), labels=labels)
+        with _engine_errors("could not create the workspace volume"):
+            self.client.volumes.create(name=_workspace_volume(name), labels=labels)
         try:
             container = self.client.containers.run(
                 image,
@@ -213,21 +226,23 @@ class DockerBackend(SandboxBackend):
                 },
             )
         except docker_errors.DockerException as error:
-            self._remove_by_name(name)
+            with contextlib.suppress(docker_errors.DockerException):
+                self._remove_by_name(name)
             raise SandboxError(f"could not create the sandbox: {error}") from error
         log.info("sandbox.created", backend=self.name, sandbox=name, subject=spec.subject, app_id=spec.app_id)
         return SandboxRef(backend=self.name, id=container.id, name=name, labels=labels, state="running")
 
     def start(self, ref: SandboxRef) -> None:
-        self._container(ref).start()
+        with _engine_errors(f"could not start {ref.name}"):
+            self._container(ref).start()
 
     def stop(self, ref: SandboxRef, timeout: float = 5) -> None:
-        container = self._container(ref)
-        with contextlib.suppress(docker_errors.NotFound):
-            container.stop(timeout=int(timeout))
+        with _engine_errors(f"could not stop {ref.name}"):
+            self._container(ref).stop(timeout=int(timeout))
 
     def remove(self, ref: SandboxRef) -> None:
-        self._remove_by_name(ref.name)
+        with _engine_errors(f"could not remove {ref.name}"):
+            self._remove_by_name(ref.name)
         log.info("sandbox.removed", backend=self.name, sandbox=ref.name)
 
     def _remove_by_name(self, name: str) -> None:
@@ -246,15 +261,36 @@ class DockerBackend(SandboxBackend):
 
     def list_by_label(self, labels: Mapping[str, str] | None = None) -> list[SandboxRef]:
         wanted = {LABEL_SANDBOX: "1", **(labels or {})}
-        containers = self.client.containers.list(
-            all=True, filters={"label": [f"{key}={value}" for key, value in wanted.items()]}
-        )
+        with _engine_errors("could not list sandboxes"):
+            containers = self.client.containers.list(
+                all=True, filters={"label": [f"{key}={value}" for key, value in wanted.items()]}
+            )
         return [
             SandboxRef(
                 backend=self.name, id=c.id, name=c.name, labels=dict(c.labels), state=c.status
             )
             for c in containers
         ]
+
+    def prune_orphan_volumes(self, older_than: float = 600, dry_run: bool = False) -> list[str]:
+        """Workspace volumes whose sandbox container is gone (removed by something other than
+        `remove`). Young ones are left alone: `create` makes the volume just before the
+        container."""
+        orphans = []
+        for volume in self.client.volumes.list(filters={"label": f"{LABEL_SANDBOX}=1"}):
+            name = volume.name.removesuffix("-workspace")
+            created = volume.attrs.get("CreatedAt", "")
+            with contextlib.suppress(ValueError):
+                age = time.time() - datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+                if age < older_than:
+                    continue
+            if self.client.containers.list(all=True, filters={"name": f"^/{name}$"}):
+                continue
+            orphans.append(volume.name)
+            if not dry_run:
+                with contextlib.suppress(docker_errors.NotFound, docker_errors.APIError):
+                    volume.remove()
+        return orphans
 
     def _container(self, ref: SandboxRef) -> Any:
         try:
@@ -289,6 +325,8 @@ class DockerBackend(SandboxBackend):
             raise SandboxNotFound(f"sandbox {ref.name} does not exist") from error
         except docker_errors.APIError as error:
             raise SandboxError(f"could not run a command in {ref.name}: {error.explanation}") from error
+        except (docker_errors.DockerException, OSError) as error:
+            raise SandboxError(f"could not run a command in {ref.name}: {error}") from error
         return str(created["Id"])
 
     def _exit_code(self, exec_id: str) -> int:
@@ -318,7 +356,8 @@ class DockerBackend(SandboxBackend):
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout + _EXEC_GRACE_SECONDS
         out, err = CappedBuffer(), CappedBuffer()
-        connection = _Hijacked(self.client.api, exec_id)
+        with _engine_errors(f"could not run a command in {ref.name}"):
+            connection = _Hijacked(self.client.api, exec_id)
         writer = None
         if stdin is not None:
             writer = threading.Thread(target=connection.send_all, args=(stdin,), daemon=True)
@@ -329,9 +368,12 @@ class DockerBackend(SandboxBackend):
                 (err if stream == _STDERR else out).write(chunk)
         except TimeoutError:
             timed_out = True  # something escaped the process group and holds the output open
+        except OSError as error:
+            raise SandboxError(f"lost the output of a command in {ref.name}: {error}") from error
         finally:
             connection.close()
-        exit_code = -1 if timed_out else self._exit_code(exec_id)
+        with _engine_errors(f"could not read the exit code of a command in {ref.name}"):
+            exit_code = -1 if timed_out else self._exit_code(exec_id)
         if timeout is not None and exit_code == 137 and time.monotonic() - started >= timeout:
             timed_out = True
         return ExecResult(
@@ -347,16 +389,20 @@ class DockerBackend(SandboxBackend):
 
         def stream() -> Iterator[bytes]:
             err = CappedBuffer(64 * 1024)
-            connection = _Hijacked(self.client.api, exec_id)
+            with _engine_errors(f"could not read from {ref.name}"):
+                connection = _Hijacked(self.client.api, exec_id)
             try:
                 for kind, chunk in connection.frames(None):
                     if kind == _STDERR:
                         err.write(chunk)
                     else:
                         yield chunk
+            except OSError as error:
+                raise SandboxError(f"lost the archive stream of {ref.name}: {error}") from error
             finally:
                 connection.close()
-            code = self._exit_code(exec_id)
+            with _engine_errors(f"could not read the exit code of tar in {ref.name}"):
+                code = self._exit_code(exec_id)
             if code != 0:
                 message = err.getvalue().decode("utf-8", "replace").strip()[:500]
                 raise SandboxError(f"{argv[0]} exited with {code}: {message}")
@@ -368,7 +414,8 @@ class DockerBackend(SandboxBackend):
         workdir: str = WORKSPACE,
     ) -> None:
         exec_id = self._exec_create(ref, argv, user=None, env=env, workdir=workdir, stdin=False)
-        self.client.api.exec_start(exec_id, detach=True)
+        with _engine_errors(f"could not start a process in {ref.name}"):
+            self.client.api.exec_start(exec_id, detach=True)
 
     def describe_enforcement(self) -> dict[str, str]:
         limits = self.limits

@@ -19,6 +19,7 @@ the driver) that it mounts read-only at /opt/mosoo.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import platform
@@ -150,7 +151,12 @@ def build_debootstrap_base(client: docker.DockerClient, echo: Echo = _quiet) -> 
     if shutil.which("debootstrap") is None:
         echo("installing debootstrap")
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        _run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "debootstrap"], "apt-get install debootstrap", env=env, timeout=600)
+        install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "debootstrap"]
+        try:
+            _run(install, "apt-get install debootstrap", env=env, timeout=600)
+        except SandboxError:  # a fresh machine may have no package lists yet
+            _run(["apt-get", "update", "-qq"], "apt-get update", env=env, timeout=600)
+            _run(install, "apt-get install debootstrap", env=env, timeout=600)
     with tempfile.TemporaryDirectory(prefix="mosoo-base-") as work:
         rootfs = Path(work) / "rootfs"
         echo(f"debootstrap bookworm into {rootfs} (about a minute)")
@@ -216,6 +222,13 @@ def ensure_sandbox_image(
 ) -> str:
     """The content-addressed sandbox image tag, built first if the engine lacks it."""
     client = client or docker.from_env(timeout=600)
+    # One build at a time on this machine (two workers' first runs would otherwise both build).
+    with open(Path(tempfile.gettempdir()) / "mosoo-sandbox-image.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _ensure_sandbox_image_locked(client, base_image, force, echo)
+
+
+def _ensure_sandbox_image_locked(client: docker.DockerClient, base_image: str, force: bool, echo: Echo) -> str:
     base = ensure_base_image(client, base_image, echo)
     tag = sandbox_image_tag(client, base)
     if not force and _image_id(client, tag) is not None:
@@ -242,6 +255,8 @@ def ensure_sandbox_image(
         except docker_errors.BuildError as error:
             lines = "".join(str(item.get("stream", item.get("error", ""))) for item in error.build_log)
             raise SandboxError(f"building {tag} failed: {error.msg}\n{lines[-3000:]}") from error
+        except docker_errors.DockerException as error:
+            raise SandboxError(f"building {tag} failed: {error}") from error
     log.info("sandbox.image_built", tag=tag, base=base)
     return tag
 

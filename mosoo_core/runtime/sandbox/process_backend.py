@@ -217,6 +217,7 @@ class ProcessBackend(SandboxBackend):
             raise SandboxError(f"the control socket {spec.control_socket} does not exist")
         directory = self.root / name
         directory.mkdir(mode=0o711)
+        group: SandboxCgroup | None = None
         try:
             for sub, mode in (("workspace", 0o755), ("boot", 0o700)):
                 (directory / sub).mkdir(mode=mode)
@@ -253,6 +254,8 @@ class ProcessBackend(SandboxBackend):
             }
             self._write_meta(name, meta)
         except Exception:
+            if group is not None:
+                group.remove()
             shutil.rmtree(directory, ignore_errors=True)
             raise
         log.info("sandbox.created", backend=self.name, sandbox=name, subject=spec.subject, app_id=spec.app_id)
@@ -302,7 +305,7 @@ class ProcessBackend(SandboxBackend):
 
     def list_by_label(self, labels: Mapping[str, str] | None = None) -> list[SandboxRef]:
         wanted = {LABEL_SANDBOX: "1", **(labels or {})}
-        refs = []
+        refs: list[SandboxRef] = []
         if not self.root.exists():
             return refs
         for meta_path in sorted(self.root.glob("*/meta.json")):
@@ -470,7 +473,7 @@ class ProcessBackend(SandboxBackend):
             err = CappedBuffer(64 * 1024)
             reader = drain_in_thread(process.stderr, err)
             try:
-                while chunk := process.stdout.read1(CHUNK_BYTES):
+                while chunk := os.read(process.stdout.fileno(), CHUNK_BYTES):
                     yield chunk
                 process.wait()
             finally:
