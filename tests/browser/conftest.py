@@ -47,8 +47,10 @@ def web_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
         yield WebServer(url=url, database_url=database_url, log=log)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    # Module scope: Playwright's sync API runs an event loop in the main thread for as long
+    # as it is open, and asyncio tests elsewhere need that thread free again.
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         yield browser
