@@ -3,8 +3,11 @@
     .venv/bin/python bench/sandbox_start.py [-n 10]
 
 (a) bare `docker run --rm <image> true` through the SDK; (b) our docker backend: create,
-exec `true`, remove; (c) for comparison, the process backend doing the same. Each series
-gets one unmeasured warm-up run. Everything created carries `mosoo.test=1` and is removed.
+exec `true`, remove; (c) for comparison, the process backend doing the same; (d) Mosoo's
+request-to-driver-ready against a real `mosoo control`: freeze the run, create the
+sandbox (cold Cattle) or reuse the Agent's (warm Pet), write the boot payload, start the
+driver, until it has said hello and ready. Each series gets one unmeasured warm-up run.
+Everything created is removed.
 """
 
 from __future__ import annotations
@@ -94,7 +97,82 @@ def main() -> None:
     ratio = statistics.median(ours) / statistics.median(bare_samples)
     print(f"{'    ratio of medians (b) / (a)':<48} {ratio:.2f}x")
     print(_line("(c) process backend: create + exec true + remove", process_samples))
-    print("(d) request to driver ready: not measured yet (needs runs and the driver)")
+    cattle, pet = _driver_ready_series(runs, backend)
+    print(_line("(d) request to driver ready, cold Cattle", cattle))
+    print(f"{'    ratio to bare docker run (a)':<48} {statistics.median(cattle) / statistics.median(bare_samples):.2f}x")
+    print(_line("(e) request to driver ready, warm Pet", pet))
+
+
+def _driver_ready_series(runs: int, backend: DockerBackend) -> tuple[list[float], list[float]]:
+    """Boot real drivers against a real control process (SQLite, Redis db 7, temp data dir)."""
+    import base64
+    import os
+    import subprocess
+
+    import redis
+
+    scratch = Path(tempfile.mkdtemp(prefix="mosoo-bench-ready-"))
+    scratch.chmod(0o755)
+    env = {
+        "MOSOO_DATA_DIR": str(scratch / "data"), "MOSOO_REDIS_URL": "redis://127.0.0.1:6379/7",
+        "MOSOO_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(), "MOSOO_CONTROL_PORT": "0",
+        "MOSOO_LOG_LEVEL": "WARNING", "MOSOO_SANDBOX_IMAGE": backend.image,
+    }
+    os.environ.update(env)
+    from mosoo_core import agents, identity, sessions, vault
+    from mosoo_core.db import session_scope
+    from mosoo_core.migrations import upgrade
+    from mosoo_core.runtime import runs as run_module
+    from mosoo_core.settings import get_settings, reset_settings_cache
+
+    reset_settings_cache()
+    redis.Redis(db=7).flushdb()
+    upgrade()
+    control = subprocess.Popen([sys.executable, "-m", "mosoo_core.cli", "control"], cwd=ROOT, env={**os.environ}, start_new_session=True)
+    socket_path = get_settings().resolved_control_socket
+    made: list[str] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not socket_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with session_scope() as db:
+            account = identity.sign_in_identity(db, provider="email", subject="b@example.com", email="b@example.com")
+            app_id = identity.list_apps(db, account.id)[0].id
+            credential = vault.create_provider_credential(
+                db, account.id, app_id,
+                vault.ProviderCredentialInput(name="Bench", provider="ollama", base_url="http://127.0.0.1:11434/v1", models=["m"]),
+            )
+            agent_ids = {}
+            for kind in ("cattle", "pet"):
+                agent = agents.create_agent(db, account.id, app_id, name=f"bench {kind}", kind=kind)
+                agents.update_agent(db, account.id, app_id, agent.id, provider_credential_id=credential.id, model="m")
+                agent_ids[kind] = agent.id
+
+        def ready_once(kind: str) -> None:
+            with session_scope() as db:
+                thread = sessions.create_session(db, account.id, app_id, agent_ids[kind])
+                run_id = sessions.send_message(db, account.id, thread.id, "hi").run.id
+            with session_scope() as db:
+                plan, _ = run_module.plan_boot(db, run_id)
+            assert plan is not None
+            ref = run_module._sandbox_for(backend, plan)
+            made.append(ref.id)
+            backend.put_file(ref, run_module.BOOT_PAYLOAD, plan.payload_json.encode(), mode=0o600)
+            backend.start_driver(ref)
+            if not run_module._wait_ready(plan.instance_id, 60):
+                raise RuntimeError("the driver did not become ready")
+            if kind == "cattle":
+                backend.remove(ref)
+
+        cattle = _series(runs, lambda: ready_once("cattle"))
+        pet = _series(runs, lambda: ready_once("pet"))
+    finally:
+        for ref in backend.list_by_label(run_module.installation_label()):
+            backend.remove(ref)
+        control.terminate()
+        control.wait(20)
+        redis.Redis(db=7).flushdb()
+    return cattle, pet
 
 
 if __name__ == "__main__":

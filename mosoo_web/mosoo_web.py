@@ -21,7 +21,8 @@ from mosoo_web.state.session import SessionState
 settings = get_settings()
 configure_logging("web", settings.log_level, settings.log_json)
 
-app = rx.App(api_transformer=build_api())
+# Toasts at the top: at the bottom right they cover the chat composer's Send button.
+app = rx.App(api_transformer=build_api(), toaster=rx.toast.provider(position="top-right"))
 
 app.add_page(index_page, route="/", title="Mosoo", on_load=SessionState.enter_console)
 app.add_page(login_page, route="/login", title="Sign in · Mosoo", on_load=LoginState.on_load)

@@ -1,0 +1,250 @@
+"""The Preview journey against the real stack: `mosoo web`, `mosoo control` and `mosoo worker`
+with Redis and a Docker sandbox, the model replaced at its network boundary by the scripted
+OpenAI-compatible server. The owner adds a provider key, creates an Agent, approves a bash
+call, watches the answer stream, reloads mid-stream and presses Stop."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import pytest
+import redis
+from playwright.sync_api import Browser, Page, WebSocket, expect
+
+from mosoo_core.runtime.sandbox import LABEL_APP, LABEL_SANDBOX
+from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
+from tests.browser.conftest import WebServer
+from tests.browser.test_console_journey import _sign_in
+from tests.support.openai_server import ScriptedOpenAIServer, TextTurn, ToolCall, ToolCallsTurn
+from tests.support.processes import free_port, mosoo_env, page_served, running, wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+REDIS_DB = 10  # this module's own Redis database, flushed before the stack starts
+PROVIDER_KEY = "sk-browser-SECRET-" + uuid.uuid4().hex
+AGENT_URL = re.compile(r"/apps/([0-9A-Z]{26})/agents/([0-9A-Z]{26})$")
+BOOT_TIMEOUT_MS = 90_000  # a fresh (Task) sandbox boots for every run; the first can be slow
+FIRST_ANSWER = "You are in /workspace, an empty working directory."
+LONG_CHUNKS = [f"part{i:03d} " for i in range(100)]  # 15 s at full length; Stop comes long before
+LONG_CHUNK_DELAY = 0.15
+
+
+@dataclass
+class RunStack:
+    web: WebServer
+    model: ScriptedOpenAIServer
+    logs: dict[str, Path]
+    app_ids: set[str] = field(default_factory=set)
+
+    def print_logs(self) -> None:
+        for name, path in self.logs.items():
+            text = path.read_text(errors="replace") if path.exists() else "(no log)"
+            print(f"--- {name} ({path})\n{text[-6000:]}")
+
+    @contextlib.contextmanager
+    def logs_on_failure(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            self.print_logs()
+            raise
+
+
+@pytest.fixture(scope="module")
+def run_stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStack]:
+    """web + control + worker sharing one database, Redis db, master key and data dir."""
+    client = docker.from_env(timeout=600)
+    image = ensure_sandbox_image(client, base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", ""))
+    redis.Redis(db=REDIS_DB).flushdb()
+    root = tmp_path_factory.mktemp("preview-run")
+    data_dir = root / "data"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = mosoo_env(
+        data_dir,
+        database_url,
+        MOSOO_REDIS_URL=f"redis://127.0.0.1:6379/{REDIS_DB}",
+        # The web process encrypts the key with it; control decrypts it for the gateway.
+        MOSOO_MASTER_KEY=base64.b64encode(os.urandom(32)).decode(),
+        MOSOO_SANDBOX_BACKEND="docker",
+        MOSOO_SANDBOX_IMAGE=image,
+        MOSOO_CONTROL_PORT=str(free_port()),
+        MOSOO_DRIVER_HEARTBEAT_INTERVAL_MS="1000",
+        MOSOO_WEB_PORT=str(port),
+        MOSOO_PUBLIC_URL=url,
+    )
+    web_env = dict(env)  # mosoo_env gives each web process its own frontend folder
+    logs = {name: root / f"{name}.log" for name in ("web", "control", "worker")}
+    with ScriptedOpenAIServer(models=["test-model"]) as model:
+        stack = RunStack(web=WebServer(url=url, database_url=database_url, log=logs["web"]), model=model, logs=logs)
+        try:
+            with (
+                running(["control"], env, logs["control"]) as control,
+                running(["worker", "--concurrency", "2"], env, logs["worker"]) as worker,
+                running(["web"], web_env, logs["web"]) as web,
+            ):
+                with stack.logs_on_failure():
+                    wait_for(lambda: b"control.ready" in logs["control"].read_bytes(), 30, "control", control)
+                    wait_for(lambda: b"worker.ready" in logs["worker"].read_bytes(), 60, "the worker", worker)
+                    wait_for(lambda: page_served(f"{url}/login"), 600, "the console to be served", web)
+                yield stack
+        finally:
+            for app_id in stack.app_ids:
+                labels = [f"{LABEL_SANDBOX}=1", f"{LABEL_APP}={app_id}"]
+                for container in client.containers.list(all=True, filters={"label": labels}):
+                    container.remove(force=True)
+            client.close()
+
+
+def _parts_shown(text: str) -> int:
+    """How many chunks of the long answer the text holds (the chunks are numbered)."""
+    numbers = [int(n) for n in re.findall(r"part(\d{3})", text)]
+    assert numbers == list(range(len(numbers))), f"the chunks arrive in order and complete: {text!r}"
+    return len(numbers)
+
+
+def _wait_for_more_parts(page: Page, than: int, timeout_ms: float = 30_000) -> int:
+    """Wait until the streaming answer holds more than `than` chunks; how many it holds."""
+    live = page.get_by_test_id("chat-assistant-live")
+    expect(live).to_contain_text(f"part{than:03d}", timeout=timeout_ms)  # chunks count from 0
+    return _parts_shown(live.inner_text())
+
+
+def test_owner_approves_a_real_tool_call_then_reloads_mid_stream_and_stops_a_long_answer(
+    page: Page, browser: Browser, run_stack: RunStack
+) -> None:
+    stack, model = run_stack, run_stack.model
+    frames: list[str] = []
+
+    def watch(socket: WebSocket) -> None:
+        socket.on("framereceived", lambda p: frames.append(p if isinstance(p, str) else p.decode(errors="replace")))
+
+    page.on("websocket", watch)
+    started = time.monotonic()
+    with stack.logs_on_failure():
+        # The console has only just started: let its scripts load before typing into it.
+        page.goto(f"{stack.web.url}/login", wait_until="networkidle")
+        _sign_in(page, browser, stack.web, f"run-{uuid.uuid4().hex[:8]}@example.com")
+        page.wait_for_url(re.compile(r"/apps/[0-9A-Z]{26}$"))
+        stack.app_ids.add(page.url.rsplit("/", 1)[-1])
+
+        # Providers: an OpenAI-compatible key pointing at the scripted server.
+        page.get_by_test_id("nav-providers").click()
+        page.wait_for_url(re.compile(r"/providers$"))
+        page.get_by_test_id("provider-preset").click()
+        page.get_by_role("option", name="OpenAI-compatible", exact=True).click()
+        page.get_by_test_id("provider-name-input").fill("Scripted")
+        page.get_by_test_id("provider-base-url-input").fill(model.base_url)
+        page.get_by_test_id("provider-key-input").fill(PROVIDER_KEY)
+        page.get_by_test_id("provider-models-input").fill("test-model")
+        page.get_by_test_id("provider-add-submit").click()
+        row = page.get_by_test_id("provider-row")
+        expect(row.get_by_test_id("provider-masked-key")).to_have_text("••••" + PROVIDER_KEY[-4:])
+        assert PROVIDER_KEY not in page.content()
+
+        # Agents: a Task (cattle) agent.
+        page.get_by_test_id("nav-agents").click()
+        page.wait_for_url(re.compile(r"/agents$"))
+        page.get_by_test_id("new-agent").click()
+        page.get_by_test_id("new-agent-name").fill("Shell helper")
+        page.get_by_test_id("kind-cattle").click()
+        page.get_by_test_id("new-agent-submit").click()
+        page.wait_for_url(AGENT_URL)
+
+        # Preview: the provider key and its model, bash on Ask, Save -> Ready.
+        expect(page.get_by_test_id("preview-status")).to_have_text("Setup required")
+        page.get_by_test_id("agent-provider").click()
+        page.get_by_role("option", name="Scripted (default)").click()
+        expect(page.get_by_test_id("agent-model")).to_have_value("test-model")
+        page.get_by_test_id("tool-bash").get_by_role("radio", name="Ask").click()
+        page.get_by_test_id("agent-save").click()
+        expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
+        expect(page.get_by_test_id("readiness-blocker")).to_have_count(0)
+
+        # A message: the model asks for `pwd`; the owner approves; the answer streams.
+        model.add(
+            ToolCallsTurn([ToolCall("bash", {"command": "pwd"}, id="call_pwd")]),
+            TextTurn(FIRST_ANSWER, delay=0.05),
+        )
+        page.get_by_test_id("chat-input").fill("run pwd and tell me what you see")
+        # Enter sends. (The "Scripted added." and "Saved." toasts sit over the Send button for
+        # a few seconds; a click there can land on a toast instead.)
+        page.get_by_test_id("chat-input").press("Enter")
+        expect(page.get_by_test_id("chat-user-message")).to_have_text("run pwd and tell me what you see")
+        expect(page).to_have_url(re.compile(r"\?thread=[0-9A-Z]{26}$"))
+        prompt = page.get_by_test_id("chat-permission")
+        expect(prompt.get_by_test_id("permission-allow")).to_be_visible(timeout=BOOT_TIMEOUT_MS)
+        asked_after = time.monotonic() - started
+        expect(prompt).to_contain_text("pwd")
+        expect(page.get_by_test_id("preview-status")).to_have_text("Needs approval")
+        tool = page.get_by_test_id("chat-tool-card")
+        expect(tool).to_have_attribute("data-status", "waiting")
+        prompt.get_by_test_id("permission-allow").click()
+        expect(prompt).to_contain_text("Allowed once")
+        expect(tool).to_have_attribute("data-status", "done")
+        tool.locator("summary").click()
+        expect(tool.get_by_test_id("tool-output")).to_contain_text("/workspace")
+        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(FIRST_ANSWER)
+        expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
+        expect(page.get_by_test_id("chat-send")).to_be_enabled()
+        first_done_after = time.monotonic() - started
+
+        # A long answer: reload while it streams; everything so far is there and it keeps growing.
+        model.add(TextTurn(list(LONG_CHUNKS), delay=LONG_CHUNK_DELAY))
+        page.get_by_test_id("chat-input").fill("now write something long")
+        page.get_by_test_id("chat-send").click()
+        expect(page.get_by_test_id("chat-user-message")).to_have_count(2)
+        expect(page.get_by_test_id("preview-status")).to_have_text("Working")
+        before_reload = _wait_for_more_parts(page, 2, BOOT_TIMEOUT_MS)
+        page.reload()
+        expect(page.get_by_test_id("chat-user-message")).to_have_count(2)
+        expect(page.get_by_test_id("chat-tool-card")).to_have_attribute("data-status", "done")
+        expect(page.get_by_test_id("chat-permission")).to_contain_text("Allowed once")
+        expect(page.get_by_test_id("chat-assistant-message").first).to_have_text(FIRST_ANSWER)
+        expect(page.get_by_test_id("preview-status")).to_have_text("Working")
+        after_reload = _wait_for_more_parts(page, before_reload - 1)
+        assert after_reload >= before_reload, "the reload shows the text streamed so far"
+        growing = _wait_for_more_parts(page, after_reload)
+        assert growing < len(LONG_CHUNKS), "the answer was still streaming when Stop was pressed"
+
+        # Stop: the run ends as cancelled and the text stops where it was.
+        page.get_by_test_id("chat-stop").click()
+        expect(page.get_by_test_id("chat-run-stopped")).to_be_visible()
+        expect(page.get_by_test_id("preview-status")).to_have_text("Stopped")
+        expect(page.get_by_test_id("chat-stop")).to_have_count(0)
+        expect(page.get_by_test_id("chat-assistant-live")).to_have_count(0)
+        stopped_text = page.get_by_test_id("chat-assistant-message").last.inner_text()
+        stopped_at = _parts_shown(stopped_text)
+        assert growing <= stopped_at < len(LONG_CHUNKS)
+        # Once the scripted stream is over (cut off or not), nothing more arrived.
+        assert len(model.chat_requests) == 3
+        wait_for(
+            lambda: model.streams_completed + model.streams_aborted == 3,
+            len(LONG_CHUNKS) * LONG_CHUNK_DELAY + 30,
+            "the long answer's stream to end",
+        )
+        page.reload()
+        expect(page.get_by_test_id("chat-run-stopped")).to_be_visible()
+        expect(page.get_by_test_id("preview-status")).to_have_text("Stopped")
+        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(stopped_text)
+        expect(page.get_by_test_id("chat-send")).to_be_enabled()
+
+        # The key went to the provider, and never back to the browser.
+        assert {r.headers.get("authorization") for r in model.chat_requests} == {f"Bearer {PROVIDER_KEY}"}
+        assert PROVIDER_KEY not in page.content()
+        assert frames, "the page talks to the server over its websocket"
+        assert not [frame for frame in frames if PROVIDER_KEY in frame]
+    print(
+        f"\npermission prompt after {asked_after:.1f}s, first answer after {first_done_after:.1f}s, "
+        f"stopped at chunk {stopped_at}/{len(LONG_CHUNKS)}, journey {time.monotonic() - started:.1f}s "
+        f"(streams completed={model.streams_completed} aborted={model.streams_aborted})"
+    )
