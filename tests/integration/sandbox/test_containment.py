@@ -4,6 +4,8 @@ The process backend is tested twice: with cgroups (root) and with rlimits only."
 from __future__ import annotations
 
 import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,12 @@ def _oom_kills(backend: SandboxBackend) -> bool:
     return backend.name == "docker" or backend.limits_mechanism == "cgroup"  # type: ignore[attr-defined]
 
 
+def _isolated_limits(backend: SandboxBackend) -> bool:
+    """Per-sandbox pids limits (docker, cgroups). Under rlimits alone RLIMIT_NPROC counts
+    every process of the sandbox uid, so a neighbour shares the bomb's budget (documented)."""
+    return _oom_kills(backend)
+
+
 def _bomb_processes() -> list[str]:
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -41,13 +49,23 @@ def test_a_fork_bomb_hits_the_pids_limit_and_leaves_nothing_after_remove(
     backend: SandboxBackend, make_sandbox: MakeSandbox
 ) -> None:
     ref = make_sandbox(pids_limit=64)
-    result = backend.exec(ref, ["bash", "-c", f"{FORK_BOMB}; exec sleep 60"], timeout=5)
+    neighbour = make_sandbox()
+    with ThreadPoolExecutor(1) as pool:
+        bomb = pool.submit(backend.exec, ref, ["bash", "-c", f"{FORK_BOMB}; exec sleep 60"], timeout=5)
+        if _isolated_limits(backend):
+            # While the bomb runs, another sandbox still starts processes and answers.
+            time.sleep(1)
+            assert not bomb.done()
+            busy = backend.exec(neighbour, ["python3", "-c", "print(sum(range(10)))"], timeout=30)
+            assert busy.stdout_text == "45\n", busy.stderr_text[-300:]
+        result = bomb.result()
 
     assert result.timed_out
     assert "Resource temporarily unavailable" in result.stderr_text, result.stderr_text[-500:]
     # The sandbox is still usable, and the host can still start processes.
     assert backend.exec(ref, ["true"], timeout=30).exit_code == 0
     assert subprocess.run(["true"], timeout=10).returncode == 0
+    assert backend.exec(neighbour, ["true"], timeout=30).exit_code == 0
     backend.remove(ref)
     assert _bomb_processes() == []
 
