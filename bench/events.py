@@ -139,7 +139,7 @@ def main() -> None:
     redis.Redis(db=REDIS_DB).flushdb()
     threads = _prepare(work, sum(args.streams))
     control = subprocess.Popen([sys.executable, "-m", "mosoo_core.cli", "control"], cwd=ROOT, env=env, start_new_session=True)
-    socket_path = work / "run" / "control.sock"
+    socket_path = work / "run" / "control" / "control.sock"
     try:
         deadline = time.monotonic() + 30
         while not socket_path.exists():

@@ -33,7 +33,9 @@ class Settings(BaseSettings):
     public_url: str = "http://localhost:3000"
     web_host: str = "0.0.0.0"
     web_port: int = 3000
-    control_socket: Path | None = None  # empty: data_dir / "run" / "control.sock"
+    # Empty: data_dir / "run" / "control" / "control.sock". Must be named control.sock, in a
+    # directory of its own: sandboxes bind-mount that directory (so they survive restarts).
+    control_socket: Path | None = None
     control_host: str = "127.0.0.1"
     control_port: int = 8765
 
@@ -93,7 +95,7 @@ class Settings(BaseSettings):
 
     @property
     def resolved_control_socket(self) -> Path:
-        return (self.control_socket or self.data_dir / "run" / "control.sock").resolve()
+        return (self.control_socket or self.data_dir / "run" / "control" / "control.sock").resolve()
 
     @property
     def resolved_master_key_file(self) -> Path:

@@ -10,6 +10,12 @@ the run's gateway grant, so no provider key ever enters the sandbox.
 Each thread's conversation lives in `<workspace>/.mosoo/sessions/<session_id>.json`, so a
 new container restored from a workspace checkpoint continues the same thread, and the
 threads of a Pet agent that share one workspace keep separate conversations.
+
+A model step that fails in transport (control restarting under the forwarder, a dropped
+connection) is tried again with backoff for up to MODEL_RETRY_BUDGET_SECONDS instead of
+failing the run. Text already streamed for the failed attempt is closed as an interrupted
+message (`message.completed {interrupted: true}`) and kept out of the saved conversation;
+the retried step streams as a new message.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 
 from driver.backends.base import Backend, EventSink, RunFailure, RunInput
@@ -49,6 +56,13 @@ PASSTHROUGH_OPTIONS = (
 )
 # Where OpenAI-compatible servers put streamed reasoning (DeepSeek, vLLM / OpenRouter, Ollama).
 REASONING_FIELDS = ("reasoning_content", "reasoning")
+# Transport failures of a model step: wait 0.5 s, then twice as long each time up to 5 s,
+# for at most 90 s from the first failure (a control restart takes a few seconds).
+MODEL_RETRY_INITIAL_SECONDS = 0.5
+MODEL_RETRY_MAX_SECONDS = 5.0
+MODEL_RETRY_BUDGET_SECONDS = 90.0
+# The error code of the forwarder's own 502 answer when control cannot be reached.
+FORWARDER_ERROR_CODE = "forwarder_error"
 REJECTED_OUTPUT = "rejected by the user"
 INTERRUPTED_OUTPUT = "the tool call was interrupted before it finished"
 
@@ -58,6 +72,10 @@ class _ToolCall:
     id: str = ""
     name: str = ""
     arguments: str = ""
+
+
+class _TransportFailure(Exception):
+    """A model attempt broke in transport; the step may be tried again."""
 
 
 @dataclass
@@ -79,11 +97,17 @@ class OpenAIBackend(Backend):
         model_base_url: str,
         max_steps: int = MAX_STEPS,
         max_retries: int = 2,
+        retry_budget: float = MODEL_RETRY_BUDGET_SECONDS,
+        retry_initial_delay: float = MODEL_RETRY_INITIAL_SECONDS,
+        retry_max_delay: float = MODEL_RETRY_MAX_SECONDS,
     ) -> None:
         super().__init__(spec, sink)
         self.model_base_url = model_base_url
         self.max_steps = max_steps
-        self.max_retries = max_retries
+        self.max_retries = max_retries  # the SDK's own quick retries, within one attempt
+        self.retry_budget = retry_budget
+        self.retry_initial_delay = retry_initial_delay
+        self.retry_max_delay = retry_max_delay
         available = builtin_tools()
         self.tools: dict[str, Tool] = {}
         self.policies: dict[str, str] = {str(name): str(policy) for name, policy in spec.tools.items()}
@@ -154,6 +178,33 @@ class OpenAIBackend(Backend):
         )
 
     async def _model_step(self, run_id: str) -> _Step:
+        """One model call; tried again with backoff while it fails in transport. A cancel
+        interrupts the wait at once (it is a plain sleep in the run's task)."""
+        delay = self.retry_initial_delay
+        deadline: float | None = None
+        attempt = 1
+        while True:
+            try:
+                return await self._model_attempt(run_id)
+            except _TransportFailure as failure:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self.retry_budget
+                if now + delay > deadline:
+                    raise RunFailure(
+                        "model_error",
+                        f"could not reach the model gateway for {self.retry_budget:g} s ({attempt} attempts): {failure}",
+                        retryable=True,
+                    ) from None
+                log.warning(
+                    "model_call_retrying",
+                    extra={"run_id": run_id, "attempt": attempt, "delay_seconds": delay, "error": str(failure)},
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.retry_max_delay)
+                attempt += 1
+
+    async def _model_attempt(self, run_id: str) -> _Step:
         assert self._client is not None, "start() was not called"
         step = _Step()
         calls: dict[int, _ToolCall] = {}
@@ -198,6 +249,14 @@ class OpenAIBackend(Backend):
                 self.messages.append({"role": "assistant", "content": "".join(text_parts)})
             self._save_conversation()
             raise
+        except (openai.APIConnectionError, httpx.TransportError, openai.APIStatusError) as error:
+            if isinstance(error, openai.APIStatusError) and not _is_forwarder_error(error):
+                raise _model_failure(error) from None
+            if step.finish_reason is None:
+                self._interrupt_message(run_id, message_id, text_parts)
+                raise _TransportFailure(_describe(error)) from None
+            # Only the tail (usage, [DONE]) is missing: the answer itself is whole.
+            log.warning("model_stream_tail_lost", extra={"run_id": run_id, "error": _describe(error)})
         except openai.APIError as error:
             raise _model_failure(error) from None
         step.text = "".join(text_parts)
@@ -209,6 +268,11 @@ class OpenAIBackend(Backend):
                 call.id = f"call_{uuid.uuid4().hex[:24]}"
             step.tool_calls.append(call)
         return step
+
+    def _interrupt_message(self, run_id: str, message_id: str | None, text_parts: list[str]) -> None:
+        """Close what the user saw of a broken attempt; it stays out of the conversation."""
+        if message_id is not None:
+            self.emit(run_id, "message.completed", message_id=message_id, text="".join(text_parts), interrupted=True)
 
     def _request(self) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []
@@ -389,6 +453,24 @@ def _model_failure(error: openai.APIError) -> RunFailure:
         retryable = error.status_code == 429 or error.status_code >= 500
         return RunFailure("model_error", f"the model call failed ({error.status_code}): {error.message}", retryable=retryable)
     return RunFailure("model_error", f"the model call failed: {error.message}", retryable=False)
+
+
+def _is_forwarder_error(error: openai.APIStatusError) -> bool:
+    """The in-sandbox forwarder's 502: control itself was unreachable (e.g. restarting)."""
+    if error.status_code != 502:
+        return False
+    body: dict[str, Any] = error.body if isinstance(error.body, dict) else {}
+    nested = body.get("error")
+    nested_code = nested.get("code") if isinstance(nested, dict) else None
+    return FORWARDER_ERROR_CODE in (getattr(error, "code", None), body.get("code"), nested_code)
+
+
+def _describe(error: Exception) -> str:
+    cause = error.__cause__ or error.__context__
+    text = f"{type(error).__name__}: {error}"
+    if cause is not None and not isinstance(error, httpx.TransportError):
+        text += f" ({type(cause).__name__}: {cause})"
+    return text[:500]
 
 
 def _answer_dangling_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ import os
 import signal
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -94,10 +95,21 @@ async def _sweep_forever(heartbeat_interval_ms: int) -> None:
             log.warning("control.sweep_failed", error=type(error).__name__)
 
 
+def _prepare_socket_dir(directory: Path) -> None:
+    """The socket's own directory, which sandboxes bind-mount (not the socket itself, so a
+    restart's new socket shows up in running sandboxes). The sandbox user (uid 10001) must
+    be able to traverse it: 0755 when we create it; an existing one is left as it is."""
+    if not directory.is_dir():
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o755)
+    elif not directory.stat().st_mode & 0o001:
+        log.warning("control.socket_dir_not_traversable", directory=str(directory))
+
+
 async def _serve_all() -> None:
     settings = get_settings()
     socket_path = settings.resolved_control_socket
-    socket_path.parent.mkdir(parents=True, exist_ok=True)
+    _prepare_socket_dir(socket_path.parent)
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()
     app = build_app()

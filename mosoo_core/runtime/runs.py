@@ -26,6 +26,7 @@ from mosoo_core.files import get_store, iter_chunks
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox import (
     BOOT_PAYLOAD,
+    CONTROL_SOCKET,
     LABEL_DRIVER_INSTANCE,
     LABEL_SUBJECT,
     WORKSPACE,
@@ -40,7 +41,9 @@ from mosoo_core.settings import get_settings
 
 log = get_logger(__name__)
 READY_TIMEOUT_SECONDS = 60.0
-CONTROL_URL = "unix:///run/mosoo/control.sock"
+# Inside the sandbox; not PROTOCOL.md's /run/mosoo/control.sock: the socket's directory is
+# mounted so that a restarted control is reachable again (see sandbox/_base.py CONTROL_DIR).
+CONTROL_URL = f"unix://{CONTROL_SOCKET}"  # unix:///run/mosoo/control/control.sock
 
 
 @dataclass(frozen=True)

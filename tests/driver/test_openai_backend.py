@@ -31,9 +31,14 @@ BackendFactory = Callable[..., Any]
 async def make_backend(workspace: Path, model_server: ScriptedOpenAIServer) -> AsyncIterator[BackendFactory]:
     started: list[OpenAIBackend] = []
 
-    async def factory(sink: RecordingSink, *, max_steps: int = 50, **spec_overrides: Any) -> OpenAIBackend:
+    async def factory(
+        sink: RecordingSink, *, max_steps: int = 50, retry_initial_delay: float = 0.5, **spec_overrides: Any
+    ) -> OpenAIBackend:
         spec = make_spec(workspace, **spec_overrides)
-        backend = OpenAIBackend(spec, sink, model_base_url=model_server.base_url, max_steps=max_steps, max_retries=0)
+        backend = OpenAIBackend(
+            spec, sink, model_base_url=model_server.base_url, max_steps=max_steps, max_retries=0,
+            retry_initial_delay=retry_initial_delay,
+        )
         await backend.start()
         started.append(backend)
         return backend
@@ -417,3 +422,120 @@ def _alive(pid: int) -> bool:
             return handle.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+# --- transport failures: retried with backoff (a control restart under the forwarder) -------
+
+
+async def test_a_stream_cut_mid_answer_is_retried_as_a_new_message(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path
+) -> None:
+    model_server.add(TextTurn(["Hel", "lo", " wor", "ld"], drop_after=2), TextTurn(["Hello", " world"]))
+    sink = RecordingSink()
+    backend = await make_backend(sink, retry_initial_delay=0.05)
+    command_id = await start_run(backend, "run-r1", "Say hello")
+    assert await finish(sink, "run-r1") == "run.completed"
+
+    assert sink.kinds() == [
+        "run.started",
+        "message.started",
+        "message.delta",
+        "message.delta",
+        "message.completed",  # the cut attempt, closed as interrupted
+        "message.started",
+        "message.delta",
+        "message.delta",
+        "usage.updated",
+        "message.completed",
+        "run.completed",
+    ]
+    first, second = sink.of_kind("message.started")
+    assert first["message_id"] != second["message_id"]
+    interrupted, completed = sink.of_kind("message.completed")
+    assert interrupted == {"message_id": first["message_id"], "text": "Hello", "interrupted": True}
+    assert completed == {"message_id": second["message_id"], "text": "Hello world"}
+    deltas = sink.of_kind("message.delta")
+    assert [d["message_id"] for d in deltas] == [first["message_id"]] * 2 + [second["message_id"]] * 2
+    assert sink.of_kind("run.completed") == [{"final_text": "Hello world"}]
+    assert sink.last_update(command_id)["result"] == {"run_status": "completed"}
+    assert model_server.streams_aborted == 1
+
+    # The retry asks the same question again, and only the final answer is kept.
+    first_request, second_request = model_server.chat_requests
+    assert second_request.messages == first_request.messages
+    saved = json.loads((workspace / ".mosoo/sessions/ses_1.json").read_text())["messages"]
+    assert saved == [{"role": "user", "content": "Say hello"}, {"role": "assistant", "content": "Hello world"}]
+
+
+async def test_the_forwarders_502_while_control_is_down_is_retried(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer
+) -> None:
+    unreachable = ErrorTurn(502, "control is unreachable: ConnectError", code="forwarder_error")
+    model_server.add(unreachable, unreachable, TextTurn("Back."))
+    sink = RecordingSink()
+    backend = await make_backend(sink, retry_initial_delay=0.05)
+    await start_run(backend, "run-r2", "hi")
+    assert await finish(sink, "run-r2") == "run.completed"
+    assert len(model_server.chat_requests) == 3
+    assert "message.completed" in sink.kinds()
+    assert all(not p.get("interrupted") for p in sink.of_kind("message.completed"))  # nothing was streamed before
+
+
+async def test_another_502_is_not_retried(make_backend: BackendFactory, model_server: ScriptedOpenAIServer) -> None:
+    model_server.add(ErrorTurn(502, "bad gateway upstream"), TextTurn("never"))
+    sink = RecordingSink()
+    backend = await make_backend(sink, retry_initial_delay=0.05)
+    await start_run(backend, "run-r3", "hi")
+    assert await finish(sink, "run-r3") == "run.failed"
+    assert len(model_server.chat_requests) == 1
+
+
+async def test_a_model_gateway_that_stays_unreachable_fails_the_run_after_the_budget(
+    workspace: Path,
+) -> None:
+    sink = RecordingSink()
+    backend = OpenAIBackend(
+        make_spec(workspace), sink, model_base_url=f"http://127.0.0.1:{_closed_port()}/v1", max_retries=0,
+        retry_budget=1.0, retry_initial_delay=0.05, retry_max_delay=0.2,
+    )
+    await backend.start()
+    try:
+        started = time.monotonic()
+        command_id = await start_run(backend, "run-r4", "hi")
+        assert await finish(sink, "run-r4") == "run.failed"
+        elapsed = time.monotonic() - started
+    finally:
+        await backend.close()
+    assert 0.7 < elapsed < 5
+    (failure,) = sink.of_kind("run.failed")
+    assert failure["code"] == "model_error" and failure["retryable"] is True
+    assert "could not reach the model gateway for 1 s" in failure["message"]
+    assert sink.kinds() == ["run.started", "run.failed"]
+    assert sink.last_update(command_id)["result"] == {"run_status": "failed"}
+
+
+async def test_cancel_interrupts_the_backoff_at_once(make_backend: BackendFactory, model_server: ScriptedOpenAIServer) -> None:
+    model_server.add(TextTurn(["partial ", "answer ", "never ", "finished"], drop_after=1))
+    sink = RecordingSink()
+    backend = await make_backend(sink, retry_initial_delay=30.0)  # the first wait is long
+    await start_run(backend, "run-r5", "hi")
+    await wait_for(lambda: "message.completed" in sink.kinds(), what="the cut attempt to be closed")
+    await asyncio.sleep(0.1)  # now in the backoff wait
+    started = time.monotonic()
+    cancel = command("turn.cancel", {"run_id": "run-r5", "reason": "stopped by the user"})
+    await backend.handle_command(cancel)
+    assert await finish(sink, "run-r5") == "run.cancelled"
+    assert time.monotonic() - started < 1
+    assert sink.last_update(cancel.command_id)["result"] == {"cancelled": True}
+    assert len(model_server.chat_requests) == 1  # no attempt after the cancel
+    assert sink.of_kind("message.completed") == [
+        {"message_id": sink.of_kind("message.started")[0]["message_id"], "text": "partial ", "interrupted": True}
+    ]
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -53,7 +53,7 @@ def test_control_answers_health_on_its_unix_socket_and_tcp_and_stops_cleanly_on_
     data_dir = tmp_path / "data"
     port = free_port()
     env = mosoo_env(data_dir, NO_DATABASE_URL, MOSOO_CONTROL_PORT=str(port))
-    socket_path = data_dir / "run" / "control.sock"
+    socket_path = data_dir / "run" / "control" / "control.sock"
     log_path = tmp_path / "control.log"
     unix = httpx.Client(transport=httpx.HTTPTransport(uds=str(socket_path)), timeout=5)
     tcp = httpx.Client(timeout=5)

@@ -66,7 +66,7 @@ def stack(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest
     with ScriptedOpenAIServer(models=["test-model"]) as model, running(["control"], env, tmp_path / "control.log"), running(
         ["worker", "--concurrency", "2"], env, tmp_path / "worker.log"
     ):
-        wait_for(lambda: (data_dir / "run" / "control.sock").exists(), 30, "the control socket")
+        wait_for(lambda: (data_dir / "run" / "control" / "control.sock").exists(), 30, "the control socket")
         wait_for(lambda: b"worker.ready" in (tmp_path / "worker.log").read_bytes(), 60, "the worker")
         try:
             yield Stack(engine=engine, model=model, data_dir=data_dir, image=image)
@@ -225,9 +225,9 @@ def test_worker_killed_while_booting_leaves_a_clear_failure_and_no_container(
     # the boot long enough to be killed there.
     import socket as socket_module
 
-    (data_dir / "run").mkdir(parents=True)
+    (data_dir / "run" / "control").mkdir(parents=True)
     dead_socket = socket_module.socket(socket_module.AF_UNIX)
-    dead_socket.bind(str(data_dir / "run" / "control.sock"))
+    dead_socket.bind(str(data_dir / "run" / "control" / "control.sock"))
     log = tmp_path / "worker.log"
     with ScriptedOpenAIServer() as model, running(["worker", "--concurrency", "1"], mosoo_env(data_dir, database_url, **settings_env), log) as worker:
         wait_for(lambda: b"worker.ready" in log.read_bytes(), 60, "the worker")

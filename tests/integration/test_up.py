@@ -68,7 +68,7 @@ def test_up_starts_everything_prints_the_url_and_ctrl_c_stops_all(tmp_path: Path
         print(f"mosoo up answered after {time.monotonic() - started:.1f}s")
         assert f"http://127.0.0.1:{port}".encode() in log_path.read_bytes()
         assert httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=5).json()["ok"] is True
-        socket_path = tmp_path / "data" / "run" / "control.sock"
+        socket_path = tmp_path / "data" / "run" / "control" / "control.sock"
         wait_for(socket_path.exists, 30, "the control socket")
         with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket_path))) as control:
             assert control.get("http://control/control/health").json()["ok"] is True

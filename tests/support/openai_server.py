@@ -4,7 +4,9 @@ Starlette on uvicorn, on a free 127.0.0.1 port in a background thread. Each
 `POST /v1/chat/completions` takes the next turn of the script: text (streamed in several
 chunks, optionally after reasoning chunks, with a delay before each chunk), tool calls
 (streamed as Chat Completions `tool_calls` deltas) or an HTTP error. A streamed answer ends
-with a usage chunk when the request asks for `stream_options.include_usage`. Non-streaming
+with a usage chunk when the request asks for `stream_options.include_usage`; a text turn with
+`drop_after=N` instead drops the connection after N text chunks (no final chunk, no
+terminating zero-length chunk), as a dying proxy does. Non-streaming
 requests get a whole `chat.completion`; `GET /v1/models` lists the configured models.
 Every request is recorded (method, path, headers including Authorization, JSON body).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import socket
 import threading
@@ -47,6 +50,7 @@ class TextTurn:
     reasoning: list[str] = field(default_factory=list)
     delay: float = 0.0  # seconds before each chunk
     usage: dict[str, int] | None = None  # prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens
+    drop_after: int | None = None  # drop the connection after this many text chunks
 
 
 @dataclass
@@ -61,6 +65,7 @@ class ToolCallsTurn:
 class ErrorTurn:
     status: int = 500
     message: str = "scripted failure"
+    code: str | None = None  # the error body's `code` (e.g. "forwarder_error")
 
 
 Turn = TextTurn | ToolCallsTurn | ErrorTurn
@@ -76,6 +81,20 @@ class RecordedRequest:
     @property
     def messages(self) -> list[dict[str, Any]]:
         return list((self.body or {}).get("messages", []))
+
+
+class DroppedConnection(Exception):
+    """Raised inside a streamed answer to make uvicorn drop the connection mid-body."""
+
+
+class _HideDroppedConnections(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], DroppedConnection))
+
+
+_uvicorn_errors = logging.getLogger("uvicorn.error")
+if not any(isinstance(f, _HideDroppedConnections) for f in _uvicorn_errors.filters):
+    _uvicorn_errors.addFilter(_HideDroppedConnections())
 
 
 def _chunks_of(text: str | list[str]) -> list[str]:
@@ -176,7 +195,7 @@ class ScriptedOpenAIServer:
         if turn is None:
             return _error(400, "the test script has no more turns")
         if isinstance(turn, ErrorTurn):
-            return _error(turn.status, turn.message)
+            return _error(turn.status, turn.message, turn.code)
         model = str(body.get("model") or self.models[0])
         usage = _usage(turn, body)
         if not body.get("stream"):
@@ -210,7 +229,9 @@ class ScriptedOpenAIServer:
                     await asyncio.sleep(turn.delay)
                     yield chunk({"reasoning_content": piece})
             text = turn.text
-            for piece in _chunks_of(text) if text else []:
+            for index, piece in enumerate(_chunks_of(text) if text else []):
+                if isinstance(turn, TextTurn) and turn.drop_after is not None and index >= turn.drop_after:
+                    raise DroppedConnection(f"dropped after {turn.drop_after} chunks")
                 await asyncio.sleep(turn.delay)
                 yield chunk({"content": piece})
             if isinstance(turn, ToolCallsTurn):
@@ -237,8 +258,8 @@ class ScriptedOpenAIServer:
                     self.streams_aborted += 1
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": None}}, status_code=status)
+def _error(status: int, message: str, code: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": code}}, status_code=status)
 
 
 def _usage(turn: TextTurn | ToolCallsTurn, body: dict[str, Any]) -> dict[str, Any]:

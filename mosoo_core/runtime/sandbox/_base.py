@@ -1,8 +1,8 @@
 """The sandbox contract every backend implements (ARCHITECTURE.md section 4).
 
 A sandbox is one isolated place where a driver runs: `/workspace` (writable, the working
-directory), `/tmp` (scratch), `/run/mosoo/control.sock` (the only way out when the network
-policy is `none`), `/run/mosoo/boot` (the one-time boot payload, readable only by the
+directory), `/tmp` (scratch), `/run/mosoo/control/control.sock` (the only way out when the
+network policy is `none`), `/run/mosoo/boot` (the one-time boot payload, readable only by the
 sandbox user) and read-only mounts for attachments and skills. Every process in it runs as
 the unprivileged sandbox user (uid 10001).
 """
@@ -21,7 +21,14 @@ SANDBOX_UID = 10001
 SANDBOX_GID = 10001
 SANDBOX_USER = "mosoo"
 WORKSPACE = "/workspace"
-CONTROL_SOCKET = "/run/mosoo/control.sock"
+# PROTOCOL.md names `/run/mosoo/control.sock`; we deviate on purpose. The socket's host
+# DIRECTORY is bind-mounted (read-only) at CONTROL_DIR, not the socket file itself: a
+# restarted control unlinks and re-creates its socket, and a file bind mount would keep the
+# dead inode, so running sandboxes could never reconnect. Through a directory mount they see
+# the new socket under the same name.
+CONTROL_DIR = "/run/mosoo/control"
+CONTROL_SOCKET_NAME = "control.sock"
+CONTROL_SOCKET = f"{CONTROL_DIR}/{CONTROL_SOCKET_NAME}"
 BOOT_DIR = "/run/mosoo/boot"
 BOOT_PAYLOAD = "/run/mosoo/boot/payload.json"
 ATTACHMENTS_DIR = "/mnt/attachments"
@@ -68,7 +75,9 @@ class SandboxSpec:
     subject: str  # "agent:{id}" (Pet) or "session:{id}" (Cattle)
     app_id: str
     driver_instance_id: str = ""
-    control_socket: Path | None = None  # host path, bind-mounted at /run/mosoo/control.sock
+    # Host path of control's socket, named control.sock in a directory of its own: that
+    # directory is bind-mounted read-only at /run/mosoo/control (see CONTROL_DIR).
+    control_socket: Path | None = None
     mounts: tuple[Mount, ...] = ()  # attachments (/mnt/attachments/...), skills (/opt/mosoo/skills/...)
     memory_mb: int | None = None
     cpus: float | None = None
@@ -85,6 +94,18 @@ class SandboxSpec:
             LABEL_APP: self.app_id,
             LABEL_DRIVER_INSTANCE: self.driver_instance_id,
         }
+
+
+def control_socket_dir(spec: SandboxSpec) -> Path | None:
+    """The host directory to mount at CONTROL_DIR for `spec`, after checking the socket."""
+    socket = spec.control_socket
+    if socket is None:
+        return None
+    if socket.name != CONTROL_SOCKET_NAME:
+        raise SandboxError(f"the control socket must be named {CONTROL_SOCKET_NAME}, not {socket.name}")
+    if not socket.exists():
+        raise SandboxError(f"the control socket {socket} does not exist")
+    return socket.parent
 
 
 @dataclass(frozen=True)

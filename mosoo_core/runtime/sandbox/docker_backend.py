@@ -27,7 +27,7 @@ from mosoo_core.ids import new_id
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox._base import (
     BOOT_DIR,
-    CONTROL_SOCKET,
+    CONTROL_DIR,
     LABEL_SANDBOX,
     SANDBOX_GID,
     SANDBOX_PATH,
@@ -41,6 +41,7 @@ from mosoo_core.runtime.sandbox._base import (
     SandboxRef,
     SandboxSpec,
     TarData,
+    control_socket_dir,
 )
 from mosoo_core.runtime.sandbox._streams import CappedBuffer, iter_chunks
 
@@ -185,12 +186,10 @@ class DockerBackend(SandboxBackend):
         name = f"mosoo-{new_id().lower()}"
         image = self.image
         mounts = [DockerMount(WORKSPACE, _workspace_volume(name), type="volume")]
-        if spec.control_socket is not None:
-            if not spec.control_socket.exists():
-                raise SandboxError(f"the control socket {spec.control_socket} does not exist")
-            mounts.append(
-                DockerMount(CONTROL_SOCKET, str(spec.control_socket), type="bind", read_only=True)
-            )
+        control_dir = control_socket_dir(spec)
+        if control_dir is not None:
+            # The socket's directory, not the socket: it survives control restarts (_base.py).
+            mounts.append(DockerMount(CONTROL_DIR, str(control_dir), type="bind", read_only=True))
         for mount in spec.mounts:
             mounts.append(
                 DockerMount(mount.target, str(mount.source), type="bind", read_only=mount.read_only)

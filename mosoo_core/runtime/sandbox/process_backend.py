@@ -5,7 +5,7 @@ A sandbox is a directory on the host (`<data_dir>/sandboxes/<name>`) holding its
 detached driver) gets fresh user, mount, pid, network, ipc, uts and cgroup namespaces
 (`--unshare-all`, no `--share-net` unless the policy is `full`), a read-only root made of
 the host's /usr and a few /etc files, its own /tmp (tmpfs, gone when the command ends), the
-control socket at /run/mosoo/control.sock, and the driver runtime at /opt/mosoo.
+control socket's directory at /run/mosoo/control, and the driver runtime at /opt/mosoo.
 
 Who the processes are: uid 10001 inside. When Mosoo runs as root they are host uid 10001
 too (`setpriv` drops root before `bwrap`, which then runs unprivileged); otherwise they are
@@ -44,7 +44,7 @@ from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox._base import (
     BOOT_DIR,
     CHUNK_BYTES,
-    CONTROL_SOCKET,
+    CONTROL_DIR,
     LABEL_SANDBOX,
     SANDBOX_GID,
     SANDBOX_PATH,
@@ -59,6 +59,7 @@ from mosoo_core.runtime.sandbox._base import (
     SandboxRef,
     SandboxSpec,
     TarData,
+    control_socket_dir,
 )
 from mosoo_core.runtime.sandbox._cgroups import (
     SandboxCgroup,
@@ -213,8 +214,9 @@ class ProcessBackend(SandboxBackend):
         os.chmod(self.root, 0o711)
         self._check_reachable(self.root)
         self._check_reachable(runtime)
-        if spec.control_socket is not None and not spec.control_socket.exists():
-            raise SandboxError(f"the control socket {spec.control_socket} does not exist")
+        control_dir = control_socket_dir(spec)
+        if control_dir is not None:
+            self._check_reachable(control_dir)
         directory = self.root / name
         directory.mkdir(mode=0o711)
         group: SandboxCgroup | None = None
@@ -244,7 +246,7 @@ class ProcessBackend(SandboxBackend):
                 "state": "running",
                 "created_at": _utcnow(),
                 "network": spec.network,
-                "control_socket": str(spec.control_socket) if spec.control_socket else None,
+                "control_dir": str(control_dir) if control_dir is not None else None,
                 "mounts": [[str(m.source), m.target, m.read_only] for m in spec.mounts],
                 "env": dict(spec.env),
                 "limits": {"memory_mb": limits.memory_mb, "cpus": limits.cpus, "pids_limit": limits.pids_limit},
@@ -376,8 +378,9 @@ class ProcessBackend(SandboxBackend):
             "--bind", str(directory / "workspace"), WORKSPACE,
             "--bind", str(directory / "boot"), BOOT_DIR,
         ]
-        if meta["control_socket"]:
-            bwrap += ["--ro-bind", meta["control_socket"], CONTROL_SOCKET]
+        if meta.get("control_dir"):
+            # The socket's directory, not the socket: it survives control restarts (_base.py).
+            bwrap += ["--ro-bind", meta["control_dir"], CONTROL_DIR]
         for source, target, read_only in meta["mounts"]:
             bwrap += ["--ro-bind" if read_only else "--bind", source, target]
         bwrap += ["--remount-ro", "/", "--clearenv"]

@@ -94,20 +94,33 @@ def sandbox(make_sandbox: MakeSandbox) -> SandboxRef:
     return make_sandbox()
 
 
-@pytest.fixture
-def echo_socket(sandbox_tmp: Path) -> Iterator[Path]:
-    """A Unix socket on the host that answers each connection with `echo:` + what it got."""
-    directory = Path(tempfile.mkdtemp(dir=sandbox_tmp))
-    directory.chmod(0o711)
-    path = directory / "control.sock"
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(path))
-    path.chmod(0o666)  # as control does: the sandbox user is not the owner
-    server.listen()
-    server.settimeout(0.1)
-    stopping = threading.Event()
+class EchoSocket:
+    """A Unix socket on the host that answers each connection with `prefix` + what it got.
+    `restart()` does what a restarted control does: unlink the socket and bind a new one
+    (a new inode) at the same path."""
 
-    def serve() -> None:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.prefix = b"echo:"
+        self._server: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    def start(self, prefix: bytes = b"echo:") -> None:
+        self.prefix = prefix
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(str(self.path))
+        self.path.chmod(0o666)  # as control does: the sandbox user is not the owner
+        server.listen()
+        server.settimeout(0.1)
+        self._server, self._stopping = server, threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(server, self._stopping, prefix), daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _serve(server: socket.socket, stopping: threading.Event, prefix: bytes) -> None:
         while not stopping.is_set():
             try:
                 connection, _ = server.accept()
@@ -116,15 +129,39 @@ def echo_socket(sandbox_tmp: Path) -> Iterator[Path]:
             with connection:
                 connection.settimeout(5)
                 with contextlib.suppress(OSError):
-                    connection.sendall(b"echo:" + connection.recv(1024))
+                    connection.sendall(prefix + connection.recv(1024))
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield path
-    stopping.set()
-    thread.join(timeout=5)
-    server.close()
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._server is not None:
+            self._server.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    def restart(self, prefix: bytes) -> None:
+        self.stop()
+        self.start(prefix)
+
+
+@pytest.fixture
+def echo_server(sandbox_tmp: Path) -> Iterator[EchoSocket]:
+    """An EchoSocket named control.sock in a directory of its own, laid out as control's
+    (the directory 0755, the socket 0666)."""
+    directory = Path(tempfile.mkdtemp(dir=sandbox_tmp))
+    directory.chmod(0o755)
+    server = EchoSocket(directory / "control.sock")
+    server.start()
+    yield server
+    server.stop()
     shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def echo_socket(echo_server: EchoSocket) -> Path:
+    """The host path of a running EchoSocket."""
+    return echo_server.path
 
 
 @pytest.fixture(scope="session")

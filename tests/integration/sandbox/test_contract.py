@@ -14,6 +14,7 @@ import pytest
 from mosoo_core.runtime.sandbox import (
     ATTACHMENTS_DIR,
     BOOT_PAYLOAD,
+    CONTROL_DIR,
     CONTROL_SOCKET,
     LABEL_APP,
     LABEL_SUBJECT,
@@ -25,7 +26,7 @@ from mosoo_core.runtime.sandbox import (
     SandboxRef,
 )
 from mosoo_core.runtime.sandbox._cgroups import cgroup_dirs_for
-from tests.integration.sandbox.conftest import RUN_LABEL, MakeSandbox
+from tests.integration.sandbox.conftest import RUN_LABEL, EchoSocket, MakeSandbox
 from tests.support.processes import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -155,19 +156,49 @@ def test_a_hostile_archive_stays_inside_the_target_directory(
     assert _sh(backend, sandbox, "cat restore/ok.txt") == "x\n"
 
 
+_DIAL_CONTROL = (
+    "import socket\n"
+    "s = socket.socket(socket.AF_UNIX)\n"
+    f"s.connect({CONTROL_SOCKET!r})\n"
+    "s.sendall(b'hello')\n"
+    "print(s.recv(100).decode())\n"
+)
+
+
 def test_the_control_socket_on_the_host_is_reachable_from_inside(
     backend: SandboxBackend, make_sandbox: MakeSandbox, echo_socket: Path
 ) -> None:
     ref = make_sandbox(control_socket=echo_socket)
-    script = (
-        "import socket\n"
-        "s = socket.socket(socket.AF_UNIX)\n"
-        f"s.connect({CONTROL_SOCKET!r})\n"
-        "s.sendall(b'hello')\n"
-        "print(s.recv(100).decode())\n"
-    )
-    result = backend.exec(ref, ["python3", "-c", script], timeout=30)
+    result = backend.exec(ref, ["python3", "-c", _DIAL_CONTROL], timeout=30)
     assert (result.exit_code, result.stdout_text) == (0, "echo:hello\n"), result.stderr_text
+    # Its directory is what is mounted, read-only: the sandbox user can traverse it, not write.
+    assert f"{CONTROL_DIR}/control.sock" == CONTROL_SOCKET
+    assert _sh(backend, ref, f"ls {CONTROL_DIR}") == "control.sock\n"
+    assert backend.exec(ref, ["touch", f"{CONTROL_DIR}/other"]).exit_code != 0
+    assert backend.exec(ref, ["rm", "-f", CONTROL_SOCKET]).exit_code != 0
+
+
+def test_a_restarted_control_socket_is_reachable_from_a_running_sandbox(
+    backend: SandboxBackend, make_sandbox: MakeSandbox, echo_server: EchoSocket
+) -> None:
+    ref = make_sandbox(control_socket=echo_server.path)
+    first = backend.exec(ref, ["python3", "-c", _DIAL_CONTROL], timeout=30)
+    assert (first.exit_code, first.stdout_text) == (0, "echo:hello\n"), first.stderr_text
+    echo_server.restart(prefix=b"again:")  # unlink + bind: a new inode at the same path
+    second = backend.exec(ref, ["python3", "-c", _DIAL_CONTROL], timeout=30)
+    assert (second.exit_code, second.stdout_text) == (0, "again:hello\n"), second.stderr_text
+
+
+def test_a_control_socket_not_named_control_sock_is_refused(
+    backend: SandboxBackend, make_sandbox: MakeSandbox, sandbox_tmp: Path
+) -> None:
+    directory = Path(tempfile.mkdtemp(dir=sandbox_tmp))
+    other = directory / "other.sock"
+    other.touch()
+    with pytest.raises(SandboxError, match=r"named control\.sock"):
+        make_sandbox(control_socket=other)
+    with pytest.raises(SandboxError, match="does not exist"):
+        make_sandbox(control_socket=directory / "control.sock")
 
 
 def test_attachments_are_mounted_read_only(

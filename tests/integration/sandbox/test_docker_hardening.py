@@ -9,7 +9,7 @@ import pytest
 
 from mosoo_core.runtime.sandbox import (
     BOOT_DIR,
-    CONTROL_SOCKET,
+    CONTROL_DIR,
     LABEL_APP,
     LABEL_DRIVER_INSTANCE,
     LABEL_SANDBOX,
@@ -59,9 +59,12 @@ def test_a_docker_sandbox_is_created_hardened_with_defaults_from_the_backend(
 
         mounts = {mount["Destination"]: mount for mount in attrs["Mounts"]}
         assert mounts[WORKSPACE]["Type"] == "volume"
-        assert mounts[CONTROL_SOCKET]["Source"] == str(echo_socket)
-        assert mounts[CONTROL_SOCKET]["RW"] is False
-        assert set(mounts) == {WORKSPACE, CONTROL_SOCKET}
+        # The socket's directory, read-only (a file mount would keep a dead inode across
+        # control restarts).
+        assert mounts[CONTROL_DIR]["Type"] == "bind"
+        assert mounts[CONTROL_DIR]["Source"] == str(echo_socket.parent)
+        assert mounts[CONTROL_DIR]["RW"] is False
+        assert set(mounts) == {WORKSPACE, CONTROL_DIR}
         assert not [m for m in attrs["Mounts"] if m.get("Source", "").endswith("docker.sock")]
         assert not host.get("Binds")
         assert set(host["Tmpfs"]) == {"/tmp", BOOT_DIR}
