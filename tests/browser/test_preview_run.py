@@ -20,7 +20,7 @@ import pytest
 import redis
 from playwright.sync_api import Browser, Page, WebSocket, expect
 
-from mosoo_core.runtime.sandbox import LABEL_APP, LABEL_SANDBOX
+from mosoo_core.runtime.sandbox import LABEL_APP, LABEL_SANDBOX, get_backend
 from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
@@ -98,10 +98,11 @@ def run_stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> It
                     wait_for(lambda: page_served(f"{url}/login"), 600, "the console to be served", web)
                 yield stack
         finally:
+            # Through the backend: it removes each sandbox's workspace volume too.
+            backend = get_backend()
             for app_id in stack.app_ids:
-                labels = [f"{LABEL_SANDBOX}=1", f"{LABEL_APP}={app_id}"]
-                for container in client.containers.list(all=True, filters={"label": labels}):
-                    container.remove(force=True)
+                for ref in backend.list_by_label({LABEL_SANDBOX: "1", LABEL_APP: app_id}):
+                    backend.remove(ref)
             client.close()
 
 

@@ -10,31 +10,24 @@ backend retries the model step whose stream died with the old control.
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import os
 import signal
-import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
-import redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from mosoo_core import agents, identity, sessions, streams, vault
+from mosoo_core import sessions
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT
-from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
-from mosoo_core.sessions.models import SessionEvent, SessionRun
-from mosoo_core.settings import reset_settings_cache
-from mosoo_core.tasks_client import enqueue_run_dispatch
-from tests.support.openai_server import ScriptedOpenAIServer, TextTurn
-from tests.support.processes import free_port, mosoo_env, running, stop_group, wait_for
+from mosoo_core.sessions.models import SessionEvent
+from tests.support.openai_server import TextTurn
+from tests.support.processes import stop_group, wait_for
+from tests.support.stack import RuntimeStack, make_agent, new_thread, runtime_stack, send, wait_run
 
 pytestmark = pytest.mark.integration
 REDIS_DB = 8
@@ -43,96 +36,11 @@ LONG_ANSWER = [f"word{i} " for i in range(80)]
 FINAL_ANSWER = "The whole answer, streamed again after control came back."
 
 
-@dataclass
-class Stack:
-    engine: Engine
-    model: ScriptedOpenAIServer
-    data_dir: Path
-    logs: Path
-    start_control: Callable[[str], subprocess.Popen[bytes]]
-
-
 @pytest.fixture
-def stack(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Stack]:
-    client = docker.from_env(timeout=600)
-    image = ensure_sandbox_image(client, base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", ""))
-    data_dir = tmp_path / "data"
-    settings_env = {
-        "MOSOO_REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
-        "MOSOO_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
-        "MOSOO_SANDBOX_BACKEND": "docker",
-        "MOSOO_SANDBOX_IMAGE": image,
-        "MOSOO_CONTROL_PORT": str(free_port()),
-        "MOSOO_DRIVER_HEARTBEAT_INTERVAL_MS": "1000",
-    }
-    for key, value in settings_env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("MOSOO_DATA_DIR", str(data_dir))
-    reset_settings_cache()
-    redis.Redis(db=REDIS_DB).flushdb()
-    import importlib
-
-    import mosoo_core.tasks
-
-    importlib.reload(mosoo_core.tasks)  # its Celery app reads the broker URL at import
-    env = mosoo_env(data_dir, database_url, **settings_env)
-    logs = tmp_path / "logs"
-    with contextlib.ExitStack() as processes, ScriptedOpenAIServer(models=["test-model"]) as model:
-
-        def start_control(name: str) -> subprocess.Popen[bytes]:
-            log = logs / f"{name}.log"
-            control = processes.enter_context(running(["control"], env, log))
-            wait_for(lambda: b"control.ready" in log.read_bytes(), 30, f"{name} to be ready", control)
-            return control
-
-        worker_log = logs / "worker.log"
-        worker = processes.enter_context(running(["worker", "--concurrency", "2"], env, worker_log))
-        wait_for(lambda: b"worker.ready" in worker_log.read_bytes(), 60, "the worker", worker)
-        try:
-            yield Stack(engine=engine, model=model, data_dir=data_dir, logs=logs, start_control=start_control)
-        except Exception:
-            for log in sorted(logs.glob("*.log")):
-                print(f"--- {log.name}\n" + log.read_text(errors="replace")[-6000:])
-            raise
-        finally:
-            _remove_sandboxes()
-    client.close()
-
-
-_subjects: set[str] = set()
-
-
-def _remove_sandboxes() -> None:
-    """Remove this module's sandboxes through the backend (containers and their volumes)."""
-    from mosoo_core.runtime.sandbox import get_backend
-
-    backend = get_backend()
-    for ref in backend.list_by_label({"mosoo.sandbox": "1"}):
-        if ref.labels.get(LABEL_SUBJECT, "").split(":", 1)[-1] in _subjects:
-            backend.remove(ref)
-
-
-def _thread(engine: Engine, base_url: str) -> tuple[str, str]:
-    with Session(engine) as db:
-        account = identity.sign_in_identity(db, provider="email", subject="restart@example.com", email="restart@example.com")
-        app_id = identity.list_apps(db, account.id)[0].id
-        credential = vault.create_provider_credential(
-            db, account.id, app_id,
-            vault.ProviderCredentialInput(
-                name="Scripted", provider="openai_compatible", base_url=base_url, api_key=PROVIDER_KEY, models=["test-model"]
-            ),
-        )
-        agent = agents.create_agent(db, account.id, app_id, name="Restart", kind="cattle")
-        agents.update_agent(
-            db, account.id, app_id, agent.id, provider_credential_id=credential.id, model="test-model",
-            system_prompt="You are a test agent.", tools={},
-        )
-        thread = sessions.create_session(db, account.id, app_id, agent.id)
-        ids = account.id, agent.id, thread.id
-        db.commit()
-    account_id, agent_id, thread_id = ids
-    _subjects.update({agent_id, thread_id})
-    return account_id, thread_id
+def stack(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RuntimeStack]:
+    # Control is started by the test itself, so it can kill and restart it.
+    with runtime_stack(engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB, start_control=False) as stack:
+        yield stack
 
 
 def _delta_ids(engine: Engine, session_id: str) -> list[str]:
@@ -147,16 +55,12 @@ def _delta_ids(engine: Engine, session_id: str) -> list[str]:
         ]
 
 
-def test_control_killed_mid_stream_and_restarted_the_run_completes_with_every_event_once(stack: Stack) -> None:
+def test_control_killed_mid_stream_and_restarted_the_run_completes_with_every_event_once(stack: RuntimeStack) -> None:
     stack.model.add(TextTurn(LONG_ANSWER, delay=0.1), TextTurn(FINAL_ANSWER))
-    control = stack.start_control("control-1")
-    account_id, thread_id = _thread(stack.engine, stack.model.base_url)
-    with Session(stack.engine) as db:
-        sent = sessions.send_message(db, account_id, thread_id, "tell me a long story")
-        db.commit()
-    streams.publish_events(sent.events)
-    enqueue_run_dispatch(sent.run.id)
-    run_id = sent.run.id
+    control = stack.start("control-1", "control")
+    owner = make_agent(stack.engine, stack.model.base_url, PROVIDER_KEY, email="restart@example.com", tools={})
+    thread_id = new_thread(stack.engine, owner)
+    run_id = send(stack.engine, owner.account_id, thread_id, "tell me a long story")
 
     wait_for(lambda: len(_delta_ids(stack.engine, thread_id)) >= 5, 120, "the answer to start streaming")
     before_kill = _delta_ids(stack.engine, thread_id)
@@ -164,21 +68,14 @@ def test_control_killed_mid_stream_and_restarted_the_run_completes_with_every_ev
     assert stop_group(control) == -signal.SIGKILL
     assert len(before_kill) < len(LONG_ANSWER), "the first answer finished before the kill"
     time.sleep(1)
-    stack.start_control("control-2")
+    stack.start("control-2", "control")
     # The new socket, in the directory the sandbox has mounted, usable by its uid 10001.
     socket_path = stack.data_dir / "run" / "control" / "control.sock"
     assert socket_path.is_socket() and socket_path.stat().st_mode & 0o777 == 0o666
     assert socket_path.parent.stat().st_mode & 0o777 == 0o755
 
-    def finished() -> bool:
-        with Session(stack.engine) as db:
-            run = db.get(SessionRun, run_id)
-            return run is not None and run.status in ("completed", "failed", "cancelled", "expired")
-
-    wait_for(finished, 180, "the run to finish after the restart")
+    run = wait_run(stack.engine, run_id, timeout=180)
     with Session(stack.engine) as db:
-        run = db.get(SessionRun, run_id)
-        assert run is not None
         assert (run.status, run.error_code) == ("completed", None), (run.error_code, run.error_message)
         events = sessions.read_events(db, thread_id, limit=10_000)
 

@@ -1,0 +1,172 @@
+"""The real runtime for integration tests: `mosoo control` and `mosoo worker` processes
+sharing one database, Redis db, master key and data dir with the test process, a Docker
+sandbox image, and the scripted model server standing in for the provider."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import importlib
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import pytest
+import redis
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from mosoo_core import agents, identity, sessions, streams, vault
+from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
+from mosoo_core.sessions.models import SessionRun
+from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tasks_client import enqueue_run_dispatch
+from tests.support.openai_server import ScriptedOpenAIServer
+from tests.support.processes import free_port, mosoo_env, running, wait_for
+
+TERMINAL = ("completed", "failed", "cancelled", "expired")
+
+
+def runtime_env(
+    data_dir: Path, database_url: str, redis_db: int, monkeypatch: pytest.MonkeyPatch, **extra: str
+) -> dict[str, str]:
+    """Settings for the child processes, applied to this process too (so services called
+    from the test and the Celery client talk to the same Redis db and vault key)."""
+    image = ensure_sandbox_image(docker.from_env(timeout=600), base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", ""))
+    settings_env = {
+        "MOSOO_REDIS_URL": f"redis://127.0.0.1:6379/{redis_db}",
+        "MOSOO_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
+        "MOSOO_SANDBOX_BACKEND": "docker",
+        "MOSOO_SANDBOX_IMAGE": image,
+        "MOSOO_CONTROL_PORT": str(free_port()),
+        "MOSOO_DRIVER_HEARTBEAT_INTERVAL_MS": "1000",
+        **extra,
+    }
+    for key, value in settings_env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("MOSOO_DATA_DIR", str(data_dir))
+    reset_settings_cache()
+    redis.Redis(db=redis_db).flushdb()
+    import mosoo_core.tasks
+
+    importlib.reload(mosoo_core.tasks)  # its Celery app reads the broker URL at import
+    return mosoo_env(data_dir, database_url, **settings_env)
+
+
+@dataclass
+class RuntimeStack:
+    engine: Engine
+    model: ScriptedOpenAIServer
+    data_dir: Path
+    logs: Path
+    env: dict[str, str]
+    processes: contextlib.ExitStack = field(repr=False)
+    started: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        """Start `mosoo <args>` (logging to logs/<name>.log) and wait until it is ready."""
+        log = self.logs / f"{name}.log"
+        process = self.processes.enter_context(running(list(args), self.env, log))
+        marker = b"control.ready" if args[0] == "control" else b"worker.ready"
+        wait_for(lambda: marker in log.read_bytes(), 60, f"{name} to be ready", process)
+        self.started[name] = process
+        return process
+
+    def print_logs(self) -> None:
+        for log in sorted(self.logs.glob("*.log")):
+            print(f"--- {log.name}\n" + log.read_text(errors="replace")[-6000:])
+
+
+@contextlib.contextmanager
+def runtime_stack(
+    engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, redis_db: int,
+    start_control: bool = True,
+) -> Iterator[RuntimeStack]:
+    env = runtime_env(tmp_path / "data", database_url, redis_db, monkeypatch)
+    with contextlib.ExitStack() as processes, ScriptedOpenAIServer(models=["test-model"]) as model:
+        stack = RuntimeStack(engine, model, tmp_path / "data", tmp_path / "logs", env, processes)
+        try:
+            if start_control:
+                stack.start("control", "control")
+            stack.start("worker", "worker", "--concurrency", "2")
+            yield stack
+        except BaseException:
+            stack.print_logs()
+            raise
+        finally:
+            processes.close()
+            remove_sandboxes()
+
+
+def remove_sandboxes() -> None:
+    """Remove this installation's sandboxes through the backend (containers and volumes)."""
+    from mosoo_core.runtime.runs import installation_label
+    from mosoo_core.runtime.sandbox import get_backend
+
+    backend = get_backend()
+    for ref in backend.list_by_label(installation_label()):
+        backend.remove(ref)
+
+
+@dataclass(frozen=True)
+class Owner:
+    account_id: str
+    app_id: str
+    agent_id: str
+
+
+def make_agent(
+    engine: Engine, base_url: str, provider_key: str, *, email: str = "e2e@example.com", kind: str = "cattle",
+    tools: dict[str, str] | None = None,
+) -> Owner:
+    """An account whose App has a provider key (pointing at base_url) and a ready Agent."""
+    with Session(engine) as db:
+        account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
+        app_id = identity.list_apps(db, account.id)[0].id
+        credential = vault.create_provider_credential(
+            db, account.id, app_id,
+            vault.ProviderCredentialInput(
+                name=f"Scripted {kind}", provider="openai_compatible", base_url=base_url, api_key=provider_key,
+                models=["test-model"],
+            ),
+        )
+        agent = agents.create_agent(db, account.id, app_id, name=f"E2E {kind}", kind=kind)
+        agents.update_agent(
+            db, account.id, app_id, agent.id, provider_credential_id=credential.id, model="test-model",
+            system_prompt="You are a test agent.", tools=tools if tools is not None else {"bash": "allow"},
+        )
+        db.commit()
+        return Owner(account.id, app_id, agent.id)
+
+
+def new_thread(engine: Engine, owner: Owner) -> str:
+    with Session(engine) as db:
+        thread = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id)
+        db.commit()
+        return thread.id
+
+
+def send(engine: Engine, account_id: str, session_id: str, text: str) -> str:
+    """What a front door does: store the message, publish, ask the worker to dispatch."""
+    with Session(engine) as db:
+        sent = sessions.send_message(db, account_id, session_id, text)
+        db.commit()
+    streams.publish_events(sent.events)
+    enqueue_run_dispatch(sent.run.id)
+    return sent.run.id
+
+
+def wait_run(engine: Engine, run_id: str, timeout: float = 120) -> SessionRun:
+    def finished() -> bool:
+        with Session(engine) as db:
+            run = db.get(SessionRun, run_id)
+            return run is not None and run.status in TERMINAL
+
+    wait_for(finished, timeout, f"run {run_id} to finish")
+    with Session(engine) as db:
+        run = db.get(SessionRun, run_id)
+        assert run is not None
+        return run
