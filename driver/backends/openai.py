@@ -1,15 +1,23 @@
-"""The `openai` runtime: an agent tool loop over an OpenAI-compatible Chat Completions API.
+"""The `openai` runtime: an agent tool loop over an OpenAI-compatible API.
 
-We run the loop ourselves — one streamed Chat Completions call per step, then the step's
-tool calls — instead of an agents framework, because each step has to map to exact
-protocol events, stop for our permission prompts, and stop at once on `turn.cancel` (both
-the model stream and a running tool). The official `openai` SDK does the HTTP and SSE
-parsing. Its base URL is the in-sandbox forwarder (`.../gateway/openai/v1`) and its API key
-the run's gateway grant, so no provider key ever enters the sandbox.
+We run the loop ourselves — one streamed model call per step, then the step's tool calls —
+instead of an agents framework, because each step has to map to exact protocol events,
+stop for our permission prompts, and stop at once on `turn.cancel` (both the model stream
+and a running tool). The official `openai` SDK does the HTTP and SSE parsing. Its base URL
+is the in-sandbox forwarder (`.../gateway/openai/v1`) and its API key the run's gateway
+grant, so no provider key ever enters the sandbox.
+
+A step speaks one of two APIs, as the grant's `api_style` says: Chat Completions (every
+OpenAI-compatible server) or the Responses API (where the provider has it). Only the model
+call differs — the request and the mapping of its stream onto our events
+(`_stream_chat_completions` / `_stream_responses`); the loop, tools, permissions, cancel,
+retry and the saved conversation are shared.
 
 Each thread's conversation lives in `<workspace>/.mosoo/sessions/<session_id>.json`, so a
 new container restored from a workspace checkpoint continues the same thread, and the
-threads of a Pet agent that share one workspace keep separate conversations.
+threads of a Pet agent that share one workspace keep separate conversations. It is stored
+as Chat Completions messages whatever the API; the Responses API gets it converted to
+input items at each call (`_responses_input`), so a thread also survives a provider change.
 
 A model step that fails in transport (control restarting under the forwarder, a dropped
 connection) is tried again with backoff for up to MODEL_RETRY_BUDGET_SECONDS instead of
@@ -54,6 +62,11 @@ PASSTHROUGH_OPTIONS = (
     "frequency_penalty",
     "stop",
 )
+# Responses API parameters an agent's provider options may set (`max_tokens`,
+# `max_completion_tokens` and `reasoning_effort` are translated; see `_responses_request`).
+RESPONSES_PASSTHROUGH_OPTIONS = ("temperature", "top_p", "max_output_tokens", "parallel_tool_calls", "store")
+# Responses API errors worth running the turn again for.
+RETRYABLE_RESPONSE_ERRORS = frozenset({"server_error", "rate_limit_exceeded"})
 # Where OpenAI-compatible servers put streamed reasoning (DeepSeek, vLLM / OpenRouter, Ollama).
 REASONING_FIELDS = ("reasoning_content", "reasoning")
 # Transport failures of a model step: wait 0.5 s, then twice as long each time up to 5 s,
@@ -82,7 +95,21 @@ class _TransportFailure(Exception):
 class _Step:
     text: str = ""
     tool_calls: list[_ToolCall] = field(default_factory=list)
-    finish_reason: str | None = None
+
+
+@dataclass
+class _Attempt:
+    """What one model call has streamed so far; filled in by either API's stream mapping."""
+
+    run_id: str
+    message_id: str | None = None
+    text_parts: list[str] = field(default_factory=list)
+    calls: dict[int, _ToolCall] = field(default_factory=dict)  # by the stream's index
+    done: bool = False  # the model finished its answer (a finish_reason, response.completed)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
 
 
 class OpenAIBackend(Backend):
@@ -121,6 +148,10 @@ class OpenAIBackend(Backend):
         self.conversation_path = self.workspace / CONVERSATIONS_DIR / f"{safe_id}.json"
         self.messages: list[dict[str, Any]] = []
         self._client: openai.AsyncOpenAI | None = None
+        # The one part of a step that depends on the API: the call and its stream mapping.
+        self._stream_step = (
+            self._stream_responses if spec.gateway.api_style == "responses" else self._stream_chat_completions
+        )
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -138,7 +169,10 @@ class OpenAIBackend(Backend):
         )
         if self.spec.mcp_servers:
             log.warning("mcp_not_supported", extra={"count": len(self.spec.mcp_servers)})
-        log.info("backend_started", extra={"runtime": self.runtime, "model": self.spec.model, "tools": sorted(self.tools)})
+        log.info(
+            "backend_started",
+            extra={"runtime": self.runtime, "model": self.spec.model, "api_style": self.spec.gateway.api_style, "tools": sorted(self.tools)},
+        )
 
     async def close(self) -> None:
         await super().close()
@@ -206,75 +240,94 @@ class OpenAIBackend(Backend):
 
     async def _model_attempt(self, run_id: str) -> _Step:
         assert self._client is not None, "start() was not called"
-        step = _Step()
-        calls: dict[int, _ToolCall] = {}
-        message_id: str | None = None
-        text_parts: list[str] = []
+        attempt = _Attempt(run_id)
         try:
-            stream = await self._client.chat.completions.create(**self._request())
-            try:
-                async for chunk in stream:
-                    if chunk.usage is not None:
-                        self.emit(run_id, "usage.updated", **_usage_payload(chunk.usage, chunk.model or self.spec.model))
-                    if not chunk.choices:
-                        continue
-                    choice = chunk.choices[0]
-                    delta = choice.delta
-                    if delta is not None:
-                        reasoning = _reasoning_text(delta)
-                        if reasoning:
-                            self.emit(run_id, "thought.delta", text=reasoning)
-                        if delta.content:
-                            if message_id is None:
-                                message_id = f"msg_{uuid.uuid4().hex}"
-                                self.emit(run_id, "message.started", message_id=message_id)
-                            text_parts.append(delta.content)
-                            self.emit(run_id, "message.delta", message_id=message_id, text=delta.content)
-                        for call_delta in delta.tool_calls or []:
-                            call = calls.setdefault(call_delta.index, _ToolCall())
-                            if call_delta.id and not call.id:
-                                call.id = call_delta.id
-                            function = call_delta.function
-                            if function is not None:
-                                if function.name and not call.name:
-                                    call.name = function.name
-                                if function.arguments:
-                                    call.arguments += function.arguments
-                    if choice.finish_reason:
-                        step.finish_reason = choice.finish_reason
-            finally:
-                await stream.close()
+            await self._stream_step(attempt)
         except asyncio.CancelledError:
-            if text_parts:  # keep what the user already saw in the thread
-                self.messages.append({"role": "assistant", "content": "".join(text_parts)})
+            if attempt.text_parts:  # keep what the user already saw in the thread
+                self.messages.append({"role": "assistant", "content": attempt.text})
             self._save_conversation()
+            raise
+        except RunFailure:  # the model reported a failure mid-answer
+            self._interrupt_message(attempt)
             raise
         except (openai.APIConnectionError, httpx.TransportError, openai.APIStatusError) as error:
             if isinstance(error, openai.APIStatusError) and not _is_forwarder_error(error):
+                self._interrupt_message(attempt)
                 raise _model_failure(error) from None
-            if step.finish_reason is None:
-                self._interrupt_message(run_id, message_id, text_parts)
+            if not attempt.done:
+                self._interrupt_message(attempt)
                 raise _TransportFailure(_describe(error)) from None
             # Only the tail (usage, [DONE]) is missing: the answer itself is whole.
             log.warning("model_stream_tail_lost", extra={"run_id": run_id, "error": _describe(error)})
         except openai.APIError as error:
+            self._interrupt_message(attempt)
             raise _model_failure(error) from None
-        step.text = "".join(text_parts)
-        if message_id is not None:
-            self.emit(run_id, "message.completed", message_id=message_id, text=step.text)
-        for index in sorted(calls):
-            call = calls[index]
+        step = _Step(text=attempt.text)
+        if attempt.message_id is not None:
+            self.emit(run_id, "message.completed", message_id=attempt.message_id, text=step.text)
+        for index in sorted(attempt.calls):
+            call = attempt.calls[index]
             if not call.id:
                 call.id = f"call_{uuid.uuid4().hex[:24]}"
             step.tool_calls.append(call)
         return step
 
-    def _interrupt_message(self, run_id: str, message_id: str | None, text_parts: list[str]) -> None:
+    def _interrupt_message(self, attempt: _Attempt) -> None:
         """Close what the user saw of a broken attempt; it stays out of the conversation."""
-        if message_id is not None:
-            self.emit(run_id, "message.completed", message_id=message_id, text="".join(text_parts), interrupted=True)
+        if attempt.message_id is not None:
+            self.emit(attempt.run_id, "message.completed", message_id=attempt.message_id, text=attempt.text, interrupted=True)
 
-    def _request(self) -> dict[str, Any]:
+    # What either API's stream mapping reports while it reads.
+
+    def _on_text(self, attempt: _Attempt, text: str | None) -> None:
+        if not text:
+            return
+        if attempt.message_id is None:
+            attempt.message_id = f"msg_{uuid.uuid4().hex}"
+            self.emit(attempt.run_id, "message.started", message_id=attempt.message_id)
+        attempt.text_parts.append(text)
+        self.emit(attempt.run_id, "message.delta", message_id=attempt.message_id, text=text)
+
+    def _on_thought(self, attempt: _Attempt, text: str | None) -> None:
+        if text:
+            self.emit(attempt.run_id, "thought.delta", text=text)
+
+    def _on_usage(self, attempt: _Attempt, numbers: dict[str, Any], model: str | None) -> None:
+        self.emit(attempt.run_id, "usage.updated", **numbers, model=model or self.spec.model)
+
+    # --- Chat Completions ----------------------------------------------------------------
+
+    async def _stream_chat_completions(self, attempt: _Attempt) -> None:
+        assert self._client is not None
+        stream = await self._client.chat.completions.create(**self._chat_request())
+        try:
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    self._on_usage(attempt, _chat_usage(chunk.usage), chunk.model)
+                if not chunk.choices:
+                    continue
+                choice = chunk.choices[0]
+                delta = choice.delta
+                if delta is not None:
+                    self._on_thought(attempt, _reasoning_text(delta))
+                    self._on_text(attempt, delta.content)
+                    for call_delta in delta.tool_calls or []:
+                        call = attempt.calls.setdefault(call_delta.index, _ToolCall())
+                        if call_delta.id and not call.id:
+                            call.id = call_delta.id
+                        function = call_delta.function
+                        if function is not None:
+                            if function.name and not call.name:
+                                call.name = function.name
+                            if function.arguments:
+                                call.arguments += function.arguments
+                if choice.finish_reason:
+                    attempt.done = True
+        finally:
+            await stream.close()
+
+    def _chat_request(self) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []
         system_prompt = self._system_prompt()
         if system_prompt:
@@ -295,6 +348,77 @@ class OpenAIBackend(Backend):
         if isinstance(options.get("extra_body"), dict):
             request["extra_body"] = options["extra_body"]
         return request
+
+    # --- Responses API -------------------------------------------------------------------
+
+    async def _stream_responses(self, attempt: _Attempt) -> None:
+        assert self._client is not None
+        stream = await self._client.responses.create(**self._responses_request())
+        try:
+            async for event in stream:
+                kind = getattr(event, "type", "")
+                if kind in ("response.output_text.delta", "response.refusal.delta"):
+                    self._on_text(attempt, event.delta)
+                elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+                    self._on_thought(attempt, event.delta)
+                elif kind in ("response.output_item.added", "response.output_item.done"):
+                    item = event.item
+                    if getattr(item, "type", None) != "function_call":
+                        continue
+                    call = attempt.calls.setdefault(event.output_index, _ToolCall())
+                    call.id = call.id or item.call_id or ""
+                    call.name = call.name or item.name or ""
+                    if kind == "response.output_item.done" and isinstance(item.arguments, str):
+                        call.arguments = item.arguments  # the whole arguments win over the deltas
+                elif kind == "response.function_call_arguments.delta":
+                    attempt.calls.setdefault(event.output_index, _ToolCall()).arguments += event.delta or ""
+                elif kind == "response.function_call_arguments.done":
+                    attempt.calls.setdefault(event.output_index, _ToolCall()).arguments = event.arguments or ""
+                elif kind in ("response.completed", "response.incomplete"):
+                    response = event.response
+                    if response.usage is not None:
+                        self._on_usage(attempt, _responses_usage(response.usage), response.model)
+                    if kind == "response.incomplete":  # e.g. max_output_tokens: keep what came
+                        reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
+                        log.warning("model_answer_incomplete", extra={"run_id": attempt.run_id, "reason": reason})
+                    attempt.done = True
+                elif kind == "response.failed":
+                    error = getattr(event.response, "error", None)
+                    raise _response_failure(getattr(error, "code", None), getattr(error, "message", None))
+                elif kind == "error":
+                    raise _response_failure(event.code, event.message)
+        finally:
+            await stream.close()
+
+    def _responses_request(self) -> dict[str, Any]:
+        options = self.spec.provider_options
+        request: dict[str, Any] = {
+            "model": self.spec.model,
+            "instructions": self._system_prompt(),
+            "input": _responses_input(self.messages),
+            "stream": True,
+            # We send the whole conversation each step and never refer to a stored response,
+            # so the provider need not keep one (an agent's provider options may say otherwise).
+            "store": False,
+        }
+        if self.tools:
+            request["tools"] = [_responses_tool(tool.schema()) for tool in self.tools.values()]
+        for key in ("max_tokens", "max_completion_tokens"):  # Chat Completions names
+            if options.get(key) is not None:
+                request["max_output_tokens"] = options[key]
+        for key in RESPONSES_PASSTHROUGH_OPTIONS:
+            if options.get(key) is not None:
+                request[key] = options[key]
+        reasoning = dict(options["reasoning"]) if isinstance(options.get("reasoning"), dict) else {}
+        if options.get("reasoning_effort") is not None:
+            reasoning.setdefault("effort", options["reasoning_effort"])
+        if reasoning:
+            request["reasoning"] = reasoning
+        if isinstance(options.get("extra_body"), dict):
+            request["extra_body"] = options["extra_body"]
+        return request
+
+    # --- shared ----------------------------------------------------------------------------
 
     def _system_prompt(self) -> str:
         parts = [self.spec.system_prompt.strip()] if self.spec.system_prompt.strip() else []
@@ -419,19 +543,85 @@ def _reasoning_text(delta: Any) -> str:
     return ""
 
 
-def _usage_payload(usage: Any, model: str) -> dict[str, Any]:
-    payload: dict[str, Any] = {
-        "input_tokens": usage.prompt_tokens or 0,
-        "output_tokens": usage.completion_tokens or 0,
-        "model": model,
-    }
-    prompt_details = getattr(usage, "prompt_tokens_details", None)
-    if prompt_details is not None and prompt_details.cached_tokens is not None:
-        payload["cached_input_tokens"] = prompt_details.cached_tokens
-    completion_details = getattr(usage, "completion_tokens_details", None)
-    if completion_details is not None and completion_details.reasoning_tokens is not None:
-        payload["reasoning_tokens"] = completion_details.reasoning_tokens
+def _chat_usage(usage: Any) -> dict[str, Any]:
+    """`usage.updated` numbers from a Chat Completions usage chunk."""
+    return _usage_numbers(
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None),
+        getattr(getattr(usage, "completion_tokens_details", None), "reasoning_tokens", None),
+    )
+
+
+def _responses_usage(usage: Any) -> dict[str, Any]:
+    """`usage.updated` numbers from a Responses API `response.usage`."""
+    return _usage_numbers(
+        getattr(usage, "input_tokens", None),
+        getattr(usage, "output_tokens", None),
+        getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", None),
+        getattr(getattr(usage, "output_tokens_details", None), "reasoning_tokens", None),
+    )
+
+
+def _usage_numbers(input_tokens: Any, output_tokens: Any, cached: Any, reasoning: Any) -> dict[str, Any]:
+    payload: dict[str, Any] = {"input_tokens": input_tokens or 0, "output_tokens": output_tokens or 0}
+    if cached is not None:
+        payload["cached_input_tokens"] = cached
+    if reasoning is not None:
+        payload["reasoning_tokens"] = reasoning
     return payload
+
+
+def _responses_tool(schema: dict[str, Any]) -> dict[str, Any]:
+    """A Chat Completions `tools[]` entry as a Responses API function tool (flat, and not
+    strict: our schemas have optional properties, which strict mode refuses)."""
+    function = schema["function"]
+    return {
+        "type": "function",
+        "name": function["name"],
+        "description": function.get("description", ""),
+        "parameters": function.get("parameters") or {"type": "object", "properties": {}},
+        "strict": False,
+    }
+
+
+def _plain_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: keep their text
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return "" if content is None else str(content)
+
+
+def _responses_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The saved conversation (Chat Completions messages) as Responses API input items:
+    an assistant's tool calls become `function_call` items and tool results
+    `function_call_output` items, paired by `call_id`."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            output = _plain_text(message.get("content"))
+            items.append({"type": "function_call_output", "call_id": str(message.get("tool_call_id")), "output": output})
+        elif role == "assistant":
+            text = _plain_text(message.get("content"))
+            if text:
+                items.append({"role": "assistant", "content": text})
+            for call in message.get("tool_calls") or []:
+                if not isinstance(call, dict):
+                    continue
+                function = call.get("function") or {}
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": str(call.get("id")),
+                        "name": str(function.get("name", "")),
+                        "arguments": function.get("arguments") or "",
+                    }
+                )
+        elif role in ("user", "system", "developer"):
+            items.append({"role": role, "content": _plain_text(message.get("content"))})
+    return items
 
 
 def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
@@ -453,6 +643,14 @@ def _model_failure(error: openai.APIError) -> RunFailure:
         retryable = error.status_code == 429 or error.status_code >= 500
         return RunFailure("model_error", f"the model call failed ({error.status_code}): {error.message}", retryable=retryable)
     return RunFailure("model_error", f"the model call failed: {error.message}", retryable=False)
+
+
+def _response_failure(code: str | None, message: str | None) -> RunFailure:
+    """A Responses API `response.failed` or `error` event."""
+    detail = message or "no reason given"
+    if code:
+        detail += f" ({code})"
+    return RunFailure("model_error", f"the model call failed: {detail}", retryable=code in RETRYABLE_RESPONSE_ERRORS)
 
 
 def _is_forwarder_error(error: openai.APIStatusError) -> bool:

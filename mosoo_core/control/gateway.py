@@ -81,8 +81,11 @@ class UsageTap:
         if isinstance(obj.get("usage"), dict):
             self.usage = obj["usage"]
         response = obj.get("response")  # Responses API: response.completed carries usage
-        if isinstance(response, dict) and isinstance(response.get("usage"), dict):
-            self.usage = response["usage"]
+        if isinstance(response, dict):
+            if isinstance(response.get("usage"), dict):
+                self.usage = response["usage"]
+            if isinstance(response.get("model"), str):
+                self.model = response["model"]
         if isinstance(obj.get("model"), str):
             self.model = obj["model"]
 

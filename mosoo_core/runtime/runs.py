@@ -14,6 +14,7 @@ import hashlib
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Literal
 
 from sqlmodel import Session, select
 
@@ -38,6 +39,7 @@ from mosoo_core.runtime.sandbox import (
 )
 from mosoo_core.sessions.models import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
 from mosoo_core.settings import get_settings
+from mosoo_core.vault.models import ProviderCredential, ProviderKind
 
 log = get_logger(__name__)
 READY_TIMEOUT_SECONDS = 60.0
@@ -76,6 +78,17 @@ def _fail(db: Session, run: SessionRun, code: str, message: str, retryable: bool
     return sessions.finish_run(db, run, "failed", code=code, message=message, retryable=retryable, emit_event=True)
 
 
+def openai_api_style(db: Session, credential_id: str) -> Literal["chat_completions", "responses"]:
+    """Which OpenAI API the `openai` runtime speaks to a run's provider. The Responses API
+    only where we know the provider has it: OpenAI itself (the `openai` preset). DeepSeek,
+    OpenRouter, Ollama and custom OpenAI-compatible servers all speak Chat Completions,
+    most of them not the Responses API, so they keep it."""
+    credential = db.get(ProviderCredential, credential_id)
+    if credential is not None and credential.provider == ProviderKind.OPENAI:
+        return "responses"
+    return "chat_completions"
+
+
 def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.StoredEvent]]:
     """Freeze the run's snapshot and register its driver. None when there is nothing to boot."""
     run = db.get(SessionRun, run_id)
@@ -100,7 +113,8 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
     spec = ExecutionSpec(
         app_id=run.app_id, agent_id=agent.id, session_id=session.id, runtime=agent.runtime, model=agent.model,
         system_prompt=agent.system_prompt, tools=dict(agent.tools),  # type: ignore[arg-type]
-        provider_options=dict(agent.provider_options), gateway=GatewayGrant(grant=grant),
+        provider_options=dict(agent.provider_options),
+        gateway=GatewayGrant(grant=grant, api_style=openai_api_style(db, agent.provider_credential_id)),
     )
     # The stored snapshot never holds the grant.
     run.snapshot = {**spec.model_dump(exclude={"gateway"}), "kind": agent.kind, "credential_id": agent.provider_credential_id}

@@ -168,6 +168,18 @@ def test_commands_are_delivered_in_order_and_redelivered_after_reconnect(control
         streams.notify_driver(booted.instance_id, redis.Redis(db=TEST_REDIS_DB))
         got.append(await recv_json(ws, timeout=5))
         await ws.send(json.dumps({"type": "command_update", "command_id": first_id, "status": "completed"}))
+
+        def first_completed() -> bool:
+            with Session(engine) as db:
+                row = db.get(DriverCommand, first_id)
+                return row is not None and row.status == "completed"
+
+        # The update is stored before the driver comes back (a real driver would also just
+        # ignore a re-delivered command id it has finished).
+        for _ in range(200):
+            if first_completed():
+                break
+            await asyncio.sleep(0.02)
         await ws.close()
         ws2, _ = await _welcomed(control, booted.instance_id, resume_token=welcome["resume_token"])
         redelivered = [await recv_json(ws2)]

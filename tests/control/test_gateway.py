@@ -9,7 +9,10 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
+from driver.protocol import BootPayload
 from mosoo_core import sessions, vault
+from mosoo_core.agents.models import Agent
+from mosoo_core.runtime.runs import plan_boot
 from mosoo_core.sessions.models import SessionRun
 from mosoo_core.usage.models import UsageEvent
 from tests.control.conftest import ControlServer, boot_fixture
@@ -100,3 +103,63 @@ def test_grant_dies_with_its_run(control: ControlServer, engine: Engine, upstrea
     with _client(control) as client:
         response = client.post("/gateway/openai/v1/chat/completions", json={"model": "test-model"}, headers={"Authorization": f"Bearer {grant}"})
     assert response.status_code == 401
+
+
+def test_streamed_responses_call_records_usage_from_response_completed(
+    control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer
+) -> None:
+    upstream.add(TextTurn("Hello over Responses", usage={"prompt_tokens": 21, "completion_tokens": 5, "cached_tokens": 8, "reasoning_tokens": 2}))
+    grant, run_id = _grant(engine, upstream.base_url)
+    body = {"model": "test-model", "stream": True, "instructions": "Be brief.", "input": [{"role": "user", "content": "hi"}]}
+    with _client(control) as client, client.stream(
+        "POST", "/gateway/openai/v1/responses", json=body, headers={"Authorization": f"Bearer {grant}"}
+    ) as response:
+        assert response.status_code == 200
+        raw = b"".join(response.iter_raw())
+    events = [json.loads(line[5:]) for line in raw.decode().splitlines() if line.startswith("data:")]
+    assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
+    assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "Hello over Responses"
+    [request] = upstream.responses_requests
+    assert request.headers["authorization"] == f"Bearer {PROVIDER_KEY}"
+    assert request.body == body  # relayed unchanged (no stream_options: usage comes in response.completed)
+
+    def usage_rows() -> list[UsageEvent]:
+        with Session(engine) as db:
+            return list(db.exec(select(UsageEvent)).all())
+
+    wait_for(lambda: len(usage_rows()) == 1, 10, "the usage record")
+    [row] = usage_rows()
+    assert (row.run_id, row.model, row.input_tokens, row.output_tokens, row.cached_input_tokens, row.reasoning_tokens) == (
+        run_id, "test-model", 21, 5, 8, 2,
+    )
+
+
+@pytest.mark.parametrize(
+    ("provider", "base_url", "api_style"),
+    [
+        ("openai", "", "responses"),
+        ("deepseek", "", "chat_completions"),
+        ("openrouter", "", "chat_completions"),
+        ("ollama", "", "chat_completions"),
+        ("openai_compatible", "http://10.0.0.5:8000/v1", "chat_completions"),
+    ],
+)
+def test_the_openai_runtime_uses_the_responses_api_only_for_openai(engine: Engine, provider: str, base_url: str, api_style: str) -> None:
+    with Session(engine) as db:
+        booted = boot_fixture(db)
+        credential = vault.create_provider_credential(
+            db, booted.account_id, booted.app_id,
+            vault.ProviderCredentialInput(name="P", provider=provider, base_url=base_url, api_key=PROVIDER_KEY, models=["m"]),
+        )
+        agent = db.get(Agent, booted.agent_id)
+        run = db.get(SessionRun, booted.run_id)
+        assert agent is not None and run is not None
+        agent.provider_credential_id = credential.id
+        run.status, run.driver_instance_id = "queued", None  # as a freshly sent message leaves it
+        db.add_all([agent, run])
+        db.flush()
+        plan, events = plan_boot(db, booted.run_id)
+        assert plan is not None, events
+        gateway = BootPayload.model_validate_json(plan.payload_json).execution_spec.gateway
+        assert (gateway.provider, gateway.api_style) == ("openai", api_style)
+        db.rollback()
