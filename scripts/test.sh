@@ -5,6 +5,7 @@ cd "$(dirname "$0")/.."
 export MOSOO_TEST_DATABASES="${MOSOO_TEST_DATABASES:-sqlite,postgresql}"
 export REFLEX_USE_SYSTEM_BUN=1 REFLEX_TELEMETRY_ENABLED=false
 .venv/bin/ruff check .
+.venv/bin/mypy
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 status=$?
