@@ -1,6 +1,7 @@
-"""Agents: profile, runtime catalog and readiness."""
+"""Agents: profile, runtime catalog, readiness, published versions."""
 
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, Runtime
+from mosoo_core.agents.packages import ImportReport, export_agent, import_agent
 from mosoo_core.agents.service import (
     DEFAULT_TOOLS,
     AgentView,
@@ -14,6 +15,14 @@ from mosoo_core.agents.service import (
     readiness,
     update_agent,
 )
+from mosoo_core.agents.versions import (
+    VersionView,
+    get_version,
+    list_versions,
+    publish_agent,
+    thread_profile,
+    unpublish_agent,
+)
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -21,13 +30,22 @@ __all__ = [
     "RUNTIMES",
     "AgentView",
     "Blocker",
+    "ImportReport",
     "Readiness",
     "Runtime",
+    "VersionView",
     "agent_view",
     "create_agent",
+    "export_agent",
     "get_agent",
+    "get_version",
+    "import_agent",
     "list_agents",
+    "list_versions",
     "owned_agent",
+    "publish_agent",
     "readiness",
+    "thread_profile",
+    "unpublish_agent",
     "update_agent",
 ]

@@ -1,4 +1,4 @@
-"""Agent tables (the minimal profile of the runtime issue; versions come with issue 4)."""
+"""Agent tables: the editable draft profile and its immutable published versions."""
 
 from __future__ import annotations
 
@@ -27,5 +27,22 @@ class Agent(SQLModel, table=True):
     # {"bash": "ask", "read": "allow", ...}: enabled built-in tools and their policy.
     tools: dict[str, Any] = Field(default_factory=dict, sa_type=sa.JSON)
     provider_options: dict[str, Any] = Field(default_factory=dict, sa_type=sa.JSON)
+    status: str = Field(default="draft", max_length=16, sa_column_kwargs={"server_default": "draft"})  # draft | published
+    published_version: int | None = None  # the version new non-Preview threads pin; None while a draft
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class AgentVersion(SQLModel, table=True):
+    """A published, numbered snapshot of an Agent's profile. Never updated once written."""
+
+    __tablename__ = "agent_version"
+    __table_args__ = (sa.UniqueConstraint("agent_id", "number", name="uq_agent_version_number"),)
+    id: str = Field(default_factory=new_id, primary_key=True, max_length=26)
+    agent_id: str = Field(foreign_key="agent.id", index=True, ondelete="CASCADE", max_length=26)
+    number: int  # 1, 2, ... per Agent
+    summary: str = Field(default="", max_length=200)
+    # The frozen profile: name, description, runtime, kind, provider_credential_id, model,
+    # system_prompt, tools, provider_options.
+    profile: dict[str, Any] = Field(default_factory=dict, sa_type=sa.JSON)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)

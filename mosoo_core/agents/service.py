@@ -9,7 +9,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, TOOL_POLICIES
-from mosoo_core.agents.models import Agent
+from mosoo_core.agents.models import Agent, AgentVersion
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.identity import get_app
@@ -32,6 +32,8 @@ class AgentView:
     provider_options: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    status: str = "draft"  # draft | published
+    published_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ def agent_view(agent: Agent) -> AgentView:
         runtime=agent.runtime, kind=agent.kind, provider_credential_id=agent.provider_credential_id,
         model=agent.model, system_prompt=agent.system_prompt, tools=dict(agent.tools),
         provider_options=dict(agent.provider_options), created_at=agent.created_at, updated_at=agent.updated_at,
+        status=agent.status, published_version=agent.published_version,
     )
 
 
@@ -134,6 +137,11 @@ def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, **cha
         raise InvalidInput(f"Unknown runtime {values['runtime']!r}.", field="runtime")
     if "kind" in values and values["kind"] not in ("pet", "cattle"):
         raise InvalidInput("Kind is pet (Assistant) or cattle (Task).", field="kind")
+    for locked in ("kind", "runtime"):
+        if locked in values and values[locked] != getattr(agent, locked) and _ever_published(db, agent.id):
+            raise InvalidInput(
+                "Kind and runtime are locked after the first publish; fork the agent to change them.", field=locked
+            )
     if "model" in values:
         values["model"] = (values["model"] or "").strip()
         if len(values["model"]) > 200:
@@ -152,6 +160,10 @@ def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, **cha
     db.add(agent)
     db.flush()
     return agent_view(agent)
+
+
+def _ever_published(db: Session, agent_id: str) -> bool:
+    return db.exec(select(AgentVersion.id).where(AgentVersion.agent_id == agent_id).limit(1)).first() is not None
 
 
 def readiness(db: Session, agent: AgentView) -> Readiness:

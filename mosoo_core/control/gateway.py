@@ -25,6 +25,18 @@ log = get_logger(__name__)
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 # Headers that describe our hop, not the payload.
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "upgrade"}
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+def provider_headers(provider: str, api_key: str | None, *, native: bool = False) -> dict[str, str]:
+    """The headers that carry a provider key upstream. The gateway speaks the OpenAI-compatible
+    API, where every provider (Anthropic's compatibility layer included) takes a Bearer key;
+    `native=True` is for a provider's own API, where Anthropic wants `x-api-key` and a version."""
+    if not api_key:
+        return {}
+    if native and provider == "anthropic":
+        return {"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION}
+    return {"authorization": f"Bearer {api_key}"}
 
 
 @dataclass(frozen=True)
@@ -154,9 +166,8 @@ def build_routes(
         headers = {
             "content-type": request.headers.get("content-type", "application/json"),
             "accept-encoding": "identity",
+            **provider_headers(upstream.provider, upstream.api_key),
         }
-        if upstream.api_key:
-            headers["authorization"] = f"Bearer {upstream.api_key}"
         url = f"{upstream.base_url.rstrip('/')}/{path}"
         try:
             upstream_request = client.build_request(

@@ -98,35 +98,42 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
     agent = db.get(Agent, session.agent_id) if session else None
     if session is None or agent is None:
         return None, _fail(db, run, "agent_missing", "The agent of this thread no longer exists.", False)
-    ready = agents.readiness(db, agents.agent_view(agent))
+    # The pinned version's frozen profile, or the live draft (Preview threads).
+    profile = agents.thread_profile(db, agent, session.agent_version)
+    if profile is None:
+        return None, _fail(db, run, "agent_version_missing", "The agent version of this thread no longer exists.", False)
+    ready = agents.readiness(db, profile)
     if not ready.ready:
         reasons = "; ".join(b.message for b in ready.blockers)
         return None, _fail(db, run, "readiness_blocked", f"The agent is not ready: {reasons}", False)
-    assert agent.provider_credential_id is not None
-    subject = f"agent:{agent.id}" if agent.kind == "pet" else f"session:{session.id}"
+    assert profile.provider_credential_id is not None
+    subject = f"agent:{agent.id}" if profile.kind == "pet" else f"session:{session.id}"
     driver = sessions.register_driver(
-        db, app_id=run.app_id, subject=subject, runtime=agent.runtime, session_id=session.id
+        db, app_id=run.app_id, subject=subject, runtime=profile.runtime, session_id=session.id
     )
     grant = sessions.issue_model_grant(
-        db, run, credential_id=agent.provider_credential_id, allowed_models=[agent.model]
+        db, run, credential_id=profile.provider_credential_id, allowed_models=[profile.model]
     )
     spec = ExecutionSpec(
-        app_id=run.app_id, agent_id=agent.id, session_id=session.id, runtime=agent.runtime, model=agent.model,
-        system_prompt=agent.system_prompt, tools=dict(agent.tools),  # type: ignore[arg-type]
-        provider_options=dict(agent.provider_options),
-        gateway=GatewayGrant(grant=grant, api_style=openai_api_style(db, agent.provider_credential_id)),
+        app_id=run.app_id, agent_id=agent.id, session_id=session.id, runtime=profile.runtime, model=profile.model,
+        system_prompt=profile.system_prompt, tools=dict(profile.tools),  # type: ignore[arg-type]
+        provider_options=dict(profile.provider_options),
+        gateway=GatewayGrant(grant=grant, api_style=openai_api_style(db, profile.provider_credential_id)),
     )
     # The stored snapshot never holds the grant.
-    run.snapshot = {**spec.model_dump(exclude={"gateway"}), "kind": agent.kind, "credential_id": agent.provider_credential_id}
+    run.snapshot = {
+        **spec.model_dump(exclude={"gateway"}), "kind": profile.kind, "credential_id": profile.provider_credential_id,
+        "agent_version": session.agent_version,
+    }
     run.status = "booting"
     run.driver_instance_id = driver.instance_id
     db.add(run)
     payload = BootPayload(
         control_url=CONTROL_URL, driver_instance_id=driver.instance_id, boot_token=driver.boot_token,
-        runtime=agent.runtime, execution_spec=spec,
+        runtime=profile.runtime, execution_spec=spec,
     )
     plan = BootPlan(
-        run_id=run.id, session_id=session.id, app_id=run.app_id, agent_id=agent.id, kind=agent.kind,
+        run_id=run.id, session_id=session.id, app_id=run.app_id, agent_id=agent.id, kind=profile.kind,
         subject=subject, instance_id=driver.instance_id, payload_json=payload.model_dump_json(),
     )
     return plan, []

@@ -36,6 +36,7 @@ class AgentSession(SQLModel, table=True):
     status: str = Field(default="idle", max_length=16, index=True)
     purpose: str = Field(default="preview", max_length=16)  # preview | console | api | channel
     end_user_id: str | None = Field(default=None, max_length=200, index=True)
+    agent_version: int | None = None  # the published version this thread runs; None = the draft (Preview)
     last_seq: int = 0
     archived_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     created_at: datetime = _now()

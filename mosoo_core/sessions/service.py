@@ -32,6 +32,7 @@ class SessionView:
     archived: bool
     created_at: datetime
     updated_at: datetime
+    agent_version: int | None = None  # the pinned published version; None = the draft
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ def session_view(row: AgentSession) -> SessionView:
         id=row.id, app_id=row.app_id, agent_id=row.agent_id, title=row.title, status=row.status,
         purpose=row.purpose, end_user_id=row.end_user_id, last_seq=row.last_seq,
         archived=row.archived_at is not None, created_at=row.created_at, updated_at=row.updated_at,
+        agent_version=row.agent_version,
     )
 
 
@@ -85,7 +87,8 @@ def create_session(
     db: Session, account_id: str, app_id: str, agent_id: str, *, purpose: str = "preview",
     end_user_id: str | None = None,
 ) -> SessionView:
-    """Start an empty thread with an Agent of the account's App."""
+    """Start an empty thread with an Agent of the account's App. Preview threads run the
+    draft; every other thread pins the published version and is refused while there is none."""
     from mosoo_core.agents.models import Agent
 
     get_app(db, account_id, app_id)
@@ -94,7 +97,14 @@ def create_session(
         raise NotFound("Agent not found.")
     if end_user_id is not None and not (0 < len(end_user_id) <= 200):
         raise InvalidInput("end_user_id must be 1 to 200 characters.", field="end_user_id")
-    row = AgentSession(app_id=app_id, agent_id=agent_id, purpose=purpose, end_user_id=end_user_id)
+    agent_version: int | None = None
+    if purpose != "preview":
+        if agent.status != "published" or agent.published_version is None:
+            raise Conflict("This agent is not published. Publish it to start threads outside Preview.")
+        agent_version = agent.published_version
+    row = AgentSession(
+        app_id=app_id, agent_id=agent_id, purpose=purpose, end_user_id=end_user_id, agent_version=agent_version
+    )
     db.add(row)
     db.flush()
     return session_view(row)

@@ -5,6 +5,7 @@ functions (`store_secret`, `reveal_secret`, ...) and `reveal_provider_key` are i
 they are for other services and the model gateway, never for a page or an API route.
 """
 
+from mosoo_core.vault._connection import test_provider_connection
 from mosoo_core.vault._credentials import (
     MASK,
     create_provider_credential,
@@ -27,6 +28,7 @@ from mosoo_core.vault._secrets import (
 )
 from mosoo_core.vault.models import (
     PROVIDER_PRESETS,
+    ConnectionResult,
     ProviderCredentialInput,
     ProviderCredentialView,
     ProviderKind,
@@ -37,6 +39,7 @@ from mosoo_core.vault.models import (
 __all__ = [
     "MASK",
     "PROVIDER_PRESETS",
+    "ConnectionResult",
     "MasterKey",
     "ProviderCredentialInput",
     "ProviderCredentialView",
@@ -59,5 +62,6 @@ __all__ = [
     "rotate_master_key",
     "set_default_provider_credential",
     "store_secret",
+    "test_provider_connection",
     "update_provider_credential",
 ]

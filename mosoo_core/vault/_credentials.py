@@ -10,8 +10,9 @@ from sqlmodel import Session, col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
 from mosoo_core import identity
+from mosoo_core.agents.models import Agent
 from mosoo_core.clock import utcnow
-from mosoo_core.errors import InvalidInput, NotFound
+from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.ids import new_id
 from mosoo_core.logs import get_logger
 from mosoo_core.vault._secrets import delete_secret, replace_secret, reveal_secret, store_secret
@@ -308,8 +309,15 @@ def set_default_provider_credential(
 
 def delete_provider_credential(db: Session, account_id: str, app_id: str, credential_id: str) -> None:
     """Remove a provider and its sealed key. If it was the default, the oldest remaining
-    provider becomes the default."""
+    provider becomes the default. Refused (Conflict, naming them) while Agents use it."""
     credential = _owned_credential(db, account_id, app_id, credential_id)
+    users = db.exec(
+        select(Agent.name)
+        .where(Agent.app_id == app_id, Agent.provider_credential_id == credential.id)
+        .order_by(func.lower(Agent.name), col(Agent.id))
+    ).all()
+    if users:
+        raise Conflict(f"Used by agent(s): {', '.join(users)}. Choose another key for them first.")
     secret_id, was_default = credential.api_key_secret_id, credential.is_default
     db.delete(credential)
     db.flush()

@@ -141,3 +141,13 @@ class RotationResult:
     new_key_id: str
     rewrapped: int
     already_current: int
+
+
+@dataclass(frozen=True)
+class ConnectionResult:
+    """The outcome of calling a provider with its stored key; `message` never holds the key."""
+
+    ok: bool
+    message: str
+    models: list[str] = field(default_factory=list)
+    latency_ms: int = 0

@@ -32,6 +32,7 @@ from mosoo_core.sessions.transcript import Transcript
 from mosoo_core.settings import get_settings
 from mosoo_web.components.chat import ChatItem, chat_item, transcript_view, usage_text
 from mosoo_web.components.layout import console_shell
+from mosoo_web.components.versions import VersionsState, publish_controls
 from mosoo_web.pages.app_settings import not_found_card
 from mosoo_web.state.session import SessionState, current_account_id
 
@@ -413,6 +414,8 @@ class PreviewState(rx.State):
             return None
         self.agent_missing = False
         self._apply_form(form)
+        versions = await self.get_state(VersionsState)
+        await versions.refresh(account_id, app_id, agent_id)
         thread_id = str(self.router.url.query_parameters.get("thread", "") or "")
         if thread_id:
             if await asyncio.to_thread(_thread_of_agent, account_id, agent_id, thread_id):
@@ -1118,8 +1121,10 @@ def _header() -> rx.Component:
         rx.text("/", color_scheme="gray", size="2"),
         rx.heading(PreviewState.agent_name, size="5", weight="bold", data_testid="page-title"),
         rx.badge(PreviewState.runtime_label, variant="soft", color_scheme="gray"),
+        publish_controls(blocked=~PreviewState.ready),
         align="center",
         spacing="2",
+        width="100%",
         margin_bottom="16px",
     )
 

@@ -1,18 +1,21 @@
 """`/apps/[app_id]/providers`: the App's model providers and their (masked) keys.
 
-A key typed here reaches the server once, in the add event, and goes straight into the vault:
+A key typed here reaches the server once, in the save event, and goes straight into the vault:
 no state var ever holds it, and after a save the form is re-mounted so the browser forgets it.
+Editing fills the same form from the saved credential, never with its key (blank keeps it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from dataclasses import dataclass
 
 import reflex as rx
 
 from mosoo_core import vault
 from mosoo_core.db import session_scope
-from mosoo_core.errors import InvalidInput, NotFound
+from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_web.components.layout import card_section, console_shell, page_header
 from mosoo_web.pages.app_settings import not_found_card
 from mosoo_web.state.session import SessionState, current_account_id
@@ -21,6 +24,8 @@ FORM_FIELDS = ("name", "provider", "base_url", "api_key", "models")
 DEFAULT_PRESET = vault.ProviderKind.OPENAI.value
 PRESET_BASE_URLS = {kind.value: preset.base_url for kind, preset in vault.PROVIDER_PRESETS.items()}
 PRESET_LABELS = {kind.value: preset.label for kind, preset in vault.PROVIDER_PRESETS.items()}
+# A provider may list hundreds of models; the row shows the first ones.
+SHOWN_MODELS = 20
 
 
 @dataclass
@@ -32,6 +37,11 @@ class ProviderRow:
     models: str = ""
     masked_key: str = ""
     is_default: bool = False
+    delete_error: str = ""
+    testing: bool = False
+    test_ok: bool = False
+    test_message: str = ""
+    test_models: str = ""
 
 
 def _row(view: vault.ProviderCredentialView) -> ProviderRow:
@@ -51,11 +61,30 @@ def _models(raw: str) -> list[str]:
     return [part.strip() for part in (raw or "").split(",") if part.strip()]
 
 
+def _offered(models: list[str]) -> str:
+    shown = ", ".join(models[:SHOWN_MODELS])
+    more = len(models) - SHOWN_MODELS
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _test_connection(account_id: str, app_id: str, credential_id: str) -> vault.ConnectionResult:
+    with session_scope() as db:
+        return vault.test_provider_connection(db, account_id, app_id, credential_id)
+
+
 class ProvidersState(rx.State):
     providers: list[ProviderRow] = []
     preset: str = DEFAULT_PRESET
     # Bumped after a save: the add form is re-mounted empty, so the typed key is gone.
     form_version: int = 0
+    # The credential being edited ("" while adding) and the values its form starts with.
+    editing_id: str = ""
+    editing_name: str = ""
+    editing_provider: str = ""
+    form_name: str = ""
+    form_base_url: str = ""
+    form_models: str = ""
+    form_is_default: bool = False
     name_error: str = ""
     provider_error: str = ""
     base_url_error: str = ""
@@ -64,7 +93,14 @@ class ProvidersState(rx.State):
 
     @rx.var
     def preset_base_url(self) -> str:
+        # Editing keeps the saved URL until another provider kind is chosen.
+        if self.editing_id and self.preset == self.editing_provider:
+            return self.form_base_url
         return PRESET_BASE_URLS.get(self.preset, "")
+
+    @rx.var
+    def form_title(self) -> str:
+        return f"Edit {self.editing_name}" if self.editing_id else "Add a provider"
 
     @rx.var
     def key_optional(self) -> bool:
@@ -83,12 +119,25 @@ class ProvidersState(rx.State):
             views = vault.list_provider_credentials(db, account_id, app_id)
         self.providers = [_row(view) for view in views]
 
+    def _update_row(self, credential_id: str, **changes: object) -> None:
+        self.providers = [
+            dataclasses.replace(row, **changes) if row.id == credential_id else row  # type: ignore[arg-type]
+            for row in self.providers
+        ]
+
+    def _reset_form(self) -> None:
+        """An empty add form, re-mounted so the browser forgets what was typed."""
+        self._clear_errors()
+        self.preset = DEFAULT_PRESET
+        self.editing_id = self.editing_name = self.editing_provider = ""
+        self.form_name = self.form_base_url = self.form_models = ""
+        self.form_is_default = False
+        self.form_version += 1
+
     @rx.event
     async def load(self) -> None:
         """After the App guard: the App's providers, and a fresh add form."""
-        self._clear_errors()
-        self.preset = DEFAULT_PRESET
-        self.form_version += 1
+        self._reset_form()
         account_id, app_id, session = await self._app()
         if session.app_missing or not app_id:
             self.providers = []
@@ -107,8 +156,32 @@ class ProvidersState(rx.State):
             self.api_key_error = ""
 
     @rx.event
-    async def add(self, form: dict[str, str]) -> rx.event.EventSpec | None:
-        """Save a new provider. The key in `form` goes to the vault and nowhere else."""
+    async def edit(self, credential_id: str) -> rx.event.EventSpec | None:
+        """Fill the form with a saved provider (never its key)."""
+        account_id, app_id, session = await self._app()
+        try:
+            with session_scope() as db:
+                view = vault.get_provider_credential(db, account_id, app_id, credential_id)
+        except NotFound:
+            return self._gone(account_id, app_id, session)
+        self._reset_form()
+        self.editing_id, self.editing_name, self.editing_provider = view.id, view.name, view.provider
+        self.preset = view.provider
+        self.form_name, self.form_base_url = view.name, view.base_url
+        # The form's rule is "the first is the default model": keep the saved default first.
+        models = [view.default_model] if view.default_model else []
+        self.form_models = ", ".join(models + [m for m in view.models if m not in models])
+        self.form_is_default = view.is_default
+        return rx.scroll_to("provider-form")
+
+    @rx.event
+    def cancel_edit(self) -> None:
+        self._reset_form()
+
+    @rx.event
+    async def save(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+        """Add a provider, or save the one being edited (a blank key keeps the saved one).
+        The key in `form` goes to the vault and nowhere else."""
         self._clear_errors()
         account_id, app_id, session = await self._app()
         data = vault.ProviderCredentialInput(
@@ -121,7 +194,10 @@ class ProvidersState(rx.State):
         )
         try:
             with session_scope() as db:
-                created = vault.create_provider_credential(db, account_id, app_id, data)
+                if self.editing_id:
+                    saved = vault.update_provider_credential(db, account_id, app_id, self.editing_id, data)
+                else:
+                    saved = vault.create_provider_credential(db, account_id, app_id, data)
         except InvalidInput as error:
             field = error.field if error.field in FORM_FIELDS else "name"
             if error.field == "default_model":
@@ -129,12 +205,15 @@ class ProvidersState(rx.State):
             setattr(self, f"{field}_error", error.message)
             return None
         except NotFound:
+            if self.editing_id:
+                self._reset_form()
+                return self._gone(account_id, app_id, session)
             session.app_missing = True
             return None
-        self.preset = DEFAULT_PRESET
-        self.form_version += 1
+        verb = "saved" if self.editing_id else "added"
+        self._reset_form()
         self._list(account_id, app_id)
-        return rx.toast.success(f"{created.name} added.")
+        return rx.toast.success(f"{saved.name} {verb}.")
 
     @rx.event
     async def make_default(self, credential_id: str) -> rx.event.EventSpec | None:
@@ -153,10 +232,34 @@ class ProvidersState(rx.State):
         try:
             with session_scope() as db:
                 vault.delete_provider_credential(db, account_id, app_id, credential_id)
+        except Conflict as error:
+            self._update_row(credential_id, delete_error=error.message)
+            return None
         except NotFound:
             return self._gone(account_id, app_id, session)
+        if self.editing_id == credential_id:
+            self._reset_form()
         self._list(account_id, app_id)
         return rx.toast.success("Provider deleted.")
+
+    @rx.event(background=True)
+    async def test_connection(self, credential_id: str) -> rx.event.EventSpec | None:
+        """Call the provider with the stored key (up to 10 s) and show the outcome on its row."""
+        async with self:
+            account_id, app_id, _session = await self._app()
+            self._update_row(credential_id, testing=True, test_message="", test_models="", delete_error="")
+        try:
+            result = await asyncio.to_thread(_test_connection, account_id, app_id, credential_id)
+        except NotFound:
+            async with self:
+                account_id, app_id, session = await self._app()
+                return self._gone(account_id, app_id, session)
+        async with self:
+            self._update_row(
+                credential_id, testing=False, test_ok=result.ok, test_message=result.message,
+                test_models=_offered(result.models),
+            )
+        return None
 
     def _gone(self, account_id: str, app_id: str, session: SessionState) -> rx.event.EventSpec:
         try:
@@ -218,6 +321,11 @@ def _provider_card(row: rx.Var[ProviderRow]) -> rx.Component:
                 rx.badge(row.provider_label, variant="soft", color_scheme="gray"),
                 rx.cond(row.is_default, rx.badge("Default", color_scheme="green", data_testid="provider-default-badge"), rx.fragment()),
                 rx.spacer(),
+                rx.button(
+                    "Test connection", size="1", variant="soft", color_scheme="gray", loading=row.testing,
+                    on_click=ProvidersState.test_connection(row.id), data_testid="provider-test",
+                ),
+                rx.button(rx.icon("pencil", size=14), "Edit", size="1", variant="soft", on_click=ProvidersState.edit(row.id), data_testid="provider-edit"),
                 rx.cond(
                     row.is_default,
                     rx.fragment(),
@@ -243,6 +351,20 @@ def _provider_card(row: rx.Var[ProviderRow]) -> rx.Component:
                 rx.text(rx.cond(row.models != "", row.models, "none listed"), size="2", data_testid="provider-models"),
                 align="center",
             ),
+            _error(row.delete_error, "provider-delete-error"),
+            rx.cond(
+                row.test_message != "",
+                rx.vstack(
+                    rx.text(row.test_message, size="2", color_scheme=rx.cond(row.test_ok, "green", "red"), data_testid="provider-test-result"),
+                    rx.cond(
+                        row.test_models != "",
+                        rx.text("Offered: " + row.test_models, size="1", color_scheme="gray", data_testid="provider-test-models"),
+                        rx.fragment(),
+                    ),
+                    spacing="1",
+                ),
+                rx.fragment(),
+            ),
             spacing="2",
             width="100%",
         ),
@@ -251,7 +373,19 @@ def _provider_card(row: rx.Var[ProviderRow]) -> rx.Component:
     )
 
 
-def _add_form() -> rx.Component:
+def _form_buttons() -> rx.Component:
+    return rx.cond(
+        ProvidersState.editing_id != "",
+        rx.hstack(
+            rx.button("Save", type="submit", size="3", data_testid="provider-save"),
+            rx.button("Cancel", type="button", size="3", variant="soft", color_scheme="gray", on_click=ProvidersState.cancel_edit, data_testid="provider-edit-cancel"),
+            spacing="3",
+        ),
+        rx.button("Add provider", type="submit", size="3", data_testid="provider-add-submit"),
+    )
+
+
+def _provider_form() -> rx.Component:
     return rx.form(
         rx.vstack(
             _labelled(
@@ -269,7 +403,10 @@ def _add_form() -> rx.Component:
             ),
             _labelled(
                 "Name",
-                rx.input(name="name", placeholder="e.g. OpenAI production", max_length=80, width="100%", data_testid="provider-name-input"),
+                rx.input(
+                    name="name", default_value=ProvidersState.form_name, placeholder="e.g. OpenAI production",
+                    max_length=80, width="100%", data_testid="provider-name-input",
+                ),
                 ProvidersState.name_error,
                 "provider-name",
             ),
@@ -294,7 +431,11 @@ def _add_form() -> rx.Component:
                     name="api_key",
                     type="password",
                     auto_complete="new-password",
-                    placeholder=rx.cond(ProvidersState.key_optional, "Optional", "Paste the key"),
+                    placeholder=rx.cond(
+                        ProvidersState.editing_id != "",
+                        "Leave blank to keep the saved key",
+                        rx.cond(ProvidersState.key_optional, "Optional", "Paste the key"),
+                    ),
                     width="100%",
                     data_testid="provider-key-input",
                 ),
@@ -304,18 +445,25 @@ def _add_form() -> rx.Component:
             ),
             _labelled(
                 "Models",
-                rx.input(name="models", placeholder="gpt-4o-mini, gpt-4o", width="100%", data_testid="provider-models-input"),
+                rx.input(
+                    name="models", default_value=ProvidersState.form_models, placeholder="gpt-4o-mini, gpt-4o",
+                    width="100%", data_testid="provider-models-input",
+                ),
                 ProvidersState.models_error,
                 "provider-models",
                 rx.text("Comma separated; the first is the default model.", size="1", color_scheme="gray"),
             ),
-            rx.checkbox("Make this the App's default provider", name="is_default", data_testid="provider-default-checkbox"),
-            rx.button("Add provider", type="submit", size="3", data_testid="provider-add-submit"),
+            rx.checkbox(
+                "Make this the App's default provider", name="is_default", default_checked=ProvidersState.form_is_default,
+                data_testid="provider-default-checkbox",
+            ),
+            _form_buttons(),
             width="100%",
             spacing="3",
         ),
         key=ProvidersState.form_version,
-        on_submit=ProvidersState.add,
+        id="provider-form",
+        on_submit=ProvidersState.save,
         reset_on_submit=False,
         width="100%",
     )
@@ -336,7 +484,11 @@ def _content() -> rx.Component:
                     rx.text("No providers yet. Add one below.", color_scheme="gray", size="2", data_testid="providers-empty"),
                 ),
             ),
-            card_section("Add a provider", "Pick a preset or any OpenAI-compatible endpoint.", _add_form()),
+            card_section(
+                ProvidersState.form_title,  # type: ignore[arg-type]
+                "Pick a preset or any OpenAI-compatible endpoint.",
+                _provider_form(),
+            ),
             width="100%",
             spacing="4",
         ),

@@ -15,7 +15,8 @@ with `response.completed` carrying the usage; a `FailedTurn` ends it with `respo
 A text turn with `drop_after=N` drops the connection after N text chunks (no final chunk, no
 terminating zero-length chunk), as a dying proxy does. Non-streaming requests get a whole
 `chat.completion` or `response`; `GET /v1/models` lists the configured models. Every request
-is recorded (method, path, headers including Authorization, JSON body).
+is recorded (method, path, headers including Authorization, JSON body). With `api_key` set,
+a request without that key (as `Authorization: Bearer` or `x-api-key`) gets a 401.
 """
 
 from __future__ import annotations
@@ -131,8 +132,11 @@ def _chunks_of(text: str | list[str]) -> list[str]:
 class ScriptedOpenAIServer:
     """Start with `start()` or as a context manager; `base_url` ends in `/v1`."""
 
-    def __init__(self, script: Sequence[Turn] = (), *, models: Sequence[str] = ("test-model",)) -> None:
+    def __init__(
+        self, script: Sequence[Turn] = (), *, models: Sequence[str] = ("test-model",), api_key: str | None = None
+    ) -> None:
         self.models = list(models)
+        self.api_key = api_key
         self._script: list[Turn] = list(script)
         self._requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
@@ -211,13 +215,25 @@ class ScriptedOpenAIServer:
             )
         return body
 
+    def _refused(self, request: Request) -> Response | None:
+        if self.api_key is None:
+            return None
+        offered = {request.headers.get("authorization", ""), "Bearer " + request.headers.get("x-api-key", "")}
+        if f"Bearer {self.api_key}" in offered:
+            return None
+        return _error(401, "Incorrect API key provided.", "invalid_api_key")
+
     async def _models(self, request: Request) -> Response:
         await self._record(request)
+        if (refused := self._refused(request)) is not None:
+            return refused
         data = [{"id": model, "object": "model", "created": 0, "owned_by": "mosoo-tests"} for model in self.models]
         return JSONResponse({"object": "list", "data": data})
 
     async def _chat_completions(self, request: Request) -> Response:
         body = await self._record(request)
+        if (refused := self._refused(request)) is not None:
+            return refused
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return _error(400, "the body must be a JSON object with messages")
         with self._lock:
@@ -302,6 +318,8 @@ class ScriptedOpenAIServer:
 
     async def _responses(self, request: Request) -> Response:
         body = await self._record(request)
+        if (refused := self._refused(request)) is not None:
+            return refused
         if not isinstance(body, dict) or not isinstance(body.get("input"), (list, str)):
             return _error(400, "the body must be a JSON object with input")
         with self._lock:

@@ -1,0 +1,81 @@
+"""Test connection: one minimal real call to a provider with its stored key."""
+
+from __future__ import annotations
+
+import time
+from urllib.parse import urlsplit
+
+import httpx
+from sqlmodel import Session
+
+from mosoo_core.control.gateway import provider_headers
+from mosoo_core.logs import get_logger
+from mosoo_core.vault._credentials import _owned_credential, reveal_provider_key
+from mosoo_core.vault.models import ConnectionResult
+
+CONNECTION_TIMEOUT_SECONDS = 10.0
+log = get_logger("mosoo.vault")
+
+
+def _model_ids(payload: object) -> list[str] | None:
+    # OpenAI-compatible and Anthropic lists both look like {"data": [{"id": ...}, ...]}.
+    data = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(data, list):
+        return None
+    return [item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
+
+
+def test_provider_connection(db: Session, account_id: str, app_id: str, credential_id: str) -> ConnectionResult:
+    """List the provider's models (`GET {base_url}/models`) with the stored key, as the
+    gateway would send it. Says whether the key works, how long the call took and which
+    models the provider offers; changes nothing."""
+    credential = _owned_credential(db, account_id, app_id, credential_id)
+    provider, base_url = credential.provider, credential.base_url
+    api_key = reveal_provider_key(db, credential.id, app_id=app_id)
+    parts = urlsplit(base_url)
+    host = parts.netloc or base_url
+    headers = {"accept": "application/json", **provider_headers(provider, api_key, native=True)}
+    started = time.perf_counter()
+    status: int | None = None
+    try:
+        with httpx.Client(timeout=CONNECTION_TIMEOUT_SECONDS, follow_redirects=False) as client:
+            answer = client.get(f"{base_url.rstrip('/')}/models", headers=headers)
+        status = answer.status_code
+        latency_ms = round((time.perf_counter() - started) * 1000)
+        if status in (401, 403):
+            result = ConnectionResult(False, "The provider refused the key.", latency_ms=latency_ms)
+        elif status >= 300:
+            result = ConnectionResult(False, f"The provider answered HTTP {status}.", latency_ms=latency_ms)
+        else:
+            try:
+                models = _model_ids(answer.json())
+            except ValueError:
+                models = None
+            if models is None:
+                result = ConnectionResult(
+                    False, "The provider answered, but not with a list of models. Check the base URL.",
+                    latency_ms=latency_ms,
+                )
+            else:
+                result = ConnectionResult(
+                    True, f"Connected in {latency_ms} ms; the provider lists {len(models)} model(s).",
+                    models=models, latency_ms=latency_ms,
+                )
+    except httpx.TimeoutException:
+        latency_ms = round((time.perf_counter() - started) * 1000)
+        result = ConnectionResult(
+            False, f"{host} did not answer within {CONNECTION_TIMEOUT_SECONDS:.0f} s.", latency_ms=latency_ms
+        )
+    except httpx.HTTPError:
+        latency_ms = round((time.perf_counter() - started) * 1000)
+        result = ConnectionResult(False, f"Could not reach {host}.", latency_ms=latency_ms)
+    # Only ids, the outcome and the status: never the key, the headers or the answer's body.
+    log.info(
+        "provider_credential.tested", app_id=app_id, credential_id=credential.id, provider=provider,
+        ok=result.ok, status=status, latency_ms=result.latency_ms,
+    )
+    return result
+
+
+# Its name starts with "test_": not a test for pytest, should a test module import it.
+test_provider_connection.__test__ = False  # type: ignore[attr-defined]

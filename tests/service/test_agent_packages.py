@@ -1,0 +1,437 @@
+"""`.agent` packages: export carries the profile and never a secret; import makes a draft,
+binds a matching provider key, and refuses hostile packages without writing anything."""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+import time
+import tracemalloc
+import warnings
+import zipfile
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sqlmodel import Session, select
+
+from mosoo_core import agents, identity, vault
+from mosoo_core.agents.models import Agent
+from mosoo_core.errors import InvalidInput, NotFound
+
+KEY = "sk-proj-Zq8Xn4Lr7TvW2yHc9PbM3kJd6FsG1aQeR5uI0oplabcd"
+BASE_URL = "https://llm.example.com/v1"
+
+
+def _owner(db: Session, email: str = "owner@example.com") -> tuple[str, str]:
+    account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
+    return account.id, identity.list_apps(db, account.id)[0].id
+
+
+def _credential(db: Session, account_id: str, app_id: str, **overrides: Any) -> vault.ProviderCredentialView:
+    values: dict[str, Any] = {
+        "name": "Example LLM",
+        "provider": "openai_compatible",
+        "base_url": BASE_URL,
+        "api_key": KEY,
+        "models": ["example-large", "example-small"],
+    }
+    values.update(overrides)
+    return vault.create_provider_credential(db, account_id, app_id, vault.ProviderCredentialInput(**values))
+
+
+def _agent(db: Session, account_id: str, app_id: str, credential_id: str | None = None) -> agents.AgentView:
+    created = agents.create_agent(db, account_id, app_id, name="Release notes writer", kind="pet")
+    return agents.update_agent(
+        db, account_id, app_id, created.id,
+        description="Drafts release notes from merged pull requests.",
+        model="example-large",
+        system_prompt="You write short, accurate release notes.\nNever invent changes.",
+        tools={"read": "allow", "grep": "allow", "bash": "ask"},
+        provider_options={"temperature": 0.2, "reasoning_effort": "low"},
+        provider_credential_id=credential_id,
+    )
+
+
+def _agent_count(db: Session) -> int:
+    return len(db.exec(select(Agent)).all())
+
+
+def _manifest(**overrides: Any) -> dict[str, Any]:
+    manifest: dict[str, Any] = {
+        "format": "mosoo.agent",
+        "version": 1,
+        "exported_at": "2025-01-01T00:00:00+00:00",
+        "agent": {"name": "Imported", "description": "", "runtime": "openai", "kind": "cattle", "model": "m",
+                  "system_prompt": "", "tools": {"read": "allow"}, "provider_options": {}},
+        "provider": None,
+        "skills": [],
+        "mcp_servers": [],
+        "environment": None,
+    }
+    manifest.update(overrides)
+    return manifest
+
+
+def _zip(entries: list[tuple[str | zipfile.ZipInfo, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with warnings.catch_warnings(), zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        warnings.simplefilter("ignore", UserWarning)  # a duplicate name is one of the hostile cases
+        for name, body in entries:
+            archive.writestr(name, body)
+    return buffer.getvalue()
+
+
+def _package(manifest: dict[str, Any] | None = None, *extra: tuple[str | zipfile.ZipInfo, bytes]) -> bytes:
+    return _zip([("manifest.json", json.dumps(manifest or _manifest()).encode()), *extra])
+
+
+def _symlink(name: str) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name)
+    info.create_system = 3
+    info.external_attr = (stat.S_IFLNK | 0o777) << 16
+    return info
+
+
+def _every_byte(package: bytes) -> bytes:
+    """The zip as stored plus every entry's uncompressed content."""
+    with zipfile.ZipFile(io.BytesIO(package)) as archive:
+        return package + b"".join(archive.read(info) for info in archive.infolist())
+
+
+def _refused(db: Session, account_id: str, app_id: str, package: bytes, message: str) -> None:
+    before = _agent_count(db)
+    with pytest.raises(InvalidInput, match=message) as refused:
+        agents.import_agent(db, account_id, app_id, package)
+    assert refused.value.message.startswith("This package cannot be imported:")
+    assert _agent_count(db) == before
+
+
+# --- export and round trip --------------------------------------------------------------
+
+
+def test_exported_package_has_a_stable_manifest_with_the_profile_and_the_provider_description(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    credential = _credential(db, account_id, app_id)
+    agent = _agent(db, account_id, app_id, credential.id)
+    now = datetime(2025, 3, 4, 5, 6, 7, tzinfo=UTC)
+
+    package = agents.export_agent(db, account_id, app_id, agent.id, now=now)
+
+    with zipfile.ZipFile(io.BytesIO(package)) as archive:
+        assert archive.namelist() == ["manifest.json"]
+        manifest = json.loads(archive.read("manifest.json"))
+    assert manifest == {
+        "format": "mosoo.agent",
+        "version": 1,
+        "exported_at": "2025-03-04T05:06:07+00:00",
+        "agent": {
+            "name": "Release notes writer",
+            "description": "Drafts release notes from merged pull requests.",
+            "runtime": "openai",
+            "kind": "pet",
+            "model": "example-large",
+            "system_prompt": "You write short, accurate release notes.\nNever invent changes.",
+            "tools": {"bash": "ask", "grep": "allow", "read": "allow"},
+            "provider_options": {"reasoning_effort": "low", "temperature": 0.2},
+        },
+        "provider": {"provider": "openai_compatible", "base_url": BASE_URL, "models": ["example-large", "example-small"]},
+        "skills": [],
+        "mcp_servers": [],
+        "environment": None,
+    }
+    assert agents.export_agent(db, account_id, app_id, agent.id, now=now) == package
+
+
+def test_exported_package_contains_no_key_credential_id_or_vault_data(db: Session) -> None:
+    from mosoo_core.vault.models import VaultSecret
+
+    account_id, app_id = _owner(db)
+    credential = _credential(db, account_id, app_id)
+    agent = _agent(db, account_id, app_id, credential.id)
+    # A key pasted into the free-form options must not leave with the package either.
+    agents.update_agent(db, account_id, app_id, agent.id,
+                        provider_options={"temperature": 0.2, "api_key": KEY, "headers": {"Authorization": KEY}})
+
+    everything = _every_byte(agents.export_agent(db, account_id, app_id, agent.id))
+
+    secret = db.exec(select(VaultSecret)).one()
+    for forbidden in (KEY, KEY[-12:], credential.id, secret.id, "api_key_secret_id", "provider_credential_id"):
+        assert forbidden.encode() not in everything
+    for sealed in (secret.ciphertext, secret.wrapped_key):
+        assert sealed not in everything
+    assert b'"temperature": 0.2' in everything
+
+
+def test_round_trip_into_another_owners_app_makes_the_same_draft_and_asks_to_reconnect_the_provider(
+    db: Session,
+) -> None:
+    account_id, app_id = _owner(db)
+    credential = _credential(db, account_id, app_id)
+    original = _agent(db, account_id, app_id, credential.id)
+    package = agents.export_agent(db, account_id, app_id, original.id)
+    other_account, other_app = _owner(db, "other@example.com")
+
+    report = agents.import_agent(db, other_account, other_app, package)
+
+    imported = agents.get_agent(db, other_account, other_app, report.agent_id)
+    assert imported.id != original.id and imported.app_id == other_app
+    assert imported.status == "draft"
+    for attribute in ("name", "description", "runtime", "kind", "model", "system_prompt", "tools", "provider_options"):
+        assert getattr(imported, attribute) == getattr(original, attribute)
+    assert imported.provider_credential_id is None
+    assert report.reconnect == [
+        "Choose a provider key (the package used an OpenAI-compatible provider at https://llm.example.com/v1)."
+    ]
+    blockers = {blocker.code for blocker in agents.readiness(db, imported).blockers}
+    assert "no_provider_key" in blockers
+
+
+def test_import_binds_the_apps_key_with_the_same_provider_and_base_url_and_says_so(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    original = _agent(db, account_id, app_id, _credential(db, account_id, app_id).id)
+    package = agents.export_agent(db, account_id, app_id, original.id)
+    other_account, other_app = _owner(db, "other@example.com")
+    _credential(db, other_account, other_app, name="Elsewhere", base_url="https://other.example.com/v1")
+    matching = _credential(db, other_account, other_app, name="Same host", base_url=BASE_URL + "/")
+
+    report = agents.import_agent(db, other_account, other_app, package)
+
+    imported = agents.get_agent(db, other_account, other_app, report.agent_id)
+    assert imported.provider_credential_id == matching.id
+    assert report.reconnect == []
+    assert report.notes == ["Connected the provider key 'Same host' (https://llm.example.com/v1)."]
+    assert agents.readiness(db, imported).ready
+
+
+def test_import_binds_a_matching_key_but_asks_to_check_a_model_the_key_does_not_list(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    matching = _credential(db, account_id, app_id, models=["example-small"])
+    provider = {"provider": "openai_compatible", "base_url": BASE_URL, "models": ["example-large"]}
+    manifest = _manifest(provider=provider)
+    manifest["agent"]["model"] = "example-large"
+
+    report = agents.import_agent(db, account_id, app_id, _package(manifest))
+
+    assert agents.get_agent(db, account_id, app_id, report.agent_id).provider_credential_id == matching.id
+    assert report.reconnect == ["Check the model: 'example-large' is not in the models of 'Example LLM'."]
+
+
+def test_import_does_not_bind_a_key_of_another_provider_kind_at_the_same_url(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    _credential(db, account_id, app_id, provider="openai", base_url=BASE_URL)
+    provider = {"provider": "openai_compatible", "base_url": BASE_URL, "models": []}
+
+    report = agents.import_agent(db, account_id, app_id, _package(_manifest(provider=provider)))
+
+    assert agents.get_agent(db, account_id, app_id, report.agent_id).provider_credential_id is None
+    assert report.reconnect and report.reconnect[0].startswith("Choose a provider key")
+
+
+def test_import_without_provider_asks_for_a_key_and_reports_unsupported_skills_and_environment(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    manifest = _manifest(skills=[{"name": "changelog"}], mcp_servers=[{}, {}], environment={"packages": ["git"]})
+
+    report = agents.import_agent(db, account_id, app_id, _package(manifest))
+
+    assert report.reconnect[0] == "Choose a provider key."
+    assert any("1 skill(s)" in line for line in report.reconnect)
+    assert any("2 MCP server(s)" in line for line in report.reconnect)
+    assert any("environment" in line for line in report.reconnect)
+
+
+def test_export_of_another_owners_agent_is_not_found(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    agent = _agent(db, account_id, app_id)
+    other_account, other_app = _owner(db, "other@example.com")
+    with pytest.raises(NotFound):
+        agents.export_agent(db, other_account, other_app, agent.id)
+    with pytest.raises(NotFound):
+        agents.export_agent(db, other_account, app_id, agent.id)
+
+
+def test_import_into_another_owners_app_is_not_found_and_creates_nothing(db: Session) -> None:
+    _, app_id = _owner(db)
+    other_account, _ = _owner(db, "other@example.com")
+    with pytest.raises(NotFound):
+        agents.import_agent(db, other_account, app_id, _package())
+    assert _agent_count(db) == 0
+
+
+# --- hostile and broken packages ---------------------------------------------------------
+
+
+def _with_manifest_agent(**agent_changes: Any) -> bytes:
+    manifest = _manifest()
+    manifest["agent"] = {**manifest["agent"], **agent_changes}
+    return _package(manifest)
+
+
+HOSTILE: dict[str, tuple[Callable[[], bytes], str]] = {
+    "not_a_zip": (lambda: b"just some text, not a zip", "not a zip archive"),
+    "empty_bytes": (lambda: b"", "not a zip archive"),
+    "truncated_zip": (lambda: _package()[:-30], "not a zip archive"),
+    "path_traversal": (lambda: _package(None, ("../evil.sh", b"x")), "leaves the package"),
+    "nested_traversal": (lambda: _package(None, ("skills/../../evil", b"x")), "leaves the package"),
+    "absolute_path": (lambda: _package(None, ("/etc/cron.d/evil", b"x")), "is absolute"),
+    "windows_drive_path": (lambda: _package(None, ("C:\\Windows\\evil", b"x")), "backslashes|is absolute"),
+    "windows_drive_forward_slash": (lambda: _package(None, ("C:/evil", b"x")), "is absolute"),
+    "backslash_path": (lambda: _package(None, ("skills\\evil.md", b"x")), "backslashes"),
+    "symlink": (lambda: _package(None, (_symlink("skills/passwd"), b"/etc/passwd")), "symbolic link"),
+    "too_many_entries": (lambda: _package(None, *[(f"skills/{i}.md", b"") for i in range(512)]), "at most 512"),
+    "dotenv": (lambda: _package(None, (".env", b"OPENAI_API_KEY=sk-x")), "looks like a secret"),
+    "named_env": (lambda: _package(None, ("config/production.env", b"A=1")), "looks like a secret"),
+    "secrets_dir": (lambda: _package(None, ("secrets/token.txt", b"t")), "looks like a secret"),
+    "ssh_key": (lambda: _package(None, ("home/id_rsa", b"-----BEGIN")), "looks like a secret"),
+    "pem": (lambda: _package(None, ("certs/server.pem", b"-----BEGIN")), "looks like a secret"),
+    "key_file": (lambda: _package(None, ("tls.key", b"-----BEGIN")), "looks like a secret"),
+    "duplicate_manifest": (lambda: _package(None, ("manifest.json", b"{}")), "appears twice"),
+    "missing_manifest": (lambda: _zip([("agent.json", b"{}")]), "has no manifest.json"),
+    "manifest_not_json": (lambda: _zip([("manifest.json", b"{not json")]), "not valid JSON"),
+    "manifest_not_utf8": (lambda: _zip([("manifest.json", b"\xff\xfe{}")]), "not valid JSON"),
+    "manifest_deeply_nested": (lambda: _zip([("manifest.json", b"[" * 200_000)]), "not valid JSON"),
+    "manifest_is_a_list": (lambda: _zip([("manifest.json", b"[]")]), "not a JSON object"),
+    "wrong_format": (lambda: _package(_manifest(format="other.agent")), "format must be 'mosoo.agent'"),
+    "unknown_version": (lambda: _package(_manifest(version=2)), "version 2 is not supported"),
+    "version_as_string": (lambda: _package(_manifest(version="1")), "is not supported"),
+    "unknown_manifest_field": (lambda: _package(_manifest(owner_key="x")), "unknown manifest fields: owner_key"),
+    "no_agent": (lambda: _package(_manifest(agent=None)), "has no agent"),
+    "no_name": (lambda: _with_manifest_agent(name="   "), "has no name"),
+    "unknown_runtime": (lambda: _with_manifest_agent(runtime="gpt-engineer"), "unknown runtime 'gpt-engineer'"),
+    "unknown_kind": (lambda: _with_manifest_agent(kind="horse"), "unknown kind 'horse'"),
+    "name_wrong_type": (lambda: _with_manifest_agent(name=["a"]), "has no name"),
+    "description_wrong_type": (lambda: _with_manifest_agent(description=5), "agent.description must be a string"),
+    "name_too_long": (lambda: _with_manifest_agent(name="n" * 81), "agent.name is longer than 80"),
+    "description_too_long": (lambda: _with_manifest_agent(description="d" * 501), "agent.description is longer"),
+    "system_prompt_too_long": (lambda: _with_manifest_agent(system_prompt="p" * 100_001), "system_prompt is longer"),
+    "tools_wrong_type": (lambda: _with_manifest_agent(tools=["bash"]), "agent.tools must be an object"),
+    "unknown_tool": (lambda: _with_manifest_agent(tools={"rm_rf": "allow"}), "unknown tool 'rm_rf'"),
+    "bad_tool_policy": (lambda: _with_manifest_agent(tools={"bash": "always"}), "policy must be allow or ask"),
+    "unknown_agent_field": (lambda: _with_manifest_agent(provider_credential_id="01J"), "unknown agent fields"),
+    "secret_in_options": (lambda: _with_manifest_agent(provider_options={"api_key": "sk-x"}), "holds a key"),
+    "options_wrong_type": (lambda: _with_manifest_agent(provider_options="hot"), "must be an object"),
+    "unknown_provider": (lambda: _package(_manifest(provider={"provider": "skynet", "base_url": BASE_URL})),
+                         "unknown provider 'skynet'"),
+    "provider_url_not_http": (lambda: _package(_manifest(provider={"provider": "openai", "base_url": "file:///etc"})),
+                              "must be an http"),
+    "provider_url_with_credentials": (
+        lambda: _package(_manifest(provider={"provider": "openai", "base_url": "https://u:p@h.example/v1"})),
+        "holds credentials"),
+    "skills_wrong_type": (lambda: _package(_manifest(skills="all")), "skills must be a list"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_or_broken_package_is_refused_with_a_clear_message_and_creates_no_agent(
+    db: Session, case: str
+) -> None:
+    account_id, app_id = _owner(db)
+    build, message = HOSTILE[case]
+    _refused(db, account_id, app_id, build(), message)
+
+
+def test_package_of_exactly_512_entries_is_accepted(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    report = agents.import_agent(db, account_id, app_id, _package(None, *[(f"skills/{i}.md", b"") for i in range(511)]))
+    assert agents.get_agent(db, account_id, app_id, report.agent_id).name == "Imported"
+
+
+def test_package_declaring_huge_entry_counts_is_refused_before_parsing_them(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    package = bytearray(_package())
+    end = package.rfind(b"PK\x05\x06")
+    package[end + 8:end + 12] = (60_000).to_bytes(2, "little") * 2  # entries on this disk, entries in total
+    _refused(db, account_id, app_id, bytes(package), "at most 512")
+
+
+def test_package_hiding_tens_of_thousands_of_entries_behind_a_small_count_is_refused(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    package = bytearray(_package(None, *[(f"s/{i}", b"") for i in range(40_000)]))
+    end = package.rfind(b"PK\x05\x06")
+    package[end + 8:end + 12] = (1).to_bytes(2, "little") * 2  # the end record claims a single entry
+    tracemalloc.start()
+    try:
+        _refused(db, account_id, app_id, bytes(package), "file list is too large")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 1024 * 1024
+
+
+def test_package_larger_than_64_mib_is_refused(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    _refused(db, account_id, app_id, b"\0" * (64 * 1024 * 1024 + 1), "larger than 64 MiB")
+
+
+def test_entry_over_16_mib_is_refused(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    _refused(db, account_id, app_id, _package(None, ("skills/big.md", b"a" * (16 * 1024 * 1024 + 1))),
+             "larger than 16 MiB")
+
+
+def test_entries_unpacking_to_over_64_mib_in_total_are_refused(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    chunk = b"b" * (15 * 1024 * 1024)
+    _refused(db, account_id, app_id, _package(None, *[(f"skills/{i}.md", chunk) for i in range(5)]),
+             "unpacks to more than 64 MiB")
+
+
+@pytest.fixture(scope="module")
+def compression_bomb() -> bytes:
+    """1 GiB of zeros deflated to about 1 MiB, next to a valid manifest."""
+    size = 1024 * 1024 * 1024
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        archive.writestr("manifest.json", json.dumps(_manifest()))
+        with archive.open("skills/zeros.md", "w") as entry:
+            block = b"\0" * (4 * 1024 * 1024)
+            for _ in range(size // len(block)):
+                entry.write(block)
+    return buffer.getvalue()
+
+
+def _lying(package: bytes, name: bytes, declared: int) -> bytes:
+    """The package with `name`'s uncompressed size rewritten to `declared` in both headers."""
+    data = bytearray(package)
+    for signature, size_at, name_len_at, name_at in ((b"PK\x03\x04", 22, 26, 30), (b"PK\x01\x02", 24, 28, 46)):
+        start = 0
+        while (start := data.find(signature, start)) >= 0:
+            length = int.from_bytes(data[start + name_len_at:start + name_len_at + 2], "little")
+            if bytes(data[start + name_at:start + name_at + length]) == name:
+                data[start + size_at:start + size_at + 4] = declared.to_bytes(4, "little")
+            start += 4
+    return bytes(data)
+
+
+def test_compression_bomb_is_refused_quickly_without_inflating_it(db: Session, compression_bomb: bytes) -> None:
+    account_id, app_id = _owner(db)
+    assert len(compression_bomb) < 8 * 1024 * 1024
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        _refused(db, account_id, app_id, compression_bomb, "larger than 16 MiB")
+        elapsed = time.monotonic() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert elapsed < 5
+    assert peak < 64 * 1024 * 1024
+
+
+def test_compression_bomb_with_a_lying_size_header_is_refused_quickly(db: Session, compression_bomb: bytes) -> None:
+    account_id, app_id = _owner(db)
+    lying = _lying(compression_bomb, b"skills/zeros.md", 1000)
+    with zipfile.ZipFile(io.BytesIO(lying)) as archive:
+        assert archive.getinfo("skills/zeros.md").file_size == 1000
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        _refused(db, account_id, app_id, lying, "is damaged")
+        elapsed = time.monotonic() - started
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert elapsed < 5
+    assert peak < 64 * 1024 * 1024
