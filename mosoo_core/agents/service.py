@@ -1,12 +1,13 @@
-"""Agents (the minimal profile): create, read, update, readiness."""
+"""Agents (the minimal profile): create, read, update, fork, delete, readiness."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, or_, select
 
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, TOOL_POLICIES
 from mosoo_core.agents.models import Agent, AgentVersion
@@ -179,3 +180,69 @@ def readiness(db: Session, agent: AgentView) -> Readiness:
     if not agent.model:
         blockers.append(Blocker("model_not_set", "Set the model.", "model"))
     return Readiness(ready=not blockers, blockers=blockers)
+
+
+@dataclass(frozen=True)
+class DeletedAgent:
+    """What `delete_agent` removed from the database and what lives outside it: the
+    checkpoints of `thread_ids` in the object store, the Pet sandbox labelled `subject`
+    and the sandboxes of `driver_instance_ids` (drivers that were still live)."""
+
+    agent_id: str
+    app_id: str
+    subject: str
+    thread_ids: list[str]
+    driver_instance_ids: list[str]
+    had_sandboxes: bool
+
+
+def delete_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> DeletedAgent:
+    """Delete an Agent with its threads, events, runs and versions (foreign-key cascade).
+    Live drivers of its threads are marked stopped. Objects and sandboxes are the caller's:
+    use `mosoo_core.runtime.runs.delete_agent_everywhere`, which does all three."""
+    from mosoo_core.sessions.models import AgentSession, DriverInstance
+
+    agent = owned_agent(db, account_id, app_id, agent_id)
+    subject = f"agent:{agent.id}"
+    thread_ids = list(db.exec(select(AgentSession.id).where(AgentSession.agent_id == agent.id)).all())
+    drivers = db.exec(
+        select(DriverInstance).where(
+            or_(col(DriverInstance.subject) == subject, col(DriverInstance.session_id).in_(thread_ids))
+        )
+    ).all()
+    live = [driver.id for driver in drivers if driver.status != "stopped"]
+    for driver in drivers:
+        if driver.status != "stopped":
+            driver.status, driver.resume_token_hash = "stopped", None
+            db.add(driver)
+    db.delete(agent)
+    db.flush()
+    return DeletedAgent(
+        agent_id=agent.id, app_id=app_id, subject=subject, thread_ids=thread_ids, driver_instance_ids=live,
+        had_sandboxes=bool(drivers),
+    )
+
+
+def count_threads(db: Session, account_id: str, app_id: str, agent_id: str) -> int:
+    """How many threads go with the Agent if it is deleted."""
+    from mosoo_core.sessions.models import AgentSession
+
+    agent = owned_agent(db, account_id, app_id, agent_id)
+    return len(db.exec(select(AgentSession.id).where(AgentSession.agent_id == agent.id)).all())
+
+
+def fork_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> AgentView:
+    """A new draft with a copy of the Agent's current profile, named "<name> (copy)";
+    versions and threads stay with the original. Kind and runtime are free again."""
+    source = owned_agent(db, account_id, app_id, agent_id)
+    suffix = " (copy)"
+    name = source.name if len(source.name) + len(suffix) <= 80 else source.name[: 80 - len(suffix)].rstrip()
+    fork = Agent(
+        app_id=app_id, name=name + suffix, description=source.description, runtime=source.runtime,
+        kind=source.kind, provider_credential_id=source.provider_credential_id, model=source.model,
+        system_prompt=source.system_prompt, tools=copy.deepcopy(source.tools),
+        provider_options=copy.deepcopy(source.provider_options),
+    )
+    db.add(fork)
+    db.flush()
+    return agent_view(fork)

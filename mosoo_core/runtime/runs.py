@@ -71,7 +71,47 @@ def installation_label() -> dict[str, str]:
 
 
 def checkpoint_key(app_id: str, session_id: str) -> str:
-    return f"{app_id}/checkpoints/{session_id}/workspace.tar"
+    return f"{checkpoint_prefix(app_id, session_id)}/workspace.tar"
+
+
+def checkpoint_prefix(app_id: str, session_id: str) -> str:
+    """Every object a thread keeps in the store (its checkpoints)."""
+    return f"{app_id}/checkpoints/{session_id}"
+
+
+def remove_agent_sandboxes(deleted: agents.DeletedAgent, backend: SandboxBackend | None = None) -> int:
+    """Remove a deleted Agent's Pet sandbox and the sandboxes of its drivers that were still
+    live. Returns how many were removed; what a failure leaves behind, `sweep_sandboxes` removes."""
+    if not deleted.had_sandboxes:
+        return 0  # no driver ever ran for it: nothing to look for (and no backend to start)
+    backend = backend or get_backend()
+    selectors = [{LABEL_SUBJECT: deleted.subject, **installation_label()}]
+    selectors += [{LABEL_DRIVER_INSTANCE: instance_id} for instance_id in deleted.driver_instance_ids]
+    removed = 0
+    for labels in selectors:
+        for ref in backend.list_by_label(labels):
+            try:
+                backend.remove(ref)
+                removed += 1
+            except SandboxError as error:
+                log.warning("agent.sandbox_remove_failed", agent_id=deleted.agent_id, error=str(error)[:300])
+    return removed
+
+
+def delete_agent_everywhere(
+    account_id: str, app_id: str, agent_id: str, backend: SandboxBackend | None = None
+) -> agents.DeletedAgent:
+    """Delete an Agent for good, the one call the console and the API make: the database rows
+    first (committed, so nothing new starts on it), then its threads' checkpoints in the
+    object store, then its sandboxes. NotFound when the account does not own it."""
+    with session_scope() as db:
+        deleted = agents.delete_agent(db, account_id, app_id, agent_id)
+    store = get_store()
+    for thread_id in deleted.thread_ids:
+        store.delete_prefix(checkpoint_prefix(deleted.app_id, thread_id))
+    sandboxes = remove_agent_sandboxes(deleted, backend)
+    log.info("agent.deleted", agent_id=agent_id, threads=len(deleted.thread_ids), sandboxes=sandboxes)
+    return deleted
 
 
 def _fail(db: Session, run: SessionRun, code: str, message: str, retryable: bool) -> list[sessions.StoredEvent]:

@@ -1,8 +1,10 @@
-"""`/apps/[app_id]/agents`: the App's Agents and a dialog to create one."""
+"""`/apps/[app_id]/agents`: the App's Agents, a dialog to create one, import a `.agent`
+package, and per Agent: fork, export, delete (with confirmation)."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 
 import reflex as rx
@@ -10,6 +12,7 @@ import reflex as rx
 from mosoo_core import agents
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
+from mosoo_core.runtime.runs import delete_agent_everywhere
 from mosoo_web.components.layout import console_shell, page_header
 from mosoo_web.pages.app_settings import not_found_card
 from mosoo_web.state.session import SessionState, current_account_id
@@ -58,6 +61,36 @@ def _create(account_id: str, app_id: str, name: str, runtime: str, kind: str) ->
         return agents.create_agent(db, account_id, app_id, name=name, runtime=runtime, kind=kind).id
 
 
+def _fork(account_id: str, app_id: str, agent_id: str) -> str:
+    with session_scope() as db:
+        return agents.fork_agent(db, account_id, app_id, agent_id).name
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:60] or "agent"
+
+
+def _export(account_id: str, app_id: str, agent_id: str) -> tuple[str, bytes]:
+    with session_scope() as db:
+        name = agents.get_agent(db, account_id, app_id, agent_id).name
+        return f"{_slug(name)}.agent", agents.export_agent(db, account_id, app_id, agent_id)
+
+
+def _thread_count(account_id: str, app_id: str, agent_id: str) -> int:
+    with session_scope() as db:
+        return agents.count_threads(db, account_id, app_id, agent_id)
+
+
+def _import(account_id: str, app_id: str, data: bytes) -> tuple[agents.ImportReport, str]:
+    with session_scope() as db:
+        report = agents.import_agent(db, account_id, app_id, data)
+        return report, agents.get_agent(db, account_id, app_id, report.agent_id).name
+
+
+MAX_PACKAGE_BYTES = 64 * 1024 * 1024
+UPLOAD_ID = "agent-package"
+
+
 class AgentsState(rx.State):
     agents: list[AgentRow] = []
     loaded: bool = False
@@ -66,6 +99,20 @@ class AgentsState(rx.State):
     kind: str = "cattle"
     name_error: str = ""
     form_error: str = ""
+    # Delete confirmation
+    delete_open: bool = False
+    delete_id: str = ""
+    delete_name: str = ""
+    delete_threads: int = 0
+    deleting: bool = False
+    # Import dialog and its report
+    import_open: bool = False
+    importing: bool = False
+    import_error: str = ""
+    imported_id: str = ""
+    imported_name: str = ""
+    import_reconnect: list[str] = []
+    import_notes: list[str] = []
 
     @rx.event
     async def load(self) -> None:
@@ -122,6 +169,108 @@ class AgentsState(rx.State):
             return None
         self.dialog_open = False
         return rx.redirect(f"/apps/{app_id}/agents/{agent_id}")
+
+    async def _ids(self) -> tuple[str, str]:
+        session = await self.get_state(SessionState)
+        return await current_account_id(self), session.current_app_id
+
+    async def _reload(self) -> None:
+        account_id, app_id = await self._ids()
+        self.agents = await asyncio.to_thread(_rows, account_id, app_id)
+
+    @rx.event
+    async def fork(self, agent_id: str) -> rx.event.EventSpec:
+        account_id, app_id = await self._ids()
+        try:
+            name = await asyncio.to_thread(_fork, account_id, app_id, agent_id)
+        except NotFound as error:
+            return rx.toast.error(error.message)
+        await self._reload()
+        return rx.toast.success(f"Created {name}.")
+
+    @rx.event
+    async def export(self, agent_id: str) -> rx.event.EventSpec:
+        account_id, app_id = await self._ids()
+        try:
+            filename, data = await asyncio.to_thread(_export, account_id, app_id, agent_id)
+        except NotFound as error:
+            return rx.toast.error(error.message)
+        return rx.download(data=data, filename=filename)
+
+    @rx.event
+    async def ask_delete(self, agent_id: str) -> rx.event.EventSpec | None:
+        account_id, app_id = await self._ids()
+        try:
+            self.delete_threads = await asyncio.to_thread(_thread_count, account_id, app_id, agent_id)
+        except NotFound as error:
+            return rx.toast.error(error.message)
+        self.delete_id = agent_id
+        self.delete_name = next((row.name for row in self.agents if row.id == agent_id), "this agent")
+        self.delete_open = True
+        return None
+
+    @rx.event
+    def close_delete(self, is_open: bool = False) -> None:
+        if not is_open and not self.deleting:
+            self.delete_open = False
+
+    @rx.event(background=True)
+    async def confirm_delete(self) -> rx.event.EventSpec | None:
+        # Background: removing sandboxes can take a while; the page stays responsive.
+        async with self:
+            if self.deleting or not self.delete_id:
+                return None
+            self.deleting = True
+            agent_id, name = self.delete_id, self.delete_name
+            account_id, app_id = await self._ids()
+        try:
+            await asyncio.to_thread(delete_agent_everywhere, account_id, app_id, agent_id)
+        except NotFound as error:
+            async with self:
+                self.deleting, self.delete_open = False, False
+            return rx.toast.error(error.message)
+        rows = await asyncio.to_thread(_rows, account_id, app_id)
+        async with self:
+            self.agents = rows
+            self.deleting, self.delete_open, self.delete_id = False, False, ""
+        return rx.toast.success(f"Deleted {name}.")
+
+    @rx.event
+    def open_import(self, is_open: bool = True) -> None:
+        if self.importing:
+            return
+        self.import_open = is_open
+        if is_open:
+            self.import_error = self.imported_id = self.imported_name = ""
+            self.import_reconnect, self.import_notes = [], []
+
+    @rx.event
+    def reject_package(self, _rejected: list[dict]) -> None:
+        self.import_error = "Choose one .agent file of at most 64 MiB."
+
+    @rx.event
+    async def import_package(self, files: list[rx.UploadFile]) -> None:
+        self.import_error = ""
+        if len(files) != 1:
+            self.import_error = "Choose one .agent file."
+            return
+        data = await files[0].read(MAX_PACKAGE_BYTES + 1)
+        if len(data) > MAX_PACKAGE_BYTES:
+            self.import_error = "This package cannot be imported: it is larger than 64 MiB."
+            return
+        account_id, app_id = await self._ids()
+        self.importing = True
+        try:
+            report, name = await asyncio.to_thread(_import, account_id, app_id, data)
+        except (InvalidInput, NotFound) as error:
+            self.import_error = error.message
+            return
+        finally:
+            self.importing = False
+        self.imported_id, self.imported_name = report.agent_id, name
+        self.import_reconnect, self.import_notes = list(report.reconnect), list(report.notes)
+        await self._reload()
+
 
 
 def _error(message: rx.Var, test_id: str) -> rx.Component:
@@ -253,53 +402,227 @@ def _create_dialog() -> rx.Component:
     )
 
 
+def _agent_menu(row: rx.Var[AgentRow]) -> rx.Component:
+    return rx.dropdown_menu.root(
+        rx.dropdown_menu.trigger(
+            rx.icon_button(
+                rx.icon("ellipsis", size=16), variant="ghost", color_scheme="gray", size="2",
+                aria_label="Agent actions", data_testid="agent-menu",
+            ),
+        ),
+        rx.dropdown_menu.content(
+            rx.dropdown_menu.item(
+                rx.icon("copy", size=14), "Fork", on_select=AgentsState.fork(row.id), data_testid="agent-fork"
+            ),
+            rx.dropdown_menu.item(
+                rx.icon("download", size=14), "Export", on_select=AgentsState.export(row.id), data_testid="agent-export"
+            ),
+            rx.dropdown_menu.separator(),
+            rx.dropdown_menu.item(
+                rx.icon("trash-2", size=14), "Delete", color_scheme="red",
+                on_select=AgentsState.ask_delete(row.id), data_testid="agent-delete",
+            ),
+            align="end",
+        ),
+    )
+
+
 def _agent_card(row: rx.Var[AgentRow]) -> rx.Component:
-    return rx.link(
-        rx.card(
-            rx.hstack(
-                rx.box(
-                    rx.icon("bot", size=20, color=rx.color("accent", 11)),
-                    background=rx.color("accent", 3),
-                    border_radius="10px",
-                    padding="8px",
-                    display="flex",
-                ),
-                rx.vstack(
-                    rx.hstack(
-                        rx.text(row.name, size="3", weight="bold", data_testid="agent-name"),
-                        rx.badge(row.kind_label, variant="soft", color_scheme="gray"),
-                        align="center",
-                        spacing="2",
+    return rx.card(
+        rx.hstack(
+            rx.link(
+                rx.hstack(
+                    rx.box(
+                        rx.icon("bot", size=20, color=rx.color("accent", 11)),
+                        background=rx.color("accent", 3),
+                        border_radius="10px",
+                        padding="8px",
+                        display="flex",
                     ),
-                    rx.text(
-                        row.runtime_label,
-                        " · ",
-                        rx.cond(row.model != "", row.model, "model not set"),
-                        size="1",
-                        color_scheme="gray",
+                    rx.vstack(
+                        rx.hstack(
+                            rx.text(row.name, size="3", weight="bold", data_testid="agent-name"),
+                            rx.badge(row.kind_label, variant="soft", color_scheme="gray"),
+                            align="center",
+                            spacing="2",
+                        ),
+                        rx.text(
+                            row.runtime_label,
+                            " · ",
+                            rx.cond(row.model != "", row.model, "model not set"),
+                            size="1",
+                            color_scheme="gray",
+                        ),
+                        spacing="1",
+                        min_width="0",
                     ),
-                    spacing="1",
-                    min_width="0",
+                    rx.spacer(),
+                    rx.cond(
+                        row.ready,
+                        rx.badge(rx.icon("circle-check", size=12), "Ready", color_scheme="green", variant="soft"),
+                        rx.badge(rx.icon("circle-alert", size=12), "Setup required", color_scheme="amber", variant="soft"),
+                    ),
+                    rx.icon("chevron-right", size=16, color=rx.color("gray", 9)),
+                    align="center",
+                    spacing="3",
+                    width="100%",
                 ),
-                rx.spacer(),
+                href="/apps/" + SessionState.current_app_id + "/agents/" + row.id,
+                underline="none",
+                color="inherit",
+                flex="1",
+                min_width="0",
+                data_testid="agent-link",
+            ),
+            _agent_menu(row),
+            align="center",
+            spacing="2",
+            width="100%",
+        ),
+        width="100%",
+        _hover={"background": rx.color("gray", 3)},
+        data_testid="agent-card",
+    )
+
+
+def _delete_dialog() -> rx.Component:
+    return rx.alert_dialog.root(
+        rx.alert_dialog.content(
+            rx.alert_dialog.title("Delete " + AgentsState.delete_name + "?"),
+            rx.alert_dialog.description(
+                "This deletes the agent with its ",
                 rx.cond(
-                    row.ready,
-                    rx.badge(rx.icon("circle-check", size=12), "Ready", color_scheme="green", variant="soft"),
-                    rx.badge(rx.icon("circle-alert", size=12), "Setup required", color_scheme="amber", variant="soft"),
+                    AgentsState.delete_threads == 1,
+                    "1 thread",
+                    AgentsState.delete_threads.to_string() + " threads",
                 ),
-                rx.icon("chevron-right", size=16, color=rx.color("gray", 9)),
-                align="center",
+                ", files and sandboxes, and its published versions. This cannot be undone.",
+                size="2",
+                data_testid="agent-delete-summary",
+            ),
+            rx.hstack(
+                rx.alert_dialog.cancel(rx.button("Cancel", variant="soft", color_scheme="gray", disabled=AgentsState.deleting)),
+                rx.button(
+                    "Delete agent", color_scheme="red", loading=AgentsState.deleting,
+                    on_click=AgentsState.confirm_delete, data_testid="agent-delete-confirm",
+                ),
+                justify="end",
                 spacing="3",
+                margin_top="16px",
+            ),
+            max_width="480px",
+        ),
+        open=AgentsState.delete_open,
+        on_open_change=AgentsState.close_delete,
+    )
+
+
+def _import_report() -> rx.Component:
+    return rx.vstack(
+        rx.callout(
+            rx.text("Imported ", rx.text.strong(AgentsState.imported_name), " as a draft."),
+            icon="circle-check",
+            color_scheme="green",
+            width="100%",
+            data_testid="import-report",
+        ),
+        rx.cond(
+            AgentsState.import_reconnect.length() > 0,
+            rx.vstack(
+                rx.text("Needs reconnecting", size="2", weight="medium"),
+                rx.foreach(
+                    AgentsState.import_reconnect,
+                    lambda item: rx.text("• ", item, size="2", data_testid="import-reconnect"),
+                ),
+                spacing="1",
                 width="100%",
             ),
-            width="100%",
-            _hover={"background": rx.color("gray", 3)},
+            rx.fragment(),
         ),
-        href="/apps/" + SessionState.current_app_id + "/agents/" + row.id,
-        underline="none",
-        color="inherit",
+        rx.cond(
+            AgentsState.import_notes.length() > 0,
+            rx.vstack(
+                rx.text("Notes", size="2", weight="medium"),
+                rx.foreach(
+                    AgentsState.import_notes,
+                    lambda item: rx.text("• ", item, size="2", color_scheme="gray", data_testid="import-note"),
+                ),
+                spacing="1",
+                width="100%",
+            ),
+            rx.fragment(),
+        ),
+        rx.hstack(
+            rx.dialog.close(rx.button("Close", variant="soft", color_scheme="gray")),
+            rx.link(
+                rx.button(rx.icon("play", size=14), "Open in Preview"),
+                href="/apps/" + SessionState.current_app_id + "/agents/" + AgentsState.imported_id,
+                data_testid="import-open-preview",
+            ),
+            justify="end",
+            spacing="3",
+            width="100%",
+        ),
+        spacing="3",
         width="100%",
-        data_testid="agent-card",
+    )
+
+
+def _import_form() -> rx.Component:
+    return rx.vstack(
+        rx.upload.root(
+            rx.vstack(
+                rx.icon("upload", size=24, color=rx.color("gray", 9)),
+                rx.text("Drop a .agent file here or click to choose one", size="2"),
+                rx.text("At most 64 MiB. Packages never carry keys; you reconnect them after.", size="1", color_scheme="gray"),
+                align="center",
+                spacing="1",
+            ),
+            id=UPLOAD_ID,
+            accept={"application/zip": [".agent"], "application/octet-stream": [".agent"]},
+            max_files=1,
+            max_size=MAX_PACKAGE_BYTES,
+            multiple=False,
+            disabled=AgentsState.importing,
+            on_drop=AgentsState.import_package,
+            on_drop_rejected=AgentsState.reject_package,
+            border=f"1px dashed {rx.color('gray', 7)}",
+            border_radius="8px",
+            padding="24px",
+            width="100%",
+            cursor="pointer",
+            data_testid="import-upload",
+        ),
+        rx.cond(AgentsState.importing, rx.hstack(rx.spinner(size="2"), rx.text("Importing…", size="2")), rx.fragment()),
+        _error(AgentsState.import_error, "import-error"),
+        rx.hstack(
+            rx.dialog.close(rx.button("Cancel", variant="soft", color_scheme="gray", type="button")),
+            justify="end",
+            width="100%",
+        ),
+        spacing="3",
+        width="100%",
+    )
+
+
+def _import_dialog() -> rx.Component:
+    return rx.dialog.root(
+        rx.dialog.trigger(
+            rx.button(rx.icon("file-up", size=16), "Import", size="3", variant="soft", data_testid="import-agent"),
+        ),
+        rx.dialog.content(
+            rx.dialog.title("Import an agent"),
+            rx.dialog.description(
+                "A .agent package exported from Mosoo becomes a new draft agent in this App.",
+                size="2",
+                color_scheme="gray",
+                margin_bottom="16px",
+            ),
+            rx.cond(AgentsState.imported_id != "", _import_report(), _import_form()),
+            max_width="520px",
+        ),
+        open=AgentsState.import_open,
+        on_open_change=AgentsState.open_import,
     )
 
 
@@ -332,7 +655,7 @@ def _content() -> rx.Component:
             rx.hstack(
                 page_header("Agents", SessionState.current_app_name),
                 rx.spacer(),
-                _create_dialog(),
+                rx.hstack(_import_dialog(), _create_dialog(), spacing="2"),
                 align="start",
                 width="100%",
             ),
@@ -341,6 +664,7 @@ def _content() -> rx.Component:
                 rx.vstack(rx.foreach(AgentsState.agents, _agent_card), width="100%", spacing="2"),
                 rx.cond(AgentsState.loaded, _empty(), rx.fragment()),
             ),
+            _delete_dialog(),
             width="100%",
             spacing="2",
         ),
