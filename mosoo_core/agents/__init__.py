@@ -4,6 +4,8 @@ from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, Runtime
 from mosoo_core.agents.packages import ImportReport, export_agent, import_agent
 from mosoo_core.agents.service import (
     DEFAULT_TOOLS,
+    MAX_TOKENS_LIMIT,
+    REASONING_EFFORTS,
     AgentView,
     Blocker,
     DeletedAgent,
@@ -14,6 +16,7 @@ from mosoo_core.agents.service import (
     delete_agent,
     fork_agent,
     get_agent,
+    last_activity_by_agent,
     list_agents,
     owned_agent,
     readiness,
@@ -31,6 +34,8 @@ from mosoo_core.agents.versions import (
 __all__ = [
     "BUILTIN_TOOLS",
     "DEFAULT_TOOLS",
+    "MAX_TOKENS_LIMIT",
+    "REASONING_EFFORTS",
     "RUNTIMES",
     "AgentView",
     "Blocker",
@@ -48,6 +53,7 @@ __all__ = [
     "get_agent",
     "get_version",
     "import_agent",
+    "last_activity_by_agent",
     "list_agents",
     "list_versions",
     "owned_agent",

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlmodel import Session, col, or_, select
+from sqlmodel import Session, col, func, or_, select
 
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, TOOL_POLICIES
 from mosoo_core.agents.models import Agent, AgentVersion
@@ -16,6 +16,8 @@ from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.identity import get_app
 
 DEFAULT_TOOLS = {"bash": "ask", "read": "allow", "write": "ask", "edit": "ask", "glob": "allow", "grep": "allow"}
+REASONING_EFFORTS = ("none", "low", "medium", "high")
+MAX_TOKENS_LIMIT = 200_000
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,28 @@ def _clean_tools(tools: dict[str, str]) -> dict[str, str]:
     return cleaned
 
 
+def _clean_provider_options(options: Any) -> dict[str, Any]:
+    """Check the options the console edits (temperature, max_tokens, reasoning_effort); a
+    None value removes that key. Other keys are kept as they are."""
+    if not isinstance(options, dict):
+        raise InvalidInput("Provider options must be an object.", field="provider_options")
+    cleaned = {key: value for key, value in options.items() if value is not None}
+    temperature = cleaned.get("temperature")
+    if temperature is not None and (
+        isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 2
+    ):
+        raise InvalidInput("Temperature is a number from 0 to 2.", field="provider_options")
+    max_tokens = cleaned.get("max_tokens")
+    if max_tokens is not None and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS_LIMIT
+    ):
+        raise InvalidInput(f"Max tokens is a whole number from 1 to {MAX_TOKENS_LIMIT:,}.", field="provider_options")
+    effort = cleaned.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_EFFORTS:
+        raise InvalidInput("Reasoning effort is none, low, medium or high.", field="provider_options")
+    return cleaned
+
+
 def create_agent(
     db: Session, account_id: str, app_id: str, *, name: str, runtime: str = "openai", kind: str = "cattle"
 ) -> AgentView:
@@ -114,6 +138,22 @@ def list_agents(db: Session, account_id: str, app_id: str) -> list[AgentView]:
     get_app(db, account_id, app_id)
     rows = db.exec(select(Agent).where(Agent.app_id == app_id).order_by(col(Agent.created_at))).all()
     return [agent_view(row) for row in rows]
+
+
+def last_activity_by_agent(db: Session, account_id: str, app_id: str) -> dict[str, datetime]:
+    """Per Agent of the App: when its newest thread was last updated, else when the Agent was
+    (one grouped query)."""
+    from mosoo_core.sessions.models import AgentSession
+
+    get_app(db, account_id, app_id)
+    newest = func.max(AgentSession.updated_at)
+    rows = db.exec(
+        select(Agent.id, Agent.updated_at, newest)
+        .join(AgentSession, col(AgentSession.agent_id) == col(Agent.id), isouter=True)
+        .where(Agent.app_id == app_id)
+        .group_by(col(Agent.id), col(Agent.updated_at))
+    ).all()
+    return {agent_id: thread_updated or agent_updated for agent_id, agent_updated, thread_updated in rows}
 
 
 def get_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> AgentView:
@@ -151,6 +191,10 @@ def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, **cha
         raise InvalidInput("The system prompt is limited to 100,000 characters.", field="system_prompt")
     if "tools" in values:
         values["tools"] = _clean_tools(values["tools"] or {})
+    if "provider_options" in values:
+        values["provider_options"] = _clean_provider_options(
+            {} if values["provider_options"] is None else values["provider_options"]
+        )
     if values.get("provider_credential_id") and not credential_belongs_to_app(
         db, app_id, values["provider_credential_id"]
     ):

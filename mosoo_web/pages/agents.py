@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
+from datetime import datetime
 
 import reflex as rx
 
 from mosoo_core import agents
+from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.runtime.runs import delete_agent_everywhere
@@ -33,11 +35,37 @@ class AgentRow:
     model: str = ""
     ready: bool = False
     blocker_count: int = 0
+    status_label: str = "Draft"
+    published: bool = False
+    last_activity: str = ""
+
+
+def relative_time(when: datetime, now: datetime) -> str:
+    """"just now", "5 min ago", "3 h ago", "2 days ago", then the date."""
+    seconds = max(0, int((now - when).total_seconds()))
+    if seconds < 60:
+        return "just now"
+    if seconds < 3600:
+        return f"{seconds // 60} min ago"
+    if seconds < 86_400:
+        return f"{seconds // 3600} h ago"
+    days = seconds // 86_400
+    if days < 30:
+        return "1 day ago" if days == 1 else f"{days} days ago"
+    return when.strftime("%Y-%m-%d")
+
+
+def _status_label(view: agents.AgentView) -> str:
+    if view.status == "published" and view.published_version is not None:
+        return f"Published v{view.published_version}"
+    return "Published" if view.status == "published" else "Draft"
 
 
 def _rows(account_id: str, app_id: str) -> list[AgentRow]:
     with session_scope() as db:
         views = agents.list_agents(db, account_id, app_id)
+        activity = agents.last_activity_by_agent(db, account_id, app_id)
+        now = utcnow()
         rows = []
         for view in views:
             readiness = agents.readiness(db, view)
@@ -51,6 +79,9 @@ def _rows(account_id: str, app_id: str) -> list[AgentRow]:
                     model=view.model,
                     ready=readiness.ready,
                     blocker_count=len(readiness.blockers),
+                    status_label=_status_label(view),
+                    published=view.status == "published",
+                    last_activity=relative_time(activity.get(view.id, view.updated_at), now),
                 )
             )
     return rows
@@ -443,6 +474,12 @@ def _agent_card(row: rx.Var[AgentRow]) -> rx.Component:
                         rx.hstack(
                             rx.text(row.name, size="3", weight="bold", data_testid="agent-name"),
                             rx.badge(row.kind_label, variant="soft", color_scheme="gray"),
+                            rx.badge(
+                                row.status_label,
+                                variant="soft",
+                                color_scheme=rx.cond(row.published, "green", "gray"),
+                                data_testid="agent-status",
+                            ),
                             align="center",
                             spacing="2",
                         ),
@@ -450,6 +487,8 @@ def _agent_card(row: rx.Var[AgentRow]) -> rx.Component:
                             row.runtime_label,
                             " · ",
                             rx.cond(row.model != "", row.model, "model not set"),
+                            " · ",
+                            rx.text("Active ", row.last_activity, as_="span", data_testid="agent-last-activity"),
                             size="1",
                             color_scheme="gray",
                         ),

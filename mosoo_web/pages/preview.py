@@ -60,15 +60,25 @@ FIELD_LABELS = {
     "name": "Name",
     "kind": "Kind",
     "tools": "Tools",
+    "description": "Description",
+    "provider_options": "Provider options",
 }
 FORM_ERROR_FIELDS = {
     "name": "name_error",
+    "description": "description_error",
+    "temperature": "temperature_error",
+    "max_tokens": "max_tokens_error",
+    "reasoning_effort": "reasoning_effort_error",
+    "provider_options": "provider_options_error",
     "provider_credential_id": "provider_error",
     "model": "model_error",
     "system_prompt": "system_prompt_error",
     "kind": "kind_error",
     "tools": "tools_error",
 }
+DEFAULT_EFFORT = "default"  # the select's value for "no reasoning_effort key"
+# Which provider option a service error is about, by how its message starts.
+OPTION_ERROR_PREFIXES = {"Temperature": "temperature", "Max tokens": "max_tokens", "Reasoning effort": "reasoning_effort"}
 _AGENT_PATH = re.compile(r"/apps/([^/]+)/agents/([^/?#]+)")
 
 
@@ -90,6 +100,10 @@ class BlockerRow:
 @dataclass(frozen=True)
 class _AgentForm:
     name: str
+    description: str
+    temperature: str
+    max_tokens: str
+    reasoning_effort: str
     runtime_label: str
     kind: str
     provider_id: str
@@ -113,8 +127,14 @@ def _load_agent(account_id: str, app_id: str, agent_id: str) -> _AgentForm:
         credentials = vault.list_provider_credentials(db, account_id, app_id)
         readiness = agents.readiness(db, agent)
     runtime = agents.RUNTIMES.get(agent.runtime)
+    options = agent.provider_options
+    effort = options.get("reasoning_effort")
     return _AgentForm(
         name=agent.name,
+        description=agent.description,
+        temperature="" if options.get("temperature") is None else str(options["temperature"]),
+        max_tokens="" if options.get("max_tokens") is None else str(options["max_tokens"]),
+        reasoning_effort=effort if effort in agents.REASONING_EFFORTS else DEFAULT_EFFORT,
         runtime_label=runtime.label if runtime else agent.runtime,
         kind=agent.kind,
         provider_id=agent.provider_credential_id or NO_PROVIDER,
@@ -128,10 +148,35 @@ def _load_agent(account_id: str, app_id: str, agent_id: str) -> _AgentForm:
     )
 
 
-def _save_agent(account_id: str, app_id: str, agent_id: str, changes: dict[str, Any]) -> list[BlockerRow]:
+def _save_agent(
+    account_id: str, app_id: str, agent_id: str, changes: dict[str, Any], option_updates: dict[str, Any]
+) -> list[BlockerRow]:
+    """Save the form; `option_updates` change (None: remove) those provider options, the
+    agent's other provider options stay."""
     with session_scope() as db:
-        agent = agents.update_agent(db, account_id, app_id, agent_id, **changes)
+        current = agents.get_agent(db, account_id, app_id, agent_id).provider_options
+        options = {**current, **option_updates}
+        agent = agents.update_agent(db, account_id, app_id, agent_id, **changes, provider_options=options)
         return _blocker_rows(agents.readiness(db, agent))
+
+
+def _option_updates(form: dict[str, Any], effort: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The provider options the form sets (None: empty, remove the key) and the fields that
+    do not parse. Ranges are checked by `update_agent`."""
+    updates: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    temperature = str(form.get("temperature", "") or "").strip()
+    try:
+        updates["temperature"] = float(temperature) if temperature else None
+    except ValueError:
+        errors["temperature"] = "Temperature is a number from 0 to 2."
+    max_tokens = str(form.get("max_tokens", "") or "").strip()
+    try:
+        updates["max_tokens"] = int(max_tokens) if max_tokens else None
+    except ValueError:
+        errors["max_tokens"] = f"Max tokens is a whole number from 1 to {agents.MAX_TOKENS_LIMIT:,}."
+    updates["reasoning_effort"] = None if effort == DEFAULT_EFFORT else effort
+    return updates, errors
 
 
 def _thread_of_agent(account_id: str, agent_id: str, thread_id: str) -> bool:
@@ -315,6 +360,10 @@ class PreviewState(rx.State):
     form_version: int = 0  # bumped on load: uncontrolled fields re-mount with saved values
     form_name: str = ""
     form_system_prompt: str = ""
+    form_description: str = ""
+    form_temperature: str = ""
+    form_max_tokens: str = ""
+    reasoning_effort: str = DEFAULT_EFFORT
     provider_id: str = NO_PROVIDER
     model: str = ""
     kind: str = "cattle"
@@ -328,6 +377,11 @@ class PreviewState(rx.State):
     system_prompt_error: str = ""
     kind_error: str = ""
     tools_error: str = ""
+    description_error: str = ""
+    temperature_error: str = ""
+    max_tokens_error: str = ""
+    reasoning_effort_error: str = ""
+    provider_options_error: str = ""
 
     # --- the chat ---
     thread_id: str = ""
@@ -385,6 +439,10 @@ class PreviewState(rx.State):
         self.runtime_label = form.runtime_label
         self.form_name = form.name
         self.form_system_prompt = form.system_prompt
+        self.form_description = form.description
+        self.form_temperature = form.temperature
+        self.form_max_tokens = form.max_tokens
+        self.reasoning_effort = form.reasoning_effort
         self.provider_id = form.provider_id
         self.model = form.model
         self.kind = form.kind
@@ -446,6 +504,12 @@ class PreviewState(rx.State):
             self.kind = value
 
     @rx.event
+    def set_reasoning_effort(self, value: str) -> None:
+        if value == DEFAULT_EFFORT or value in agents.REASONING_EFFORTS:
+            self.reasoning_effort = value
+            self.reasoning_effort_error = ""
+
+    @rx.event
     def set_tool_policy(self, tool: str, value: str | list[str]) -> None:
         if tool in TOOL_DESCRIPTIONS and isinstance(value, str) and value in TOOL_POLICIES:
             self.tools = {**self.tools, tool: value}
@@ -455,8 +519,14 @@ class PreviewState(rx.State):
         for error_var in FORM_ERROR_FIELDS.values():
             setattr(self, error_var, "")
         account_id, app_id, _session = await self._context()
+        option_updates, option_errors = _option_updates(form, self.reasoning_effort)
+        if option_errors:
+            for key, message in option_errors.items():
+                setattr(self, FORM_ERROR_FIELDS[key], message)
+            return rx.toast.error("Not saved: " + next(iter(option_errors.values())))
         changes = {
             "name": str(form.get("name", "")),
+            "description": str(form.get("description", "")),
             "system_prompt": str(form.get("system_prompt", "")),
             "provider_credential_id": None if self.provider_id == NO_PROVIDER else self.provider_id,
             "model": self.model,
@@ -464,9 +534,17 @@ class PreviewState(rx.State):
             "tools": {tool: policy for tool, policy in self.tools.items() if policy != "off"},
         }
         try:
-            blockers = await asyncio.to_thread(_save_agent, account_id, app_id, self.current_agent_id, changes)
+            blockers = await asyncio.to_thread(
+                _save_agent, account_id, app_id, self.current_agent_id, changes, option_updates
+            )
         except InvalidInput as error:
-            setattr(self, FORM_ERROR_FIELDS.get(error.field or "", "name_error"), error.message)
+            error_field = error.field or ""
+            if error_field == "provider_options":
+                error_field = next(
+                    (key for prefix, key in OPTION_ERROR_PREFIXES.items() if error.message.startswith(prefix)),
+                    error_field,
+                )
+            setattr(self, FORM_ERROR_FIELDS.get(error_field, "name_error"), error.message)
             return rx.toast.error("Not saved: " + error.message)
         except NotFound:
             self.agent_missing = True
@@ -475,6 +553,9 @@ class PreviewState(rx.State):
         self.agent_name = " ".join(changes["name"].split())
         self.form_name = self.agent_name
         self.form_system_prompt = changes["system_prompt"]
+        self.form_description = changes["description"]
+        self.form_temperature = str(form.get("temperature", "") or "").strip()
+        self.form_max_tokens = str(form.get("max_tokens", "") or "").strip()
         return rx.toast.success("Saved.")
 
     # --- the chat ---
@@ -853,6 +934,64 @@ def _tool_row(tool: str) -> rx.Component:
     )
 
 
+def _provider_options() -> rx.Component:
+    return _field(
+        "Provider options",
+        rx.vstack(
+            rx.hstack(
+                _field(
+                    "Temperature",
+                    rx.input(
+                        name="temperature",
+                        default_value=PreviewState.form_temperature,
+                        placeholder="0 to 2",
+                        input_mode="decimal",
+                        width="100%",
+                        data_testid="agent-temperature",
+                    ),
+                    PreviewState.temperature_error,
+                    "agent-temperature",
+                ),
+                _field(
+                    "Max tokens",
+                    rx.input(
+                        name="max_tokens",
+                        default_value=PreviewState.form_max_tokens,
+                        placeholder="1 to 200000",
+                        input_mode="numeric",
+                        width="100%",
+                        data_testid="agent-max-tokens",
+                    ),
+                    PreviewState.max_tokens_error,
+                    "agent-max-tokens",
+                ),
+                spacing="3",
+                width="100%",
+                align="start",
+            ),
+            _field(
+                "Reasoning effort",
+                rx.select.root(
+                    rx.select.trigger(width="100%", data_testid="agent-reasoning-effort"),
+                    rx.select.content(
+                        rx.select.item("Provider default", value=DEFAULT_EFFORT),
+                        *[rx.select.item(effort.capitalize(), value=effort) for effort in agents.REASONING_EFFORTS],
+                    ),
+                    value=PreviewState.reasoning_effort,
+                    on_change=PreviewState.set_reasoning_effort,
+                ),
+                PreviewState.reasoning_effort_error,
+                "agent-reasoning-effort",
+            ),
+            spacing="2",
+            width="100%",
+        ),
+        PreviewState.provider_options_error,
+        "agent-provider-options",
+        rx.text("Optional. Leave empty to use the provider's default.", size="1", color_scheme="gray"),
+    )
+
+
 def _agent_form() -> rx.Component:
     return rx.form(
         rx.vstack(
@@ -868,6 +1007,21 @@ def _agent_form() -> rx.Component:
                 ),
                 PreviewState.name_error,
                 "agent-name",
+            ),
+            _field(
+                "Description",
+                rx.text_area(
+                    name="description",
+                    default_value=PreviewState.form_description,
+                    placeholder="What this agent is for (optional)",
+                    max_length=500,
+                    rows="2",
+                    resize="vertical",
+                    width="100%",
+                    data_testid="agent-description",
+                ),
+                PreviewState.description_error,
+                "agent-description",
             ),
             _field("Provider key", _provider_select(), PreviewState.provider_error, "agent-provider"),
             _field("Model", _model_field(), PreviewState.model_error, "agent-model"),
@@ -915,6 +1069,7 @@ def _agent_form() -> rx.Component:
                 "agent-tools",
                 rx.text("Ask: the agent waits for your approval in the chat.", size="1", color_scheme="gray"),
             ),
+            _provider_options(),
             rx.box(
                 rx.button(rx.icon("save", size=15), "Save", type="submit", size="3", width="100%", data_testid="agent-save"),
                 # Always in reach while the long form scrolls.

@@ -4,6 +4,7 @@ checkpoints with it and nothing of another Agent; a fork is a fresh draft of the
 from __future__ import annotations
 
 import io
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from sqlmodel import Session, select
 
 from mosoo_core import agents, identity, sessions, vault
 from mosoo_core.agents.models import Agent, AgentVersion
-from mosoo_core.errors import NotFound
+from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.files import get_store
 from mosoo_core.runtime.runs import checkpoint_key, delete_agent_everywhere
 from mosoo_core.sessions.models import AgentSession, DriverInstance, SessionEvent, SessionRun
@@ -167,3 +168,55 @@ def test_fork_of_a_long_name_stays_within_the_limit(db: Session) -> None:
 
     assert len(fork.name) == 80
     assert fork.name.endswith(" (copy)")
+
+
+def test_provider_options_are_validated_and_only_good_values_are_saved(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    agent = _ready_agent(db, account_id, app_id)
+    saved = agents.update_agent(
+        db, account_id, app_id, agent.id,
+        provider_options={"temperature": 1.5, "max_tokens": 4096, "reasoning_effort": "high", "seed": 7},
+    )
+    assert saved.provider_options == {"temperature": 1.5, "max_tokens": 4096, "reasoning_effort": "high", "seed": 7}
+    # A None value removes the key; the edges of each range are allowed.
+    saved = agents.update_agent(
+        db, account_id, app_id, agent.id,
+        provider_options={"temperature": 0, "max_tokens": 200_000, "reasoning_effort": None, "seed": 7},
+    )
+    assert saved.provider_options == {"temperature": 0, "max_tokens": 200_000, "seed": 7}
+    db.commit()
+
+    for bad in (
+        {"temperature": 2.5}, {"temperature": -0.1}, {"temperature": "hot"}, {"temperature": True},
+        {"max_tokens": 0}, {"max_tokens": 200_001}, {"max_tokens": 1.5}, {"reasoning_effort": "extreme"},
+    ):
+        with pytest.raises(InvalidInput) as refused:
+            agents.update_agent(db, account_id, app_id, agent.id, description="Changed.", provider_options=bad)
+        assert refused.value.field == "provider_options"
+        db.rollback()
+    db.expunge_all()
+    kept = agents.get_agent(db, account_id, app_id, agent.id)
+    assert kept.provider_options == {"temperature": 0, "max_tokens": 200_000, "seed": 7}
+    assert kept.description == "Drafts release notes."
+
+
+def test_last_activity_is_the_newest_thread_update_else_the_agent_update(db: Session) -> None:
+    account_id, app_id = _owner(db)
+    busy = _ready_agent(db, account_id, app_id)
+    quiet = _ready_agent(db, account_id, app_id, name="Quiet")
+    older, newer = (sessions.create_session(db, account_id, app_id, busy.id) for _ in range(2))
+    base = datetime(2030, 1, 1, tzinfo=UTC)
+    for thread_id, when in ((older.id, base), (newer.id, base + timedelta(hours=2))):
+        row = db.get(AgentSession, thread_id)
+        assert row is not None
+        row.updated_at = when
+        db.add(row)
+    db.commit()
+
+    activity = agents.last_activity_by_agent(db, account_id, app_id)
+    assert activity == {busy.id: base + timedelta(hours=2), quiet.id: quiet.updated_at}
+
+    stranger_id, stranger_app_id = _owner(db, "stranger@example.com")
+    with pytest.raises(NotFound):
+        agents.last_activity_by_agent(db, stranger_id, app_id)
+    assert agents.last_activity_by_agent(db, stranger_id, stranger_app_id) == {}

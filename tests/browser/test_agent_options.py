@@ -1,0 +1,71 @@
+"""The agent's description and provider options in Preview (saved, kept over a reload,
+refused next to the field when out of range) and the Agents list's status and last activity."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from mosoo_core import agents
+from mosoo_core.db import session_scope
+from mosoo_core.settings import reset_settings_cache
+from tests.browser.conftest import WebServer
+from tests.browser.test_console_journey import _sign_in
+from tests.browser.test_preview_chat import _account_id
+
+pytestmark = pytest.mark.browser
+
+APP_URL = re.compile(r"/apps/([0-9A-Z]{26})$")
+
+
+@pytest.fixture
+def shared_database(web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> WebServer:
+    """This process writes to the web process's database."""
+    monkeypatch.setenv("MOSOO_DATABASE_URL", web_server.database_url)
+    reset_settings_cache()
+    return web_server
+
+
+def test_description_and_temperature_are_kept_and_the_list_shows_status_and_activity(
+    page: Page, browser: Browser, shared_database: WebServer
+) -> None:
+    server = shared_database
+    page.goto(f"{server.url}/login")
+    _sign_in(page, browser, server, f"options-{uuid.uuid4().hex[:8]}@example.com")
+    page.wait_for_url(APP_URL)
+    match = APP_URL.search(page.url)
+    assert match
+    app_id = match.group(1)
+    account_id = _account_id(page)
+    with session_scope() as db:
+        agent_id = agents.create_agent(db, account_id, app_id, name="Tuned").id
+
+    page.goto(f"{server.url}/apps/{app_id}/agents/{agent_id}")
+    page.get_by_test_id("agent-description").fill("Answers billing questions.")
+    page.get_by_test_id("agent-temperature").fill("0.7")
+    page.get_by_test_id("agent-save").click()
+    expect(page.get_by_text("Saved.")).to_be_visible()
+    with session_scope() as db:
+        saved = agents.get_agent(db, account_id, app_id, agent_id)
+    assert saved.description == "Answers billing questions."
+    assert saved.provider_options == {"temperature": 0.7}
+
+    page.reload()
+    expect(page.get_by_test_id("agent-description")).to_have_value("Answers billing questions.")
+    expect(page.get_by_test_id("agent-temperature")).to_have_value("0.7")
+
+    # Out of range: the error next to the field, nothing saved.
+    page.get_by_test_id("agent-temperature").fill("3")
+    page.get_by_test_id("agent-save").click()
+    expect(page.get_by_test_id("agent-temperature-error")).to_contain_text("0 to 2")
+    with session_scope() as db:
+        assert agents.get_agent(db, account_id, app_id, agent_id).provider_options == {"temperature": 0.7}
+
+    page.goto(f"{server.url}/apps/{app_id}/agents")
+    card = page.get_by_test_id("agent-card")
+    expect(card).to_have_count(1)
+    expect(card.get_by_test_id("agent-status")).to_have_text("Draft")
+    expect(card.get_by_test_id("agent-last-activity")).to_have_text(re.compile(r"^Active (just now|\d+ min ago)$"))
