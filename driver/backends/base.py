@@ -3,6 +3,7 @@ cancellation. A runtime subclasses `Backend` and implements `execute(run) -> fin
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -67,7 +68,7 @@ class _ActiveRun:
     cancel_command_ids: list[str] = field(default_factory=list)
 
 
-class Backend:
+class Backend(abc.ABC):
     """The runtime-independent half of the driver's agent side."""
 
     runtime: ClassVar[str] = ""
@@ -85,12 +86,14 @@ class Backend:
     # --- to implement --------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Prepare the runtime (before `ready`); raise to refuse to start."""
+        """Prepare the runtime (before `ready`); raise to refuse to start. Optional: nothing
+        to prepare by default."""
+        return None
 
+    @abc.abstractmethod
     async def execute(self, run: RunInput) -> str:
         """Carry out one run and return its final text; raise RunFailure to fail it.
         Cancellation arrives as asyncio.CancelledError and must stop everything at once."""
-        raise NotImplementedError
 
     async def prepare_checkpoint(self, paths: list[str]) -> dict[str, Any]:
         """Make the workspace consistent on disk before control archives it."""

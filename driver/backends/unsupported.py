@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from driver.backends.base import Backend, InvalidCommand, _parse_run_input
+from driver.backends.base import Backend, InvalidCommand, RunFailure, RunInput, _parse_run_input
 from driver.protocol import Command
 
 log = logging.getLogger("driver.backend")
@@ -30,6 +30,11 @@ class UnsupportedBackend(Backend):
 
     async def start(self) -> None:
         log.error("runtime_unsupported", extra={"runtime": self.requested_runtime, "supported": self.supported})
+
+    async def execute(self, run: RunInput) -> str:
+        # Never reached through input.start (refused below, before a run starts); kept so
+        # any other path to a run fails the same clear way.
+        raise RunFailure("runtime_unsupported", self.message)
 
     async def _on_input_start(self, command: Command) -> None:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import os
@@ -99,7 +100,7 @@ def cap_output(text: str, limit: int = MAX_TOOL_OUTPUT_CHARS) -> str:
     return f"{text[:half]}\n\n[... output truncated: {cut} characters omitted ...]\n\n{text[-half:]}"
 
 
-class Tool:
+class Tool(abc.ABC):
     """A built-in tool: a name, a description and a JSON schema for the model, and `execute`."""
 
     name: ClassVar[str]
@@ -113,8 +114,9 @@ class Tool:
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
 
+    @abc.abstractmethod
     async def execute(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        raise NotImplementedError
+        """Carry out the call; raise ToolInputError for bad arguments."""
 
     async def run(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         """`execute` with every failure turned into an error result; only cancellation escapes."""

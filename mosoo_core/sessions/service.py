@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlmodel import Session, col, select
 
-from mosoo_core.clock import utcnow
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.identity import get_app
 from mosoo_core.sessions import _drivers
@@ -204,15 +202,3 @@ def get_run(db: Session, account_id: str, run_id: str) -> RunView:
     owned_session(db, account_id, run.session_id)
     return run_view(run)
 
-
-def session_payload(view: SessionView) -> dict[str, Any]:
-    return {
-        "id": view.id, "agent_id": view.agent_id, "title": view.title, "status": view.status,
-        "archived": view.archived, "end_user_id": view.end_user_id, "last_seq": view.last_seq,
-        "created_at": view.created_at.isoformat(), "updated_at": view.updated_at.isoformat(),
-    }
-
-
-def touch(db: Session, session: AgentSession) -> None:
-    session.updated_at = utcnow()
-    db.add(session)
