@@ -27,6 +27,14 @@ class InvalidInput(MosooError):
         self.field = field
 
 
+class Forbidden(MosooError):
+    code = "forbidden"
+
+
+class PayloadTooLarge(MosooError):
+    code = "payload_too_large"
+
+
 class Unauthenticated(MosooError):
     code = "unauthenticated"
 

@@ -3,6 +3,7 @@
 from sqlmodel import SQLModel
 
 from mosoo_core.agents import models as agent_models
+from mosoo_core.files import models as file_models
 from mosoo_core.identity import models as identity_models
 from mosoo_core.mail import models as mail_models
 from mosoo_core.sessions import models as session_models
@@ -13,6 +14,7 @@ metadata = SQLModel.metadata
 
 __all__ = [
     "agent_models",
+    "file_models",
     "identity_models",
     "mail_models",
     "metadata",

@@ -27,6 +27,11 @@ class Agent(SQLModel, table=True):
     # {"bash": "ask", "read": "allow", ...}: enabled built-in tools and their policy.
     tools: dict[str, Any] = Field(default_factory=dict, sa_type=sa.JSON)
     provider_options: dict[str, Any] = Field(default_factory=dict, sa_type=sa.JSON)
+    # Bindings to App resources (their own issues bring the resources): an environment id,
+    # skill ids, MCP server ids. Stored with the draft and frozen into versions and runs.
+    environment_id: str | None = Field(default=None, max_length=26)
+    skills: list[str] = Field(default_factory=list, sa_type=sa.JSON)
+    mcp_servers: list[str] = Field(default_factory=list, sa_type=sa.JSON)
     status: str = Field(default="draft", max_length=16, sa_column_kwargs={"server_default": "draft"})  # draft | published
     published_version: int | None = None  # the version new non-Preview threads pin; None while a draft
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
@@ -94,6 +95,56 @@ class App(SQLModel, table=True):
     name: str = Field(max_length=120)
     created_at: datetime = _timestamp()
     updated_at: datetime = _timestamp()
+
+
+class AccessToken(SQLModel, table=True):
+    """A personal access token (`mst_…`) for the public API and the CLI; only its digest is kept."""
+
+    __tablename__ = "access_token"
+    id: str = _id_field()
+    account_id: str = Field(foreign_key="account.id", index=True, ondelete="CASCADE")
+    label: str = Field(max_length=80)
+    token_hash: str = Field(max_length=64, unique=True)
+    display_suffix: str = Field(max_length=8)  # the last characters, to recognise it in the list
+    source: str = Field(default="console", max_length=16)  # console | cli
+    created_at: datetime = _timestamp()
+    last_used_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    revoked_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
+class DeviceAuthorization(SQLModel, table=True):
+    """A CLI sign-in (device flow): the CLI holds the device code, the user confirms the user
+    code in the console. The token is minted on the first poll after approval, never stored."""
+
+    __tablename__ = "device_authorization"
+    id: str = _id_field()
+    device_code_hash: str = Field(max_length=64, unique=True)
+    user_code: str = Field(max_length=16, unique=True, index=True)
+    status: str = Field(default="pending", max_length=16)  # pending|authorized|denied|expired|consumed
+    client_name: str = Field(default="", max_length=80)
+    account_id: str | None = Field(default=None, foreign_key="account.id", ondelete="CASCADE")
+    access_token_id: str | None = Field(default=None, max_length=26)
+    interval_seconds: int = 5
+    last_polled_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    created_at: datetime = _timestamp()
+    expires_at: datetime = Field(sa_type=UTCDateTime)
+    decided_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
+class IdempotencyRecord(SQLModel, table=True):
+    """The stored answer of an API call made with an `Idempotency-Key` (kept 24 h)."""
+
+    __tablename__ = "idempotency_record"
+    __table_args__ = (sa.UniqueConstraint("account_id", "scope", "key", name="uq_idempotency_key"),)
+    id: str = _id_field()
+    account_id: str = Field(foreign_key="account.id", index=True, ondelete="CASCADE")
+    scope: str = Field(max_length=300)  # method and route of the call, e.g. "POST /threads/{id}/events"
+    key: str = Field(max_length=255)
+    request_hash: str = Field(max_length=64)
+    status_code: int = 0  # 0 while the first call is still being answered
+    response_body: dict[str, Any] = Field(default_factory=dict, sa_type=sa.JSON)
+    created_at: datetime = _timestamp()
+    expires_at: datetime = Field(sa_type=UTCDateTime, index=True)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ class SessionRun(SQLModel, table=True):
     app_id: str = Field(max_length=26, index=True)
     status: str = Field(default="queued", max_length=16, index=True)
     input_text: str = Field(default="", sa_type=sa.Text)
+    # The files the message named: [{file_id, name, media_type, size}], mounted for this run only.
+    attachments: list[dict[str, Any]] = Field(default_factory=list, sa_type=sa.JSON)
     # The frozen execution snapshot (model, prompt, tools ...) resolved at dispatch.
     snapshot: dict[str, Any] = Field(default_factory=dict, sa_type=sa.JSON)
     driver_instance_id: str | None = Field(default=None, max_length=26, index=True)

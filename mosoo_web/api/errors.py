@@ -7,14 +7,19 @@ from fastapi.responses import JSONResponse
 
 from mosoo_core.errors import (
     Conflict,
+    Forbidden,
     InvalidInput,
     MosooError,
     NotFound,
+    PayloadTooLarge,
     RateLimited,
     Unauthenticated,
 )
 
-STATUS = {NotFound: 404, Conflict: 409, InvalidInput: 400, Unauthenticated: 401, RateLimited: 429}
+STATUS = {
+    NotFound: 404, Conflict: 409, InvalidInput: 400, Unauthenticated: 401, Forbidden: 403,
+    PayloadTooLarge: 413, RateLimited: 429,
+}
 
 
 def error_response(error: MosooError) -> JSONResponse:
