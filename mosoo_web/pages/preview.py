@@ -13,35 +13,28 @@ streaming in `live_text` (small, changes per batch). The thread id sits in the U
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
 import reflex as rx
 
 from mosoo_core import agents, sessions, streams, tasks_client, vault
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, InvalidInput, MosooError, NotFound
 from mosoo_core.logs import get_logger
-from mosoo_core.sessions.transcript import Transcript
-from mosoo_core.settings import get_settings
-from mosoo_web.components.chat import ChatItem, chat_item, transcript_view, usage_text
+from mosoo_web.components.chat import transcript_view
 from mosoo_web.components.layout import console_shell
 from mosoo_web.components.versions import VersionsState, publish_controls
 from mosoo_web.pages.app_settings import not_found_card
 from mosoo_web.state.session import SessionState, current_account_id
+from mosoo_web.state.thread_chat import ThreadChat, thread_url_script
 
 log = get_logger(__name__)
 
 FLUSH_SECONDS = 0.1  # push deltas to the browser at most this often
 QUIET_RECHECK_SECONDS = 2.0  # with a quiet stream, look at the database this often
 DISCONNECTED_GRACE_SECONDS = 30.0  # a closed tab stops its watcher after this long
-EVENTS_PAGE = 1000
 NO_PROVIDER = "none"
 TOOL_POLICIES = ("off", "allow", "ask")
 TOOL_DESCRIPTIONS = {
@@ -187,17 +180,6 @@ def _thread_of_agent(account_id: str, agent_id: str, thread_id: str) -> bool:
             return False
 
 
-def _read_events(account_id: str, thread_id: str, after_seq: int) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    with session_scope() as db:
-        while True:
-            page = sessions.list_events(db, account_id, thread_id, after_seq=after_seq, limit=EVENTS_PAGE)
-            events += [event.to_public() for event in page]
-            if len(page) < EVENTS_PAGE:
-                return events
-            after_seq = page[-1].seq
-
-
 def _send_message(account_id: str, app_id: str, agent_id: str, thread_id: str, text: str) -> str:
     """Store the message (starting a thread when there is none), then hand the run to the
     worker. Returns the thread id."""
@@ -221,137 +203,7 @@ def _send_message(account_id: str, app_id: str, agent_id: str, thread_id: str, t
     return thread_id
 
 
-def _stop_run(account_id: str, thread_id: str) -> None:
-    with session_scope() as db:
-        sessions.get_session(db, account_id, thread_id)
-        run = sessions.active_run(db, thread_id)
-        instance_id = run.driver_instance_id if run is not None else None
-        events = sessions.cancel_active_run(db, account_id, thread_id)
-    streams.publish_events(events)
-    if instance_id and not events:
-        streams.notify_driver(instance_id)
-
-
-def _resolve_permission(account_id: str, thread_id: str, request_id: str, decision: str) -> None:
-    with session_scope() as db:
-        sessions.get_session(db, account_id, thread_id)
-        run = sessions.active_run(db, thread_id)
-        instance_id = run.driver_instance_id if run is not None else None
-        sessions.resolve_permission(db, account_id, thread_id, request_id, decision)
-    if instance_id:
-        streams.notify_driver(instance_id)
-
-
-# --- the thread feed: database first, then the Redis stream ---------------------------------
-
-
-class _ThreadFeed:
-    def __init__(self, account_id: str, thread_id: str) -> None:
-        self.account_id = account_id
-        self.thread_id = thread_id
-        self.stream = streams.events_stream(thread_id)
-        self.last_id: bytes | str = "0-0"
-        self.redis = aioredis.Redis.from_url(get_settings().redis_url, socket_connect_timeout=5)
-        self.redis_ok = True
-
-    async def mark_stream_position(self) -> None:
-        """Remember where the stream ends BEFORE reading the database, so nothing published
-        in between is missed."""
-        try:
-            entries = await self.redis.xrevrange(self.stream, count=1)
-        except redis.RedisError as error:
-            self._redis_failed(error)
-            return
-        if entries:
-            self.last_id = entries[0][0]
-
-    async def read_database(self, after_seq: int) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(_read_events, self.account_id, self.thread_id, after_seq)
-
-    async def read_stream(self, block_ms: int) -> list[dict[str, Any]] | None:
-        """Events after the last entry read (waiting up to `block_ms`); None when Redis fails."""
-        try:
-            answer = await self.redis.xread({self.stream: self.last_id}, block=max(1, block_ms), count=500)
-        except redis.RedisError as error:
-            self._redis_failed(error)
-            return None
-        events: list[dict[str, Any]] = []
-        for _name, entries in answer or []:
-            for entry_id, fields in entries:
-                self.last_id = entry_id
-                try:
-                    events.append(streams.decode_event(fields))
-                except (TypeError, ValueError):
-                    continue
-        self.redis_ok = True
-        return events
-
-    def _redis_failed(self, error: Exception) -> None:
-        if self.redis_ok:
-            log.warning("preview.stream_unavailable", thread_id=self.thread_id, error=type(error).__name__)
-        self.redis_ok = False
-
-    async def close(self) -> None:
-        with contextlib.suppress(redis.RedisError):
-            await self.redis.aclose()
-
-
-@dataclass
-class _Pushed:
-    """What the browser has, so a push sends only what changed."""
-
-    version: int = -1
-    status_version: int = -1
-    live_kind: str = ""
-    live_text: str = ""
-
-    def behind(self, transcript: Transcript) -> bool:
-        open_item = transcript.open_item
-        return (
-            self.version != transcript.version
-            or self.status_version != transcript.status_version
-            or self.live_kind != (open_item.kind if open_item else "")
-            or self.live_text != (open_item.text if open_item else "")
-        )
-
-
-async def _client_connected(token: str) -> bool:
-    """Whether the tab still has a socket (best effort: unknown counts as connected)."""
-    try:
-        from reflex_base.registry import RegistrationContext
-
-        namespace = RegistrationContext.get().app.event_namespace
-        if namespace is None or not token:
-            return True
-        return bool(await namespace._token_manager.is_token_connected(token))
-    except Exception as error:
-        log.warning("preview.connection_check_failed", error=type(error).__name__)
-        return True
-
-
-def _reset_chat(state: Any) -> None:
-    state.items = []
-    state.live_kind = ""
-    state.live_text = ""
-    state.session_status = "idle"
-    state.run_active = False
-    state.needs_approval = False
-    state.last_run_status = ""
-    state.usage_total = ""
-    state.answered_requests = []
-    state.composer_error = ""
-    state.thread_missing = False
-
-
-def _thread_url_script(thread_id: str) -> rx.event.EventSpec:
-    change = f"u.searchParams.set('thread', {json.dumps(thread_id)});" if thread_id else "u.searchParams.delete('thread');"
-    return rx.call_script(
-        f"(() => {{ const u = new URL(window.location.href); {change} "
-        "window.history.replaceState(window.history.state, '', u.toString()); })()"
-    )
-
-
-class PreviewState(rx.State):
+class PreviewState(ThreadChat, rx.State):
     # --- the agent form ---
     current_agent_id: str = ""
     agent_missing: bool = False
@@ -382,24 +234,6 @@ class PreviewState(rx.State):
     max_tokens_error: str = ""
     reasoning_effort_error: str = ""
     provider_options_error: str = ""
-
-    # --- the chat ---
-    thread_id: str = ""
-    thread_missing: bool = False
-    items: list[ChatItem] = []
-    live_kind: str = ""
-    live_text: str = ""
-    session_status: str = "idle"
-    run_active: bool = False
-    needs_approval: bool = False
-    last_run_status: str = ""
-    usage_total: str = ""
-    answered_requests: list[str] = []
-    sending: bool = False
-    composer_error: str = ""
-    composer_version: int = 0  # bumped after a message is stored: the composer re-mounts empty
-    # Each open/reload/thread change starts a new watcher; older ones see the bump and end.
-    _watch_generation: int = 0
 
     @rx.var
     def ready(self) -> bool:
@@ -456,8 +290,7 @@ class PreviewState(rx.State):
     @rx.event
     async def load(self) -> Any:
         """After the App guard: the agent's form, then the thread named in the URL (if any)."""
-        self._watch_generation += 1
-        _reset_chat(self)
+        self._reset_chat()
         self.thread_id = ""
         account_id, app_id, session = await self._context()
         match = _AGENT_PATH.search(self.router.url.path or "")
@@ -480,7 +313,7 @@ class PreviewState(rx.State):
                 self.thread_id = thread_id
                 return PreviewState.watch
             self.thread_missing = True
-            return _thread_url_script("")
+            return thread_url_script("")
         return None
 
     # --- the form ---
@@ -562,10 +395,9 @@ class PreviewState(rx.State):
 
     @rx.event
     def new_chat(self) -> Any:
-        self._watch_generation += 1
-        _reset_chat(self)
+        self._reset_chat()
         self.thread_id = ""
-        return _thread_url_script("")
+        return thread_url_script("")
 
     @rx.event(background=True)
     async def send(self, form: dict[str, Any]) -> Any:
@@ -590,180 +422,12 @@ class PreviewState(rx.State):
             self.composer_version += 1
             if self.thread_id != sent_thread:
                 new_thread = True
-                self._watch_generation += 1
-                _reset_chat(self)
+                self._reset_chat()
                 self.thread_id = sent_thread
             self.run_active = True  # until the watcher has the events
         if new_thread:
-            return [_thread_url_script(sent_thread), PreviewState.watch]
+            return [thread_url_script(sent_thread), PreviewState.watch]
         return None
-
-    @rx.event(background=True)
-    async def stop(self) -> Any:
-        async with self:
-            account_id, _app_id, _session = await self._context()
-            thread_id = self.thread_id
-        if not thread_id:
-            return None
-        try:
-            await asyncio.to_thread(_stop_run, account_id, thread_id)
-        except MosooError as error:
-            return rx.toast.error(error.message)
-        return None
-
-    @rx.event(background=True)
-    async def allow_once(self, request_id: str) -> Any:
-        return await _answer_permission(self, request_id, "allow_once")
-
-    @rx.event(background=True)
-    async def reject(self, request_id: str) -> Any:
-        return await _answer_permission(self, request_id, "reject_once")
-
-    @rx.event(background=True)
-    async def watch(self) -> None:
-        """Follow the open thread until the page moves on (see the module docstring)."""
-        async with self:
-            generation = self._watch_generation
-            thread_id = self.thread_id
-            agent_id = self.current_agent_id
-            account_id = await current_account_id(self)
-            token = self.router.session.client_token
-        if not thread_id or not account_id:
-            return
-        feed = _ThreadFeed(account_id, thread_id)
-        transcript = Transcript()
-        pushed = _Pushed()
-        log.info("preview.watch_started", thread_id=thread_id, generation=generation)
-        reason = "error"
-        try:
-            await feed.mark_stream_position()
-            try:
-                transcript.apply_all(await feed.read_database(0))
-            except NotFound:
-                async with self:
-                    if self._watch_generation == generation:
-                        self.thread_missing = True
-                reason = "thread_gone"
-                return
-            if not await _push(self, generation, transcript, pushed):
-                reason = "superseded"
-                return
-            reason = await _follow(self, feed, transcript, pushed, generation, token, agent_id)
-        except NotFound:
-            reason = "thread_gone"
-        except asyncio.CancelledError:  # Reflex ends a page-load chain when its tab reloads or leaves
-            reason = "cancelled"
-            raise
-        finally:
-            await feed.close()
-            log.info("preview.watch_stopped", thread_id=thread_id, generation=generation, reason=reason)
-
-
-async def _answer_permission(state: PreviewState, request_id: str, decision: str) -> Any:
-    async with state:
-        if request_id in state.answered_requests:
-            return None
-        state.answered_requests = [*state.answered_requests, request_id]
-        account_id, _app_id, _session = await state._context()
-        thread_id = state.thread_id
-    try:
-        await asyncio.to_thread(_resolve_permission, account_id, thread_id, request_id, decision)
-    except MosooError as error:
-        async with state:
-            state.answered_requests = [r for r in state.answered_requests if r != request_id]
-        return rx.toast.error(error.message)
-    return None
-
-
-async def _push(state: PreviewState, generation: int, transcript: Transcript, pushed: _Pushed) -> bool:
-    """Hand the browser what changed; False when this watcher is no longer the current one."""
-    open_item = transcript.open_item
-    live_kind = open_item.kind if open_item else ""
-    live_text = open_item.text if open_item else ""
-    rows = [chat_item(item) for item in transcript.settled_items] if pushed.version != transcript.version else None
-    status_behind = rows is not None or pushed.status_version != transcript.status_version
-    async with state:
-        if state._watch_generation != generation:
-            return False
-        if rows is not None:
-            state.items = rows
-        if status_behind:
-            state.session_status = transcript.session_status
-            state.run_active = transcript.active_run_id is not None or transcript.session_status in (
-                "running", "rescheduling",
-            )
-            pending = {item.request_id for item in transcript.pending_permissions}
-            state.needs_approval = bool(pending)
-            if any(r not in pending for r in state.answered_requests):
-                state.answered_requests = [r for r in state.answered_requests if r in pending]
-            state.last_run_status = transcript.last_run_status
-            state.usage_total = usage_text(transcript.usage)
-        if live_kind != pushed.live_kind:
-            state.live_kind = live_kind
-        if live_text != pushed.live_text:
-            state.live_text = live_text
-    pushed.version, pushed.status_version = transcript.version, transcript.status_version
-    pushed.live_kind, pushed.live_text = live_kind, live_text
-    return True
-
-
-async def _left_reason(state: PreviewState, generation: int, agent_id: str) -> str:
-    """Why this watcher should stop ("" while it is still wanted)."""
-    async with state:
-        if state._watch_generation != generation:
-            return "superseded"
-        # Navigating to another console page leaves the state behind: stop with it.
-        match = _AGENT_PATH.search(state.router.url.path or "")
-        return "" if match is not None and match.group(2) == agent_id else "left_page"
-
-
-async def _follow(
-    state: PreviewState, feed: _ThreadFeed, transcript: Transcript, pushed: _Pushed,
-    generation: int, token: str, agent_id: str,
-) -> str:
-    """Stream until the page no longer wants this thread; returns why it stopped."""
-    clock = time.monotonic
-    last_push = last_database = last_check = clock()
-    disconnected_since: float | None = None
-    while True:
-        now = clock()
-        behind = pushed.behind(transcript)
-        if behind and now - last_push >= FLUSH_SECONDS:
-            if not await _push(state, generation, transcript, pushed):
-                return "superseded"
-            last_push, behind = now, False
-        wait = (last_push + FLUSH_SECONDS - now) if behind else QUIET_RECHECK_SECONDS
-        events = await feed.read_stream(int(wait * 1000))
-        if events is None:  # Redis is down: the database alone, every couple of seconds
-            await asyncio.sleep(max(wait, 0.05))
-            events = []
-        for event in events:
-            seq = event.get("seq")
-            if not isinstance(seq, int) or seq <= transcript.last_seq:
-                continue
-            if seq > transcript.last_seq + 1:  # a gap: something was published while we missed it
-                transcript.apply_all(await feed.read_database(transcript.last_seq))
-                last_database = clock()
-            transcript.apply(event)
-        now = clock()
-        if not events and now - last_database >= QUIET_RECHECK_SECONDS:
-            try:
-                transcript.apply_all(await feed.read_database(transcript.last_seq))
-            except NotFound:
-                return "thread_gone"
-            last_database = now
-        if now - last_check >= QUIET_RECHECK_SECONDS:
-            last_check = now
-            reason = await _left_reason(state, generation, agent_id)
-            if reason:
-                return reason
-            if await _client_connected(token):
-                disconnected_since = None
-            elif disconnected_since is None:
-                disconnected_since = now
-            elif now - disconnected_since >= DISCONNECTED_GRACE_SECONDS:
-                return "client_gone"
-
 
 # --- the page -------------------------------------------------------------------------------
 

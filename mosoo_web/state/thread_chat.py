@@ -1,0 +1,308 @@
+"""The live chat of one thread, shared by Preview and the Threads page.
+
+One background watcher per open page follows the current thread through
+`mosoo_core.event_feed.ThreadFeed` (the database first, then the Redis stream). Events are
+folded into a local `Transcript` and pushed to the state at most every 100 ms: the settled
+items in `items` (re-sent only when an item settles or a tool card / permission changes)
+and the text still streaming in `live_text` (small, changes per batch). Pages keep the
+thread id in the URL so a reload re-opens it and replays everything so far.
+
+A page state mixes in `ThreadChat`; a watcher stops when the tab leaves the page it started
+on, closes, or starts following another thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import reflex as rx
+
+from mosoo_core import sessions, streams
+from mosoo_core.db import session_scope
+from mosoo_core.errors import MosooError, NotFound
+from mosoo_core.event_feed import ThreadFeed
+from mosoo_core.logs import get_logger
+from mosoo_core.sessions.transcript import Transcript
+from mosoo_web.components.chat import ChatItem, chat_item, usage_text
+from mosoo_web.state.session import current_account_id
+
+log = get_logger(__name__)
+
+FLUSH_SECONDS = 0.1  # push deltas to the browser at most this often
+QUIET_RECHECK_SECONDS = 2.0  # with a quiet stream, look at the database this often
+DISCONNECTED_GRACE_SECONDS = 30.0  # a closed tab stops its watcher after this long
+
+
+def _stop_run(account_id: str, thread_id: str) -> None:
+    with session_scope() as db:
+        sessions.get_session(db, account_id, thread_id)
+        run = sessions.active_run(db, thread_id)
+        instance_id = run.driver_instance_id if run is not None else None
+        events = sessions.cancel_active_run(db, account_id, thread_id)
+    streams.publish_events(events)
+    if instance_id and not events:
+        streams.notify_driver(instance_id)
+
+
+def _resolve_permission(account_id: str, thread_id: str, request_id: str, decision: str) -> None:
+    with session_scope() as db:
+        sessions.get_session(db, account_id, thread_id)
+        run = sessions.active_run(db, thread_id)
+        instance_id = run.driver_instance_id if run is not None else None
+        sessions.resolve_permission(db, account_id, thread_id, request_id, decision)
+    if instance_id:
+        streams.notify_driver(instance_id)
+
+
+@dataclass
+class _Pushed:
+    """What the browser has, so a push sends only what changed."""
+
+    version: int = -1
+    status_version: int = -1
+    live_kind: str = ""
+    live_text: str = ""
+
+    def behind(self, transcript: Transcript) -> bool:
+        open_item = transcript.open_item
+        return (
+            self.version != transcript.version
+            or self.status_version != transcript.status_version
+            or self.live_kind != (open_item.kind if open_item else "")
+            or self.live_text != (open_item.text if open_item else "")
+        )
+
+
+async def _client_connected(token: str) -> bool:
+    """Whether the tab still has a socket (best effort: unknown counts as connected)."""
+    try:
+        from reflex_base.registry import RegistrationContext
+
+        namespace = RegistrationContext.get().app.event_namespace
+        if namespace is None or not token:
+            return True
+        return bool(await namespace._token_manager.is_token_connected(token))
+    except Exception as error:
+        log.warning("chat.connection_check_failed", error=type(error).__name__)
+        return True
+
+
+def thread_url_script(thread_id: str) -> rx.event.EventSpec:
+    change = f"u.searchParams.set('thread', {json.dumps(thread_id)});" if thread_id else "u.searchParams.delete('thread');"
+    return rx.call_script(
+        f"(() => {{ const u = new URL(window.location.href); {change} "
+        "window.history.replaceState(window.history.state, '', u.toString()); })()"
+    )
+
+
+class ThreadChat(rx.State, mixin=True):
+    """Chat vars and the handlers every thread view shares (Stop, permissions, the watcher)."""
+
+    thread_id: str = ""
+    thread_missing: bool = False
+    items: list[ChatItem] = []
+    live_kind: str = ""
+    live_text: str = ""
+    session_status: str = "idle"
+    run_active: bool = False
+    needs_approval: bool = False
+    last_run_status: str = ""
+    usage_total: str = ""
+    answered_requests: list[str] = []
+    sending: bool = False
+    composer_error: str = ""
+    composer_version: int = 0  # bumped after a message is stored: the composer re-mounts empty
+    # Each open/reload/thread change starts a new watcher; older ones see the bump and end.
+    _watch_generation: int = 0
+
+    def _chat_page_key(self) -> str:
+        """The page this tab shows; a watcher stops when it changes (the query string, which
+        names the thread, is the generation's business)."""
+        return self.router.url.path or ""
+
+    def _reset_chat(self) -> None:
+        """Forget the shown thread's transcript (the watcher of it, too)."""
+        self._watch_generation += 1
+        self.items = []
+        self.live_kind = ""
+        self.live_text = ""
+        self.session_status = "idle"
+        self.run_active = False
+        self.needs_approval = False
+        self.last_run_status = ""
+        self.usage_total = ""
+        self.answered_requests = []
+        self.composer_error = ""
+        self.thread_missing = False
+
+    @rx.event(background=True)
+    async def stop(self) -> Any:
+        async with self:
+            account_id = await current_account_id(self)
+            thread_id = self.thread_id
+        if not thread_id:
+            return None
+        try:
+            await asyncio.to_thread(_stop_run, account_id, thread_id)
+        except MosooError as error:
+            return rx.toast.error(error.message)
+        return None
+
+    @rx.event(background=True)
+    async def allow_once(self, request_id: str) -> Any:
+        return await _answer_permission(self, request_id, "allow_once")
+
+    @rx.event(background=True)
+    async def reject(self, request_id: str) -> Any:
+        return await _answer_permission(self, request_id, "reject_once")
+
+    @rx.event(background=True)
+    async def watch(self) -> None:
+        """Follow the open thread until the page moves on (see the module docstring)."""
+        async with self:
+            generation = self._watch_generation
+            thread_id = self.thread_id
+            page_key = self._chat_page_key()
+            account_id = await current_account_id(self)
+            token = self.router.session.client_token
+        if not thread_id or not account_id:
+            return
+        feed = ThreadFeed(account_id, thread_id)
+        transcript = Transcript()
+        pushed = _Pushed()
+        log.info("chat.watch_started", thread_id=thread_id, generation=generation)
+        reason = "error"
+        try:
+            await feed.mark_stream_position()
+            try:
+                transcript.apply_all(await feed.read_database(0))
+            except NotFound:
+                async with self:
+                    if self._watch_generation == generation:
+                        self.thread_missing = True
+                reason = "thread_gone"
+                return
+            if not await _push(self, generation, transcript, pushed):
+                reason = "superseded"
+                return
+            reason = await _follow(self, feed, transcript, pushed, generation, token, page_key)
+        except NotFound:
+            reason = "thread_gone"
+        except asyncio.CancelledError:  # Reflex ends a page-load chain when its tab reloads or leaves
+            reason = "cancelled"
+            raise
+        finally:
+            await feed.close()
+            log.info("chat.watch_stopped", thread_id=thread_id, generation=generation, reason=reason)
+
+
+
+async def _answer_permission(state: ThreadChat, request_id: str, decision: str) -> Any:
+    async with state:
+        if request_id in state.answered_requests:
+            return None
+        state.answered_requests = [*state.answered_requests, request_id]
+        account_id = await current_account_id(state)
+        thread_id = state.thread_id
+    try:
+        await asyncio.to_thread(_resolve_permission, account_id, thread_id, request_id, decision)
+    except MosooError as error:
+        async with state:
+            state.answered_requests = [r for r in state.answered_requests if r != request_id]
+        return rx.toast.error(error.message)
+    return None
+
+
+async def _push(state: ThreadChat, generation: int, transcript: Transcript, pushed: _Pushed) -> bool:
+    """Hand the browser what changed; False when this watcher is no longer the current one."""
+    open_item = transcript.open_item
+    live_kind = open_item.kind if open_item else ""
+    live_text = open_item.text if open_item else ""
+    rows = [chat_item(item) for item in transcript.settled_items] if pushed.version != transcript.version else None
+    status_behind = rows is not None or pushed.status_version != transcript.status_version
+    async with state:
+        if state._watch_generation != generation:
+            return False
+        if rows is not None:
+            state.items = rows
+        if status_behind:
+            state.session_status = transcript.session_status
+            state.run_active = transcript.active_run_id is not None or transcript.session_status in (
+                "running", "rescheduling",
+            )
+            pending = {item.request_id for item in transcript.pending_permissions}
+            state.needs_approval = bool(pending)
+            if any(r not in pending for r in state.answered_requests):
+                state.answered_requests = [r for r in state.answered_requests if r in pending]
+            state.last_run_status = transcript.last_run_status
+            state.usage_total = usage_text(transcript.usage)
+        if live_kind != pushed.live_kind:
+            state.live_kind = live_kind
+        if live_text != pushed.live_text:
+            state.live_text = live_text
+    pushed.version, pushed.status_version = transcript.version, transcript.status_version
+    pushed.live_kind, pushed.live_text = live_kind, live_text
+    return True
+
+
+async def _left_reason(state: ThreadChat, generation: int, page_key: str) -> str:
+    """Why this watcher should stop ("" while it is still wanted)."""
+    async with state:
+        if state._watch_generation != generation:
+            return "superseded"
+        # Navigating to another console page leaves the state behind: stop with it.
+        return "" if state._chat_page_key() == page_key else "left_page"
+
+
+async def _follow(
+    state: ThreadChat, feed: ThreadFeed, transcript: Transcript, pushed: _Pushed,
+    generation: int, token: str, page_key: str,
+) -> str:
+    """Stream until the page no longer wants this thread; returns why it stopped."""
+    clock = time.monotonic
+    last_push = last_database = last_check = clock()
+    disconnected_since: float | None = None
+    while True:
+        now = clock()
+        behind = pushed.behind(transcript)
+        if behind and now - last_push >= FLUSH_SECONDS:
+            if not await _push(state, generation, transcript, pushed):
+                return "superseded"
+            last_push, behind = now, False
+        wait = (last_push + FLUSH_SECONDS - now) if behind else QUIET_RECHECK_SECONDS
+        events = await feed.read_stream(int(wait * 1000))
+        if events is None:  # Redis is down: the database alone, every couple of seconds
+            await asyncio.sleep(max(wait, 0.05))
+            events = []
+        for event in events:
+            seq = event.get("seq")
+            if not isinstance(seq, int) or seq <= transcript.last_seq:
+                continue
+            if seq > transcript.last_seq + 1:  # a gap: something was published while we missed it
+                transcript.apply_all(await feed.read_database(transcript.last_seq))
+                last_database = clock()
+            transcript.apply(event)
+        now = clock()
+        if not events and now - last_database >= QUIET_RECHECK_SECONDS:
+            try:
+                transcript.apply_all(await feed.read_database(transcript.last_seq))
+            except NotFound:
+                return "thread_gone"
+            last_database = now
+        if now - last_check >= QUIET_RECHECK_SECONDS:
+            last_check = now
+            reason = await _left_reason(state, generation, page_key)
+            if reason:
+                return reason
+            if await _client_connected(token):
+                disconnected_since = None
+            elif disconnected_since is None:
+                disconnected_since = now
+            elif now - disconnected_since >= DISCONNECTED_GRACE_SECONDS:
+                return "client_gone"
+
+
