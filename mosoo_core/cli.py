@@ -6,10 +6,14 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from mosoo_core.settings import get_settings
+
+if TYPE_CHECKING:
+    from mosoo_core import api_client
 
 ROOT = Path(__file__).resolve().parent.parent
 app = typer.Typer(help="Mosoo: a self-hostable agent runtime.", no_args_is_help=True, add_completion=False)
@@ -225,6 +229,220 @@ def sandbox_gc(
     if isinstance(backend, DockerBackend):
         for volume in backend.prune_orphan_volumes(dry_run=dry_run):
             typer.echo(f"{'would remove' if dry_run else 'removed'} orphaned workspace volume {volume}")
+
+
+# --- The client side: sign in to a Mosoo server and use its public API --------------------
+
+
+def _server_url(explicit: str | None = None) -> str:
+    """--url, else $MOSOO_URL, else the server of the saved sign-in, else this install's public URL."""
+    from mosoo_core import api_client
+
+    if explicit:
+        return explicit
+    if os.environ.get("MOSOO_URL"):
+        return os.environ["MOSOO_URL"]
+    try:
+        saved = api_client.load_credentials()
+    except api_client.ApiError:
+        saved = None
+    return saved.url if saved else get_settings().public_url
+
+
+def _fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(message, err=True)
+    return typer.Exit(code)
+
+
+def _api_failure(error: Exception) -> typer.Exit:
+    from mosoo_core.api_client import ApiError
+
+    if isinstance(error, ApiError) and error.code == "unauthenticated":
+        return _fail("Your access token is not valid any more (revoked?). Run `mosoo login`.")
+    return _fail(f"error: {getattr(error, 'message', error)}")
+
+
+def _signed_in_client() -> api_client.MosooClient:
+    """A client with the token of $MOSOO_TOKEN or of the saved sign-in."""
+    from mosoo_core import api_client
+
+    token = os.environ.get("MOSOO_TOKEN")
+    try:
+        if token:
+            return api_client.MosooClient(_server_url(), token)
+        saved = api_client.load_credentials()
+        if saved is None:
+            raise _fail("Not signed in. Run `mosoo login` first.")
+        return api_client.MosooClient(os.environ.get("MOSOO_URL") or saved.url, saved.token)
+    except api_client.ApiError as error:
+        raise _api_failure(error) from None
+
+
+@app.command()
+def login(url: str = typer.Option(None, help="The Mosoo server (default: $MOSOO_URL, the last server, or MOSOO_PUBLIC_URL).")) -> None:
+    """Sign this CLI in: confirm a one-time code in the console, the CLI gets an access token."""
+    import socket
+
+    from mosoo_core import api_client
+
+    def show(started: dict[str, object]) -> None:
+        typer.echo("To sign in, open this page in a browser where you are signed in to Mosoo:\n")
+        typer.echo(f"    {started.get('verification_uri_complete') or started.get('verification_uri')}\n")
+        typer.echo(f"and check that it shows this code:  {started.get('user_code')}\n")
+        typer.echo("Waiting for approval (Ctrl-C to cancel)...")
+
+    try:
+        with api_client.MosooClient(_server_url(url)) as client:
+            answer = api_client.device_login(client, f"mosoo CLI on {socket.gethostname()}"[:60], on_code=show)
+            path = api_client.save_credentials(api_client.Credentials(url=client.url, token=str(answer["access_token"])))
+    except api_client.ApiError as error:
+        if error.code == "access_denied":
+            raise _fail("Sign-in was denied in the console.") from None
+        raise _fail(f"Sign-in failed: {error.message}") from None
+    except KeyboardInterrupt:
+        raise _fail("Sign-in cancelled.", 130) from None
+    typer.echo(f"Signed in to {client.url} as {answer.get('account_email', '?')}. Token saved to {path}.")
+
+
+@app.command()
+def logout() -> None:
+    """Forget the saved token (revoke it on the console's Access tokens page to end it everywhere)."""
+    from mosoo_core import api_client
+
+    path = api_client.credentials_path()
+    if api_client.delete_credentials():
+        typer.echo(f"Signed out: removed {path}. Revoke the token on the Access tokens page if it may have leaked.")
+    else:
+        typer.echo("Not signed in.")
+
+
+agents_cli = typer.Typer(help="Agents on the Mosoo server you are signed in to.", no_args_is_help=True)
+app.add_typer(agents_cli, name="agents")
+threads_cli = typer.Typer(help="Threads on the Mosoo server you are signed in to.", no_args_is_help=True)
+app.add_typer(threads_cli, name="threads")
+
+
+def _agent_status(agent: dict[str, object]) -> str:
+    version = agent.get("published_version")
+    if agent.get("status") == "published" and version is not None:
+        return f"published v{version}"
+    return str(agent.get("status") or "")
+
+
+@agents_cli.command("list")
+def agents_list() -> None:
+    """Your agents across your Apps: id, name and whether they take API threads."""
+    from mosoo_core.api_client import ApiError
+
+    try:
+        with _signed_in_client() as client:
+            found = client.list_agents()
+    except ApiError as error:
+        raise _api_failure(error) from None
+    if not found:
+        typer.echo("No agents yet. Create one in the console.")
+        return
+    width = max(len(str(agent.get("name", ""))) for agent in found)
+    for agent in found:
+        typer.echo(f"{agent.get('id', '')}  {agent.get('name', '')!s:<{width}}  {_agent_status(agent)}")
+
+
+@threads_cli.command("list")
+def threads_list(agent: str = typer.Option(None, "--agent", help="Only this agent's threads (id or name).")) -> None:
+    """Recent threads, newest first."""
+    from mosoo_core.api_client import ApiError
+
+    try:
+        with _signed_in_client() as client:
+            all_agents = client.list_agents()
+            chosen = [_resolve_agent(all_agents, agent)] if agent else all_agents
+            rows = [(item, thread) for item in chosen for thread in client.list_threads(str(item["id"]))]
+    except ApiError as error:
+        raise _api_failure(error) from None
+    if not rows:
+        typer.echo("No threads yet.")
+        return
+    rows.sort(key=lambda row: str(row[1].get("updated_at", "")), reverse=True)
+    for item, thread in rows:
+        title = str(thread.get("title") or "(untitled)")
+        typer.echo(
+            f"{thread.get('id', '')}  {str(thread.get('updated_at', ''))[:19]}  {thread.get('status', '')!s:<10}"
+            f"  {item.get('name', '')}  {title}"
+        )
+
+
+def _resolve_agent(found: list[dict[str, object]], wanted: str) -> dict[str, object]:
+    """An agent by exact id, else by name (case-insensitive); ambiguity is an error."""
+    for agent in found:
+        if agent.get("id") == wanted:
+            return agent
+    named = [agent for agent in found if str(agent.get("name", "")).casefold() == wanted.casefold()]
+    if len(named) == 1:
+        return named[0]
+    if named:
+        ids = ", ".join(str(agent.get("id")) for agent in named)
+        raise _fail(f"Several agents are named {wanted!r} ({ids}); use the id.")
+    raise _fail(f"No agent {wanted!r}. `mosoo agents list` shows yours.")
+
+
+@app.command()
+def run(
+    agent: str = typer.Argument(..., help="The agent's id or name."),
+    prompt: str = typer.Argument(..., help="The first message."),
+) -> None:
+    """Start a thread with PROMPT and stream the answer; exits 1 if the run fails."""
+    from mosoo_core.api_client import ApiError
+
+    try:
+        with _signed_in_client() as client:
+            chosen = _resolve_agent(client.list_agents(), agent)
+            created = client.create_thread(str(chosen["id"]), prompt)
+            run_info = created.get("run") or {}
+            thread_id = str(created["thread"]["id"])
+            typer.echo(f"thread {thread_id}", err=True)
+            raise typer.Exit(_follow_run(client, thread_id, str(run_info.get("id") or "")))
+    except ApiError as error:
+        raise _api_failure(error) from None
+    except KeyboardInterrupt:
+        raise _fail("\nStopped following; the run goes on (see the thread in the console).", 130) from None
+
+
+def _follow_run(client: api_client.MosooClient, thread_id: str, run_id: str) -> int:
+    """Print the run's answer as it streams; the exit code says how the run ended."""
+    printed_text = False
+    for event in client.stream_events(thread_id):
+        if run_id and event.get("run_id") not in (None, run_id):
+            continue
+        kind = event.get("type")
+        payload = event.get("payload") or {}
+        if kind == "agent.message.delta":
+            text = str(payload.get("text", ""))
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            printed_text = printed_text or bool(text)
+        elif kind == "tool.use.started":
+            typer.echo(f"[tool] {payload.get('name', 'tool')}", err=True)
+        elif kind == "tool.use.completed" and payload.get("is_error"):
+            typer.echo(f"[tool] {payload.get('name', 'tool')} failed", err=True)
+        elif kind == "tool.confirmation.required":
+            typer.echo(f"[tool] {payload.get('name', 'tool')} waits for your approval in the console", err=True)
+        elif kind == "run.completed":
+            final_text = payload.get("final_text")
+            if not printed_text and isinstance(final_text, str):
+                sys.stdout.write(final_text)
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            return 0
+        elif kind in ("run.failed", "run.cancelled"):
+            if printed_text:
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+            if kind == "run.cancelled":
+                typer.echo("run cancelled", err=True)
+            else:
+                typer.echo(f"run failed: {payload.get('message') or payload.get('code') or 'unknown error'}", err=True)
+            return 1
+    return 1
 
 
 def main() -> None:

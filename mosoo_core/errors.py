@@ -16,7 +16,15 @@ class NotFound(MosooError):
 
 
 class Conflict(MosooError):
+    """A refused state change. `code` names the specific reason where callers act on it
+    (`agent_not_published`, `readiness_blocked`, `idempotency_conflict`)."""
+
     code = "conflict"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        if code:
+            self.code = code
 
 
 class InvalidInput(MosooError):

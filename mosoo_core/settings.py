@@ -79,6 +79,11 @@ class Settings(BaseSettings):
     sandbox_pids_limit: int = 256
     driver_heartbeat_interval_ms: int = 10_000
 
+    # Public API v1: requests a minute per access token, and how often an idle event
+    # stream sends a keep-alive comment (proxies close connections that stay silent).
+    api_rate_limit_per_minute: int = 120
+    api_sse_keepalive_seconds: float = 15.0
+
     @property
     def is_development(self) -> bool:
         return self.env == "development"

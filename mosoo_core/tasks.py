@@ -8,7 +8,7 @@ from typing import Any
 from celery import Celery
 from celery.signals import setup_logging, worker_ready, worker_shutdown
 
-from mosoo_core import identity, mail
+from mosoo_core import idempotency, identity, mail
 from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
 from mosoo_core.settings import get_settings
@@ -77,6 +77,7 @@ def purge_sign_in_records() -> int:
     with session_scope() as db:
         removed = identity.purge_expired_sign_in_records(db)
         removed += mail.purge_dev_mailbox(db)
+        removed += idempotency.purge_expired_idempotency_records(db)  # API answers kept 24 h
     log.info("identity.purged", removed=removed)
     return removed
 

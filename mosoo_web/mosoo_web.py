@@ -9,13 +9,17 @@ from mosoo_core.settings import get_settings
 from mosoo_web.api import build_api
 from mosoo_web.pages.agents import AgentsState, agents_page
 from mosoo_web.pages.app_settings import app_settings_page
+from mosoo_web.pages.cli_auth import CliAuthState, cli_auth_page
 from mosoo_web.pages.dev_mailbox import DevMailboxState, dev_mailbox_page
+from mosoo_web.pages.files import FilesState, files_page
 from mosoo_web.pages.home import apps_page, index_page
 from mosoo_web.pages.login import LoginState, login_page
 from mosoo_web.pages.organization import organization_page
 from mosoo_web.pages.preview import PreviewState, preview_page
 from mosoo_web.pages.profile import profile_page
 from mosoo_web.pages.providers import ProvidersState, providers_page
+from mosoo_web.pages.threads import ThreadDetailState, ThreadsState, thread_page, threads_page
+from mosoo_web.pages.tokens import TokensState, tokens_page
 from mosoo_web.state.session import SessionState
 
 settings = get_settings()
@@ -46,7 +50,33 @@ app.add_page(
     title="Preview · Mosoo",
     on_load=[SessionState.require_app, PreviewState.load],
 )
+app.add_page(
+    threads_page,
+    route="/apps/[app_id]/threads",
+    title="Threads · Mosoo",
+    on_load=[SessionState.require_app, ThreadsState.load],
+)
+app.add_page(
+    thread_page,
+    route="/apps/[app_id]/threads/[thread_id]",
+    title="Thread · Mosoo",
+    on_load=[SessionState.require_app, ThreadDetailState.load],
+)
+app.add_page(
+    files_page,
+    route="/apps/[app_id]/files",
+    title="Files · Mosoo",
+    on_load=[SessionState.require_app, FilesState.load],
+)
 app.add_page(organization_page, route="/org", title="Organization · Mosoo", on_load=SessionState.require_account)
 app.add_page(profile_page, route="/profile", title="Profile · Mosoo", on_load=SessionState.require_account)
+app.add_page(
+    tokens_page,
+    route="/tokens",
+    title="Access tokens · Mosoo",
+    on_load=[SessionState.require_account, TokensState.load],
+)
+# Its own guard: it keeps `?code=` through sign-in (the shared guard keeps only the path).
+app.add_page(cli_auth_page, route="/cli-auth", title="Sign in the CLI · Mosoo", on_load=CliAuthState.load)
 if settings.is_development:
     app.add_page(dev_mailbox_page, route="/dev/mailbox", title="Dev mailbox · Mosoo", on_load=DevMailboxState.load)

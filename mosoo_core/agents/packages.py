@@ -105,9 +105,11 @@ def export_agent(db: Session, account_id: str, app_id: str, agent_id: str, *, no
             "provider_options": _without_secrets(dict(agent.provider_options or {})),
         },
         "provider": provider,
-        "skills": [],
-        "mcp_servers": [],
-        "environment": None,
+        # The bindings by id: the resources themselves (skill files, MCP credentials) are not
+        # carried yet, so an import reports them to reconnect.
+        "skills": [{"id": skill_id} for skill_id in agent.skills or []],
+        "mcp_servers": [{"id": server_id} for server_id in agent.mcp_servers or []],
+        "environment": {"id": agent.environment_id} if agent.environment_id else None,
     }
     body = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False).encode() + b"\n"
     buffer = io.BytesIO()
@@ -430,6 +432,8 @@ def _count_list(manifest: dict[str, Any], key: str) -> int:
         raise _refuse(f"{key} must be a list.")
     if len(items) > MAX_LISTED:
         raise _refuse(f"{key} lists more than {MAX_LISTED} items.")
+    if not all(isinstance(item, dict) for item in items):
+        raise _refuse(f"every item of {key} must be an object.")
     return len(items)
 
 

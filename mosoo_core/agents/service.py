@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,6 +21,12 @@ from mosoo_core.identity import get_app
 DEFAULT_TOOLS = {"bash": "ask", "read": "allow", "write": "ask", "edit": "ask", "glob": "allow", "grep": "allow"}
 REASONING_EFFORTS = ("none", "low", "medium", "high")
 MAX_TOKENS_LIMIT = 200_000
+MAX_BINDINGS = 32  # skills, MCP servers: per Agent
+_RESOURCE_ID = re.compile(r"^[0-9A-Za-z]{1,26}$")
+# What a Pet sandbox is built from (mounted or installed into it): changing one of these
+# leaves a running Pet sandbox behind until it is recreated (`runtime.pets.apply_pet_changes`).
+# Model, prompt, tools and options are not here: every run boots a fresh driver with them.
+SANDBOX_FIELDS = ("kind", "environment_id", "skills")
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,9 @@ class AgentView:
     updated_at: datetime
     status: str = "draft"  # draft | published
     published_version: int | None = None
+    environment_id: str | None = None
+    skills: list[str] = field(default_factory=list)
+    mcp_servers: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -48,8 +60,11 @@ class Blocker:
 
 @dataclass(frozen=True)
 class Readiness:
+    """`blockers` stop the Agent from running; `warnings` let it run, without something."""
+
     ready: bool
     blockers: list[Blocker] = field(default_factory=list)
+    warnings: list[Blocker] = field(default_factory=list)
 
 
 def agent_view(agent: Agent) -> AgentView:
@@ -59,6 +74,8 @@ def agent_view(agent: Agent) -> AgentView:
         model=agent.model, system_prompt=agent.system_prompt, tools=dict(agent.tools),
         provider_options=dict(agent.provider_options), created_at=agent.created_at, updated_at=agent.updated_at,
         status=agent.status, published_version=agent.published_version,
+        environment_id=agent.environment_id, skills=list(agent.skills or []),
+        mcp_servers=list(agent.mcp_servers or []),
     )
 
 
@@ -119,6 +136,30 @@ def _clean_provider_options(options: Any) -> dict[str, Any]:
     return cleaned
 
 
+def _clean_resource_id(value: Any, field_name: str, what: str) -> str:
+    if not isinstance(value, str) or not _RESOURCE_ID.match(value):
+        raise InvalidInput(f"{what} ids are 1 to 26 letters and digits.", field=field_name)
+    return value
+
+
+def _clean_binding_list(values: Any, field_name: str, what: str) -> list[str]:
+    """A list of resource ids, duplicates dropped (first one kept), at most MAX_BINDINGS."""
+    if values is None:
+        return []
+    if not isinstance(values, list | tuple):
+        raise InvalidInput(f"{what} must be a list of ids.", field=field_name)
+    cleaned = list(dict.fromkeys(_clean_resource_id(value, field_name, what) for value in values))
+    if len(cleaned) > MAX_BINDINGS:
+        raise InvalidInput(f"An agent binds at most {MAX_BINDINGS} {what.lower()}.", field=field_name)
+    return cleaned
+
+
+def _clean_environment_id(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    return _clean_resource_id(value, "environment_id", "Environment")
+
+
 def create_agent(
     db: Session, account_id: str, app_id: str, *, name: str, runtime: str = "openai", kind: str = "cattle"
 ) -> AgentView:
@@ -160,7 +201,10 @@ def get_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> Agent
     return agent_view(owned_agent(db, account_id, app_id, agent_id))
 
 
-UPDATABLE = {"name", "description", "runtime", "kind", "provider_credential_id", "model", "system_prompt", "tools", "provider_options"}
+UPDATABLE = {
+    "name", "description", "runtime", "kind", "provider_credential_id", "model", "system_prompt", "tools",
+    "provider_options", "environment_id", "skills", "mcp_servers",
+}
 
 
 def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, **changes: Any) -> AgentView:
@@ -195,6 +239,12 @@ def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, **cha
         values["provider_options"] = _clean_provider_options(
             {} if values["provider_options"] is None else values["provider_options"]
         )
+    if "environment_id" in values:
+        values["environment_id"] = _clean_environment_id(values["environment_id"])
+    if "skills" in values:
+        values["skills"] = _clean_binding_list(values["skills"], "skills", "Skills")
+    if "mcp_servers" in values:
+        values["mcp_servers"] = _clean_binding_list(values["mcp_servers"], "mcp_servers", "MCP servers")
     if values.get("provider_credential_id") and not credential_belongs_to_app(
         db, app_id, values["provider_credential_id"]
     ):
@@ -211,9 +261,28 @@ def _ever_published(db: Session, agent_id: str) -> bool:
     return db.exec(select(AgentVersion.id).where(AgentVersion.agent_id == agent_id).limit(1)).first() is not None
 
 
+def existing_skills(db: Session, app_id: str, skill_ids: list[str]) -> list[str]:
+    """The bound skills that exist in the App. The Skills issue brings their table; until
+    then no skill exists, so every bound one is missing."""
+    return []
+
+
+def existing_mcp_servers(db: Session, app_id: str, server_ids: list[str]) -> list[str]:
+    """The bound MCP servers that exist in the App and are usable (none until the MCP issue
+    brings their table)."""
+    return []
+
+
+def environment_exists(db: Session, app_id: str, environment_id: str) -> bool:
+    """Whether the bound environment exists in the App (none until the Environments issue)."""
+    return False
+
+
 def readiness(db: Session, agent: AgentView) -> Readiness:
-    """What stops this Agent from running, each with the field that fixes it."""
+    """What stops this Agent from running, each with the field that fixes it, and what it
+    would run without (a missing skill)."""
     blockers: list[Blocker] = []
+    warnings: list[Blocker] = []
     runtime = RUNTIMES.get(agent.runtime)
     if runtime is None or not runtime.implemented:
         blockers.append(Blocker("runtime_unsupported", f"The {agent.runtime} runtime is not available yet.", "runtime"))
@@ -223,7 +292,42 @@ def readiness(db: Session, agent: AgentView) -> Readiness:
         blockers.append(Blocker("provider_key_missing", "The chosen provider key was deleted.", "provider_credential_id"))
     if not agent.model:
         blockers.append(Blocker("model_not_set", "Set the model.", "model"))
-    return Readiness(ready=not blockers, blockers=blockers)
+    if agent.environment_id and not environment_exists(db, agent.app_id, agent.environment_id):
+        blockers.append(Blocker(
+            "environment_missing", "The chosen environment does not exist; choose another or the default.",
+            "environment_id",
+        ))
+    found_skills = set(existing_skills(db, agent.app_id, agent.skills))
+    for skill_id in agent.skills:
+        if skill_id not in found_skills:
+            warnings.append(Blocker("skill_missing", f"Skill {skill_id} is missing; runs go without it.", "skills"))
+    found_servers = set(existing_mcp_servers(db, agent.app_id, agent.mcp_servers))
+    for server_id in agent.mcp_servers:
+        if server_id not in found_servers:
+            blockers.append(Blocker(
+                "mcp_server_invalid", f"MCP server {server_id} does not exist; remove it or connect it again.",
+                "mcp_servers",
+            ))
+    return Readiness(ready=not blockers, blockers=blockers, warnings=warnings)
+
+
+def sandbox_fingerprint(agent: AgentView) -> str:
+    """What a Pet sandbox is built from, one short hash per field of SANDBOX_FIELDS
+    ("kind:1a2b3c4d,environment_id:..."): set as a label when the sandbox is created, so the
+    fields changed since are computed, not guessed (`pending_sandbox_fields`)."""
+    return ",".join(f"{name}:{_short_hash(getattr(agent, name))}" for name in SANDBOX_FIELDS)
+
+
+def pending_sandbox_fields(agent: AgentView, built_from: str | None) -> list[str]:
+    """The SANDBOX_FIELDS whose values differ from what a sandbox labelled `built_from` was
+    built with. A sandbox without the label (made before it existed) counts as all changed."""
+    built = dict(part.split(":", 1) for part in (built_from or "").split(",") if ":" in part)
+    current = dict(part.split(":", 1) for part in sandbox_fingerprint(agent).split(","))
+    return [name for name in SANDBOX_FIELDS if built.get(name) != current[name]]
+
+
+def _short_hash(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)
@@ -285,7 +389,8 @@ def fork_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> Agen
         app_id=app_id, name=name + suffix, description=source.description, runtime=source.runtime,
         kind=source.kind, provider_credential_id=source.provider_credential_id, model=source.model,
         system_prompt=source.system_prompt, tools=copy.deepcopy(source.tools),
-        provider_options=copy.deepcopy(source.provider_options),
+        provider_options=copy.deepcopy(source.provider_options), environment_id=source.environment_id,
+        skills=list(source.skills or []), mcp_servers=list(source.mcp_servers or []),
     )
     db.add(fork)
     db.flush()

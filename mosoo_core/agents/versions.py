@@ -17,8 +17,11 @@ from mosoo_core.errors import Conflict, InvalidInput, NotFound
 # What a version freezes: everything a run needs from the profile.
 PROFILE_FIELDS = (
     "name", "description", "runtime", "kind", "provider_credential_id", "model", "system_prompt", "tools",
-    "provider_options",
+    "provider_options", "environment_id", "skills", "mcp_servers",
 )
+# Fields versions published before they existed do not hold: such a version runs without them,
+# never with whatever the draft binds today.
+_ABSENT_MEANS: dict[str, Any] = {"environment_id": None, "skills": [], "mcp_servers": []}
 MAX_SUMMARY_CHARS = 200
 
 
@@ -30,6 +33,32 @@ class VersionView:
     summary: str
     profile: dict[str, Any]
     created_at: datetime
+
+
+def versions_using_credential(db: Session, app_id: str, credential_id: str) -> list[tuple[str, int]]:
+    """(Agent name, version number) of the versions that can still run with the key: the
+    published version of each Agent and every version a thread pins."""
+    from mosoo_core.sessions.models import AgentSession
+
+    used: list[tuple[str, int]] = []
+    rows = db.exec(
+        select(Agent, AgentVersion)
+        .join(AgentVersion, col(AgentVersion.agent_id) == col(Agent.id))
+        .where(Agent.app_id == app_id)
+        .order_by(func.lower(Agent.name), col(Agent.id), col(AgentVersion.number))
+    ).all()
+    for agent, version in rows:
+        if (version.profile or {}).get("provider_credential_id") != credential_id:
+            continue
+        published = agent.status == "published" and agent.published_version == version.number
+        pinned = published or db.exec(
+            select(AgentSession.id)
+            .where(AgentSession.agent_id == agent.id, AgentSession.agent_version == version.number)
+            .limit(1)
+        ).first() is not None
+        if pinned:
+            used.append((agent.name, version.number))
+    return used
 
 
 def version_view(row: AgentVersion) -> VersionView:
@@ -112,4 +141,6 @@ def thread_profile(db: Session, agent: Agent, agent_version: int | None) -> Agen
     if row is None:
         return None
     frozen = {name: copy.deepcopy(row.profile[name]) for name in PROFILE_FIELDS if name in row.profile}
+    for name, absent in _ABSENT_MEANS.items():
+        frozen.setdefault(name, copy.deepcopy(absent))
     return dataclasses.replace(view, **frozen)

@@ -19,7 +19,7 @@ from typing import Literal
 from sqlmodel import Session, select
 
 from driver.protocol import BootPayload, ExecutionSpec, GatewayGrant
-from mosoo_core import agents, sessions, streams
+from mosoo_core import agents, files, sessions, streams
 from mosoo_core.agents.models import Agent
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
@@ -58,9 +58,11 @@ class BootPlan:
     subject: str
     instance_id: str
     payload_json: str  # holds the boot token and grant: written into the sandbox, never logged
+    built_from: str = ""  # agents.sandbox_fingerprint of the profile, labelled on a new Pet sandbox
 
 
 LABEL_INSTALLATION = "mosoo.installation"
+LABEL_BUILT_FROM = "mosoo.built_from"  # on Pet sandboxes: what they were built from (agents.sandbox_fingerprint)
 
 
 def installation_label() -> dict[str, str]:
@@ -72,6 +74,11 @@ def installation_label() -> dict[str, str]:
 
 def checkpoint_key(app_id: str, session_id: str) -> str:
     return f"{checkpoint_prefix(app_id, session_id)}/workspace.tar"
+
+
+def pet_checkpoint_key(app_id: str, agent_id: str) -> str:
+    """Where a Pet's /workspace waits while its sandbox is recreated (runtime.pets)."""
+    return f"{app_id}/checkpoints/pet-{agent_id}/workspace.tar"
 
 
 def checkpoint_prefix(app_id: str, session_id: str) -> str:
@@ -105,10 +112,13 @@ def delete_agent_everywhere(
     first (committed, so nothing new starts on it), then its threads' checkpoints in the
     object store, then its sandboxes. NotFound when the account does not own it."""
     with session_scope() as db:
+        object_keys = files.agent_object_keys(db, agent_id)  # its file rows go by cascade
         deleted = agents.delete_agent(db, account_id, app_id, agent_id)
+    files.purge_objects(object_keys)
     store = get_store()
     for thread_id in deleted.thread_ids:
         store.delete_prefix(checkpoint_prefix(deleted.app_id, thread_id))
+    store.delete_prefix(pet_checkpoint_key(deleted.app_id, deleted.agent_id).rsplit("/", 1)[0])
     sandboxes = remove_agent_sandboxes(deleted, backend)
     log.info("agent.deleted", agent_id=agent_id, threads=len(deleted.thread_ids), sandboxes=sandboxes)
     return deleted
@@ -154,16 +164,26 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
     grant = sessions.issue_model_grant(
         db, run, credential_id=profile.provider_credential_id, allowed_models=[profile.model]
     )
+    # Bindings: only resources that exist go into the spec (readiness let missing skills
+    # pass with a warning); the snapshot records what was bound, found or not.
+    skills = agents.existing_skills(db, run.app_id, profile.skills)
+    mcp_servers = agents.existing_mcp_servers(db, run.app_id, profile.mcp_servers)
     spec = ExecutionSpec(
         app_id=run.app_id, agent_id=agent.id, session_id=session.id, runtime=profile.runtime, model=profile.model,
         system_prompt=profile.system_prompt, tools=dict(profile.tools),  # type: ignore[arg-type]
         provider_options=dict(profile.provider_options),
         gateway=GatewayGrant(grant=grant, api_style=openai_api_style(db, profile.provider_credential_id)),
+        skills=[{"id": skill_id} for skill_id in skills],
+        mcp_servers=[{"id": server_id} for server_id in mcp_servers],
     )
     # The stored snapshot never holds the grant.
     run.snapshot = {
         **spec.model_dump(exclude={"gateway"}), "kind": profile.kind, "credential_id": profile.provider_credential_id,
         "agent_version": session.agent_version,
+        "bindings": {
+            "environment_id": profile.environment_id, "skills": list(profile.skills),
+            "mcp_servers": list(profile.mcp_servers),
+        },
     }
     run.status = "booting"
     run.driver_instance_id = driver.instance_id
@@ -175,6 +195,7 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
     plan = BootPlan(
         run_id=run.id, session_id=session.id, app_id=run.app_id, agent_id=agent.id, kind=profile.kind,
         subject=subject, instance_id=driver.instance_id, payload_json=payload.model_dump_json(),
+        built_from=agents.sandbox_fingerprint(profile),
     )
     return plan, []
 
@@ -186,17 +207,39 @@ def _sandbox_for(backend: SandboxBackend, plan: BootPlan) -> SandboxRef:
             if ref.state != "running":
                 backend.start(ref)
             return ref
+    labels = installation_label()
+    if plan.kind == "pet":
+        labels[LABEL_BUILT_FROM] = plan.built_from
     spec = SandboxSpec(
         subject=plan.subject, app_id=plan.app_id, driver_instance_id=plan.instance_id,
-        control_socket=settings.resolved_control_socket, labels=installation_label(),
+        control_socket=settings.resolved_control_socket, labels=labels,
     )
     ref = backend.create(spec)
+    if plan.kind == "pet":
+        _restore_pet_workspace(backend, ref, plan)
     if plan.kind == "cattle":
         store = get_store()
         key = checkpoint_key(plan.app_id, plan.session_id)
         if store.exists(key):
             backend.put_archive(ref, WORKSPACE, iter_chunks(store.open(key)))
     return ref
+
+
+def _restore_pet_workspace(backend: SandboxBackend, ref: SandboxRef, plan: BootPlan) -> None:
+    """A Pet sandbox recreated by Apply gets the /workspace checkpointed before; the
+    checkpoint goes once restored. If the restore fails the new sandbox goes instead, so the
+    next run tries again rather than carrying on with an empty workspace."""
+    store = get_store()
+    key = pet_checkpoint_key(plan.app_id, plan.agent_id)
+    if not store.exists(key):
+        return
+    try:
+        with store.open(key) as source:
+            backend.put_archive(ref, WORKSPACE, iter_chunks(source))
+    except SandboxError:
+        backend.remove(ref)
+        raise
+    store.delete(key)
 
 
 def _wait_ready(instance_id: str, timeout: float) -> bool:
@@ -224,12 +267,19 @@ def dispatch_run(run_id: str, backend: SandboxBackend | None = None) -> str:
         return "skipped"
     backend = backend or get_backend()
     started = time.monotonic()
+    ref = None
     try:
         ref = _sandbox_for(backend, plan)
+        if plan.kind == "pet":
+            files.remove_stale_attachments(backend, ref)
+        # Before input.start: the driver names them in the user message, so they must be there.
+        attachments = files.deliver_attachments(backend, ref, run_id)
         backend.put_file(ref, BOOT_PAYLOAD, plan.payload_json.encode(), mode=0o600)
         backend.start_driver(ref)
     except SandboxError as error:
         log.warning("run.sandbox_failed", run_id=run_id, error=str(error)[:300])
+        if ref is not None and plan.kind == "pet":
+            files.remove_attachments(backend, ref, _attachment_ids(run_id))
         _teardown(backend, plan.instance_id, plan.kind)
         return _fail_by_id(run_id, "sandbox_failed", f"The sandbox could not start: {error.message[:300]}", True)
     if not _wait_ready(plan.instance_id, READY_TIMEOUT_SECONDS):
@@ -240,11 +290,17 @@ def dispatch_run(run_id: str, backend: SandboxBackend | None = None) -> str:
         if run is None or run.status not in ACTIVE_RUN_STATUSES:
             return run.status if run else "missing"
         sessions.enqueue_command(
-            db, plan.instance_id, "input.start", {"run_id": run_id, "text": run.input_text, "attachments": []}
+            db, plan.instance_id, "input.start", {"run_id": run_id, "text": run.input_text, "attachments": attachments}
         )
     streams.notify_driver(plan.instance_id)
     log.info("run.dispatched", run_id=run_id, instance_id=plan.instance_id, seconds=round(time.monotonic() - started, 3))
     return "booting"
+
+
+def _attachment_ids(run_id: str) -> list[str]:
+    with session_scope() as db:
+        run = db.get(SessionRun, run_id)
+        return [str(item.get("file_id", "")) for item in (run.attachments if run else [])]
 
 
 def _fail_by_id(run_id: str, code: str, message: str, retryable: bool) -> str:
@@ -272,18 +328,29 @@ def _teardown(backend: SandboxBackend, instance_id: str, kind: str) -> None:
 
 
 def finish_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> str:
-    """After a run ends: Cattle checkpoints `/workspace` (when the run completed) and removes
-    its sandbox; Pet keeps its sandbox. Safe to run twice."""
+    """After a run ends: its outputs become artifacts; Cattle checkpoints `/workspace` (when
+    the run completed) and removes its sandbox; Pet keeps its sandbox but loses the run's
+    attachments (they are mounted for one message only). Safe to run twice."""
     with session_scope() as db:
         run = db.get(SessionRun, run_id)
         if run is None or run.status in ACTIVE_RUN_STATUSES or not run.driver_instance_id:
             return "skipped"
         instance_id, kind, status = run.driver_instance_id, run.snapshot.get("kind", "cattle"), run.status
         app_id, session_id = run.app_id, run.session_id
-    if kind == "pet":
-        return "kept"
+        attached = [str(item.get("file_id", "")) for item in run.attachments]
+        instance = db.get(DriverInstance, instance_id)
+        subject = instance.subject if instance is not None else ""
     backend = backend or get_backend()
+    if kind == "pet":
+        pets = backend.list_by_label({LABEL_SUBJECT: subject, **installation_label()}) if subject else []
+        for ref in pets[:1]:
+            if ref.state == "running":
+                _record_outputs(backend, ref, run_id)
+            files.remove_attachments(backend, ref, attached)
+        return "kept"
     refs = backend.list_by_label({LABEL_DRIVER_INSTANCE: instance_id})
+    for ref in refs[:1]:
+        _record_outputs(backend, ref, run_id)
     if status == "completed":
         for ref in refs[:1]:
             try:
@@ -295,6 +362,14 @@ def finish_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> st
     with session_scope() as db:
         sessions.mark_stopped(db, instance_id)
     return "removed"
+
+
+def _record_outputs(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> None:
+    """Artifacts are worth a warning, never a sandbox left behind or a lost checkpoint."""
+    try:
+        files.record_artifacts(backend, ref, run_id)
+    except Exception as error:
+        log.warning("run.artifacts_failed", run_id=run_id, error=str(error)[:300])
 
 
 class _ChunkReader:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlmodel import Session, col, select
 
@@ -98,7 +100,10 @@ def create_session(
     agent_version: int | None = None
     if purpose != "preview":
         if agent.status != "published" or agent.published_version is None:
-            raise Conflict("This agent is not published. Publish it to start threads outside Preview.")
+            raise Conflict(
+                "This agent is not published. Publish it to start threads outside Preview.",
+                code="agent_not_published",
+            )
         agent_version = agent.published_version
     row = AgentSession(
         app_id=app_id, agent_id=agent_id, purpose=purpose, end_user_id=end_user_id, agent_version=agent_version
@@ -120,8 +125,12 @@ def active_run(db: Session, session_id: str) -> SessionRun | None:
     ).first()
 
 
-def send_message(db: Session, account_id: str, session_id: str, text: str) -> Sent:
+def send_message(
+    db: Session, account_id: str, session_id: str, text: str, *, file_ids: Sequence[str] = ()
+) -> Sent:
     """Store the user's message and queue a run; refused while another run is active.
+    `file_ids` names uploaded attachments of the thread's Agent: they are bound to the thread
+    and mounted for this run only (see `mosoo_core.files.bind_attachments` for the rules).
     The caller enqueues `dispatch_run(run.id)` after committing."""
     session = owned_session(db, account_id, session_id)
     text = (text or "").strip()
@@ -135,10 +144,22 @@ def send_message(db: Session, account_id: str, session_id: str, text: str) -> Se
         raise Conflict("The agent is still working on the previous message. Wait for it or press Stop.")
     if session.archived_at is not None:
         session.archived_at = None  # a new message unarchives (PRODUCT.md)
+    from mosoo_core.sessions.threads import title_untitled_thread  # threads builds on this module
+
+    title_untitled_thread(db, session, text)
     run = SessionRun(session_id=session.id, app_id=session.app_id, input_text=text)
+    attachments: list[dict[str, Any]] = []
+    if file_ids:
+        from mosoo_core.files import bind_attachments
+
+        attachments = bind_attachments(db, session, run.id, file_ids)
+        run.attachments = attachments
     db.add(run)
     db.flush()
-    events = append_events(db, session.id, [NewEvent(type="user.message", payload={"text": text}, run_id=run.id)])
+    payload: dict[str, Any] = {"text": text}
+    if attachments:
+        payload["attachments"] = attachments
+    events = append_events(db, session.id, [NewEvent(type="user.message", payload=payload, run_id=run.id)])
     events += set_session_status(db, session, "running")
     return Sent(run=run_view(run), events=events)
 

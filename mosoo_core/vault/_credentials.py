@@ -318,6 +318,16 @@ def delete_provider_credential(db: Session, account_id: str, app_id: str, creden
     ).all()
     if users:
         raise Conflict(f"Used by agent(s): {', '.join(users)}. Choose another key for them first.")
+    # Published versions (and versions threads pin) still run with the key, though the draft moved on.
+    from mosoo_core.agents.versions import versions_using_credential
+
+    versions = versions_using_credential(db, app_id, credential.id)
+    if versions:
+        named = ", ".join(f"{name} version {number}" for name, number in versions)
+        raise Conflict(
+            f"Used by published agent version(s): {named}. Publish a version with another key, or unpublish "
+            "the agent and delete the threads that pin the version, first."
+        )
     secret_id, was_default = credential.api_key_secret_id, credential.is_default
     db.delete(credential)
     db.flush()

@@ -1,11 +1,12 @@
-"""The HTTP API served inside the web process: `/api/auth`, `/api/health` (and later `/api/v1`)."""
+"""The HTTP API served inside the web process: `/api/auth`, `/api/health` and the public `/api/v1`."""
 
 from __future__ import annotations
 
 from fastapi import FastAPI
 
-from mosoo_web.api import auth, google, health
+from mosoo_web.api import auth, cli_auth, files, google, health
 from mosoo_web.api.errors import install_error_handlers
+from mosoo_web.api.v1 import PREFIX, build_v1
 
 
 def build_api() -> FastAPI:
@@ -13,5 +14,8 @@ def build_api() -> FastAPI:
     install_error_handlers(api)
     api.include_router(health.router)
     api.include_router(auth.router)
+    api.include_router(cli_auth.router)
+    api.include_router(files.router)
     google.install(api)
+    api.mount(PREFIX, build_v1())
     return api

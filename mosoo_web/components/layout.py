@@ -72,6 +72,8 @@ def sidebar() -> rx.Component:
             SessionState.current_app_id != "",
             rx.vstack(
                 nav_link("Agents", "bot", app_base + "/agents", "nav-agents"),
+                nav_link("Threads", "messages-square", app_base + "/threads", "nav-threads"),
+                nav_link("Files", "folder-open", app_base + "/files", "nav-files"),
                 nav_link("Settings", "settings", app_base, "nav-app-settings"),
                 nav_link("Providers", "key-round", app_base + "/providers", "nav-providers"),
                 width="100%",
@@ -84,6 +86,7 @@ def sidebar() -> rx.Component:
         rx.vstack(
             nav_link("Organization", "building-2", "/org", "nav-org"),
             nav_link("Profile", "user", "/profile", "nav-profile"),
+            nav_link("Access tokens", "key-square", "/tokens", "nav-tokens"),
             width="100%",
             spacing="1",
         ),

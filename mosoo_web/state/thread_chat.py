@@ -14,6 +14,7 @@ on, closes, or starts following another thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from typing import Any
 
 import reflex as rx
 
-from mosoo_core import sessions, streams
+from mosoo_core import files, sessions, streams
 from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError, NotFound
 from mosoo_core.event_feed import ThreadFeed
@@ -35,6 +36,57 @@ log = get_logger(__name__)
 FLUSH_SECONDS = 0.1  # push deltas to the browser at most this often
 QUIET_RECHECK_SECONDS = 2.0  # with a quiet stream, look at the database this often
 DISCONNECTED_GRACE_SECONDS = 30.0  # a closed tab stops its watcher after this long
+MAX_PENDING_ATTACHMENTS = files.MAX_ATTACHMENTS_PER_MESSAGE
+# Events after which a thread's file list may have changed (pages re-read it then).
+FILE_EVENT_TYPES = frozenset(
+    {"file.changed", "session_files.updated", "user.message", "run.completed", "run.failed", "run.cancelled"}
+)
+
+
+@dataclass
+class AttachmentChip:
+    """An uploaded file waiting to go out with the next message."""
+
+    id: str = ""
+    name: str = ""
+    size_text: str = ""
+
+
+def size_text(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KiB"
+    return f"{size / (1024 * 1024):.1f} MiB"
+
+
+def _store_upload(
+    account_id: str, app_id: str, agent_id: str, thread_id: str, upload: rx.UploadFile
+) -> AttachmentChip:
+    with session_scope() as db:
+        view = files.upload_file(
+            db, account_id, app_id, agent_id, upload.file, upload.filename or "file", upload.content_type,
+            session_id=thread_id or None,
+        )
+    return AttachmentChip(id=view.id, name=view.name, size_text=size_text(view.size))
+
+
+def _discard_upload(account_id: str, file_id: str) -> None:
+    with session_scope() as db:
+        files.delete_file(db, account_id, file_id)
+
+
+def _rejection_names(rejected: Any) -> list[str]:
+    """The file names out of the upload widget's rejections (shape varies by browser)."""
+    names = []
+    for item in rejected if isinstance(rejected, list) else []:
+        file = item.get("file") if isinstance(item, dict) else None
+        name = (file.get("name") or file.get("path")) if isinstance(file, dict) else None
+        if isinstance(item, dict) and not name:
+            name = item.get("name") or item.get("path")
+        if isinstance(name, str) and name:
+            names.append(name.rsplit("/", 1)[-1])
+    return names
 
 
 def _stop_run(account_id: str, thread_id: str) -> None:
@@ -66,11 +118,18 @@ class _Pushed:
     status_version: int = -1
     live_kind: str = ""
     live_text: str = ""
+    files_marker: int = 0  # counts events after which the thread's files may differ
+    files_pushed: int = -1
+
+    def note_files(self, events: list[dict[str, Any]]) -> None:
+        if any(event.get("type") in FILE_EVENT_TYPES for event in events):
+            self.files_marker += 1
 
     def behind(self, transcript: Transcript) -> bool:
         open_item = transcript.open_item
         return (
-            self.version != transcript.version
+            self.files_marker != self.files_pushed
+            or self.version != transcript.version
             or self.status_version != transcript.status_version
             or self.live_kind != (open_item.kind if open_item else "")
             or self.live_text != (open_item.text if open_item else "")
@@ -116,6 +175,10 @@ class ThreadChat(rx.State, mixin=True):
     sending: bool = False
     composer_error: str = ""
     composer_version: int = 0  # bumped after a message is stored: the composer re-mounts empty
+    attachments: list[AttachmentChip] = []  # uploaded, sent with the next message
+    attach_error: str = ""
+    # Bumped when the thread's files may have changed; pages re-read their file list then.
+    files_version: int = 0
     # Each open/reload/thread change starts a new watcher; older ones see the bump and end.
     _watch_generation: int = 0
 
@@ -138,6 +201,55 @@ class ThreadChat(rx.State, mixin=True):
         self.answered_requests = []
         self.composer_error = ""
         self.thread_missing = False
+        self.attachments = []
+        self.attach_error = ""
+
+    async def _attachment_target(self) -> tuple[str, str, str]:
+        """(app_id, agent_id, thread_id) new attachments are uploaded for; thread_id "" uploads
+        for the Agent, bound to the thread when the message is sent. Pages override it."""
+        raise NotImplementedError
+
+    def _take_attachment_ids(self) -> list[str]:
+        return [chip.id for chip in self.attachments]
+
+    @rx.event
+    async def attach_files(self, uploads: list[rx.UploadFile]) -> None:
+        """Store the chosen files; each becomes a removable chip until the message goes out."""
+        self.attach_error = ""
+        account_id = await current_account_id(self)
+        app_id, agent_id, thread_id = await self._attachment_target()
+        if not account_id or not agent_id:
+            return
+        refused: list[str] = []
+        for upload in uploads:
+            name = upload.filename or "file"
+            if len(self.attachments) >= MAX_PENDING_ATTACHMENTS:
+                refused.append(f"{name} was not attached: a message takes at most {MAX_PENDING_ATTACHMENTS} files.")
+                continue
+            try:
+                chip = await asyncio.to_thread(_store_upload, account_id, app_id, agent_id, thread_id, upload)
+            except MosooError as error:
+                refused.append(f"{name} was not attached: {error.message}")
+                continue
+            self.attachments = [*self.attachments, chip]
+        self.attach_error = " ".join(refused)
+
+    @rx.event
+    def reject_files(self, rejected: list[dict[str, Any]]) -> None:
+        names = _rejection_names(rejected) or ["A file"]
+        self.attach_error = f"{', '.join(names)} was not attached: files are at most 64 MiB each."
+
+    @rx.event
+    async def remove_attachment(self, file_id: str) -> Any:
+        if not any(chip.id == file_id for chip in self.attachments):
+            return None
+        self.attachments = [chip for chip in self.attachments if chip.id != file_id]
+        self.attach_error = ""
+        account_id = await current_account_id(self)
+        # Already gone (or bound elsewhere): the chip is what the owner removed.
+        with contextlib.suppress(MosooError):
+            await asyncio.to_thread(_discard_upload, account_id, file_id)
+        return None
 
     @rx.event(background=True)
     async def stop(self) -> Any:
@@ -180,6 +292,7 @@ class ThreadChat(rx.State, mixin=True):
             await feed.mark_stream_position()
             try:
                 transcript.apply_all(await feed.read_database(0))
+                pushed.files_marker += 1  # the page reads the file list once it has the thread
             except NotFound:
                 async with self:
                     if self._watch_generation == generation:
@@ -244,6 +357,9 @@ async def _push(state: ThreadChat, generation: int, transcript: Transcript, push
             state.live_kind = live_kind
         if live_text != pushed.live_text:
             state.live_text = live_text
+        if pushed.files_marker != pushed.files_pushed:
+            state.files_version += 1
+    pushed.files_pushed = pushed.files_marker
     pushed.version, pushed.status_version = transcript.version, transcript.status_version
     pushed.live_kind, pushed.live_text = live_kind, live_text
     return True
@@ -283,15 +399,20 @@ async def _follow(
             if not isinstance(seq, int) or seq <= transcript.last_seq:
                 continue
             if seq > transcript.last_seq + 1:  # a gap: something was published while we missed it
-                transcript.apply_all(await feed.read_database(transcript.last_seq))
+                missed = await feed.read_database(transcript.last_seq)
+                pushed.note_files(missed)
+                transcript.apply_all(missed)
                 last_database = clock()
+            pushed.note_files([event])
             transcript.apply(event)
         now = clock()
         if not events and now - last_database >= QUIET_RECHECK_SECONDS:
             try:
-                transcript.apply_all(await feed.read_database(transcript.last_seq))
+                caught_up = await feed.read_database(transcript.last_seq)
             except NotFound:
                 return "thread_gone"
+            pushed.note_files(caught_up)
+            transcript.apply_all(caught_up)
             last_database = now
         if now - last_check >= QUIET_RECHECK_SECONDS:
             last_check = now

@@ -1,4 +1,4 @@
-"""The agent's description and provider options in Preview (saved, kept over a reload,
+"""The agent's description and provider options in Preview (autosaved, kept over a reload,
 refused next to the field when out of range) and the Agents list's status and last activity."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from mosoo_core.settings import reset_settings_cache
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
 from tests.browser.test_preview_chat import _account_id
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -45,13 +46,15 @@ def test_description_and_temperature_are_kept_and_the_list_shows_status_and_acti
 
     page.goto(f"{server.url}/apps/{app_id}/agents/{agent_id}")
     page.get_by_test_id("agent-description").fill("Answers billing questions.")
-    page.get_by_test_id("agent-temperature").fill("0.7")
-    page.get_by_test_id("agent-save").click()
-    expect(page.get_by_text("Saved.")).to_be_visible()
-    with session_scope() as db:
-        saved = agents.get_agent(db, account_id, app_id, agent_id)
-    assert saved.description == "Answers billing questions."
-    assert saved.provider_options == {"temperature": 0.7}
+    page.get_by_test_id("agent-temperature").fill("0.7")  # typing stops: saved after a moment
+
+    def saved() -> agents.AgentView:
+        with session_scope() as db:
+            return agents.get_agent(db, account_id, app_id, agent_id)
+
+    wait_for(lambda: saved().provider_options == {"temperature": 0.7}, 10, "the temperature to autosave")
+    assert saved().description == "Answers billing questions."
+    expect(page.get_by_test_id("save-indicator")).to_have_text("Saved")
 
     page.reload()
     expect(page.get_by_test_id("agent-description")).to_have_value("Answers billing questions.")
@@ -59,10 +62,10 @@ def test_description_and_temperature_are_kept_and_the_list_shows_status_and_acti
 
     # Out of range: the error next to the field, nothing saved.
     page.get_by_test_id("agent-temperature").fill("3")
-    page.get_by_test_id("agent-save").click()
+    page.get_by_test_id("agent-temperature").blur()
     expect(page.get_by_test_id("agent-temperature-error")).to_contain_text("0 to 2")
-    with session_scope() as db:
-        assert agents.get_agent(db, account_id, app_id, agent_id).provider_options == {"temperature": 0.7}
+    expect(page.get_by_test_id("save-indicator")).to_contain_text("Not saved: Temperature")
+    assert saved().provider_options == {"temperature": 0.7}
 
     page.goto(f"{server.url}/apps/{app_id}/agents")
     card = page.get_by_test_id("agent-card")

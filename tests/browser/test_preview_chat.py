@@ -130,13 +130,14 @@ def test_agent_preview_streams_a_thread_survives_reload_and_answers_a_permission
     expect(blockers.nth(1)).to_contain_text("Model")
     expect(page.get_by_test_id("chat-send")).to_be_disabled()
 
-    # Saving a model clears that blocker; the name is validated next to its field.
+    # A model (autosaved) clears that blocker; the name is validated next to its field.
     page.get_by_test_id("agent-model").fill("gpt-4o-mini")
     page.get_by_test_id("agent-name-input").fill("   ")
-    page.get_by_test_id("agent-save").click()
+    page.get_by_test_id("agent-name-input").blur()
     expect(page.get_by_test_id("agent-name-error")).to_contain_text("name")
     page.get_by_test_id("agent-name-input").fill("Workspace helper")
-    page.get_by_test_id("agent-save").click()
+    page.get_by_test_id("agent-name-input").blur()
+    expect(page.get_by_test_id("agent-name-error")).to_have_count(0)
     expect(blockers).to_have_count(1)
     expect(blockers.first).to_contain_text("Provider key")
     expect(page.get_by_test_id("chat-send")).to_be_disabled()
@@ -249,7 +250,7 @@ def test_a_ready_agent_sends_from_the_composer_stops_and_shows_a_failed_run(
         )
         agent_id = agents.create_agent(db, account_id, app_id, name="Analyst").id
 
-    # Choose the provider key; its first model fills in; Save makes the agent ready.
+    # Choose the provider key; its first model fills in; each change saves on its own.
     page.goto(f"{server.url}/apps/{app_id}/agents/{agent_id}")
     expect(page.get_by_test_id("preview-status")).to_have_text("Setup required")
     page.get_by_test_id("agent-provider").click()
@@ -258,12 +259,14 @@ def test_a_ready_agent_sends_from_the_composer_stops_and_shows_a_failed_run(
     page.get_by_test_id("agent-model-choice").filter(has_text="gpt-4o").last.click()
     expect(page.get_by_test_id("agent-model")).to_have_value("gpt-4o")
     page.get_by_test_id("tool-bash").get_by_role("radio", name="Off").click()
-    page.get_by_test_id("agent-save").click()
     expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
     expect(page.get_by_test_id("readiness-blocker")).to_have_count(0)
-    with session_scope() as db:
-        saved = agents.get_agent(db, account_id, app_id, agent_id)
-    assert saved.model == "gpt-4o" and "bash" not in saved.tools
+
+    def saved() -> agents.AgentView:
+        with session_scope() as db:
+            return agents.get_agent(db, account_id, app_id, agent_id)
+
+    wait_for(lambda: saved().model == "gpt-4o" and "bash" not in saved().tools, 10, "the choices to autosave")
 
     # Send from the composer: a thread starts, its id goes into the URL, the run is queued.
     page.get_by_test_id("chat-input").fill("Summarize the quarter")

@@ -161,13 +161,12 @@ def test_owner_approves_a_real_tool_call_then_reloads_mid_stream_and_stops_a_lon
         page.get_by_test_id("new-agent-submit").click()
         page.wait_for_url(AGENT_URL)
 
-        # Preview: the provider key and its model, bash on Ask, Save -> Ready.
+        # Preview: the provider key and its model, bash on Ask (each saved on its own) -> Ready.
         expect(page.get_by_test_id("preview-status")).to_have_text("Setup required")
         page.get_by_test_id("agent-provider").click()
         page.get_by_role("option", name="Scripted (default)").click()
         expect(page.get_by_test_id("agent-model")).to_have_value("test-model")
         page.get_by_test_id("tool-bash").get_by_role("radio", name="Ask").click()
-        page.get_by_test_id("agent-save").click()
         expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
         expect(page.get_by_test_id("readiness-blocker")).to_have_count(0)
 

@@ -89,6 +89,7 @@ def _make_backend(settings: Settings) -> SandboxBackend:
                 image=settings.sandbox_image,
                 base_image=settings.sandbox_base_image,
                 limits=limits,
+                attachments_root=settings.data_dir.resolve() / "sandbox-attachments",
             )
         if settings.sandbox_backend == "docker":
             raise SandboxError("MOSOO_SANDBOX_BACKEND=docker but no Docker engine answers")

@@ -10,6 +10,8 @@ the unprivileged sandbox user (uid 10001).
 from __future__ import annotations
 
 import abc
+import os
+import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +108,21 @@ def control_socket_dir(spec: SandboxSpec) -> Path | None:
     if not socket.exists():
         raise SandboxError(f"the control socket {socket} does not exist")
     return socket.parent
+
+
+def remove_read_only_tree(path: Path) -> None:
+    """Delete a folder of read-only files in read-only folders (attachments), as their owner:
+    each folder is made writable again before its entries go."""
+
+    def allow_and_retry(function: object, failed: str, _: object) -> None:
+        os.chmod(os.path.dirname(failed), 0o700)
+        function(failed)  # type: ignore[operator]
+
+    if path.is_dir() and not path.is_symlink():
+        os.chmod(path, 0o700)
+        shutil.rmtree(path, onerror=allow_and_retry)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
 
 
 @dataclass(frozen=True)
@@ -208,6 +225,12 @@ class SandboxBackend(abc.ABC):
         result = self.exec(ref, ["sh", "-c", script, "sh", path], stdin=tar, timeout=600)
         if result.exit_code != 0:
             raise SandboxError(f"could not extract into {path}: {result.stderr_text.strip()[:500]}")
+
+    def attachments_dir(self, ref: SandboxRef) -> Path:
+        """The host folder every process of `ref` sees read-only at ATTACHMENTS_DIR. The
+        worker writes attachments there directly: the sandbox user can read them but never
+        change them, and a running (Pet) sandbox sees new ones without a new mount."""
+        raise SandboxError(f"the {self.name} backend has no attachments folder for {ref.name}")
 
     @abc.abstractmethod
     def _stream_out(self, ref: SandboxRef, argv: list[str]) -> Iterator[bytes]:

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -26,6 +27,7 @@ from docker.types import Ulimit
 from mosoo_core.ids import new_id
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox._base import (
+    ATTACHMENTS_DIR,
     BOOT_DIR,
     CONTROL_DIR,
     LABEL_SANDBOX,
@@ -42,6 +44,7 @@ from mosoo_core.runtime.sandbox._base import (
     SandboxSpec,
     TarData,
     control_socket_dir,
+    remove_read_only_tree,
 )
 from mosoo_core.runtime.sandbox._streams import CappedBuffer, iter_chunks
 
@@ -159,8 +162,13 @@ class DockerBackend(SandboxBackend):
         image: str = "",
         base_image: str = "",
         limits: Limits | None = None,
+        attachments_root: Path | None = None,
     ) -> None:
+        """attachments_root: where each sandbox's attachments folder lives on this host (it is
+        bind-mounted read-only at /mnt/attachments, like the control socket's folder, so the
+        engine must share this host's filesystem); None: no attachments folder."""
         self.client = client or docker.from_env(timeout=120)
+        self.attachments_root = attachments_root.resolve() if attachments_root else None
         self.limits = limits or Limits()
         self._image = image
         self._base_image = base_image
@@ -194,6 +202,12 @@ class DockerBackend(SandboxBackend):
             mounts.append(
                 DockerMount(mount.target, str(mount.source), type="bind", read_only=mount.read_only)
             )
+        attachments = self._attachments_host_dir(name)
+        if attachments is not None and not any(m.target.startswith(ATTACHMENTS_DIR) for m in spec.mounts):
+            # A host folder, not a tmpfs: attachments would count against the sandbox's memory.
+            attachments.mkdir(parents=True, exist_ok=True)
+            attachments.chmod(0o755)  # whatever the umask: the sandbox user must read it
+            mounts.append(DockerMount(ATTACHMENTS_DIR, str(attachments), type="bind", read_only=True))
         memory = f"{limits.memory_mb}m"
         with _engine_errors("could not create the workspace volume"):
             self.client.volumes.create(name=_workspace_volume(name), labels=labels)
@@ -244,9 +258,24 @@ class DockerBackend(SandboxBackend):
             self._remove_by_name(ref.name)
         log.info("sandbox.removed", backend=self.name, sandbox=ref.name)
 
+    def _attachments_host_dir(self, name: str) -> Path | None:
+        return self.attachments_root / name if self.attachments_root is not None else None
+
+    def attachments_dir(self, ref: SandboxRef) -> Path:
+        folder = self._attachments_host_dir(ref.name)
+        if folder is None or not folder.is_dir():
+            raise SandboxError(f"sandbox {ref.name} has no attachments folder (it predates attachments: recreate it)")
+        return folder
+
     def _remove_by_name(self, name: str) -> None:
         with contextlib.suppress(docker_errors.NotFound):
             self.client.containers.get(name).remove(force=True, v=True)
+        attachments = self._attachments_host_dir(name)
+        if attachments is not None:
+            try:
+                remove_read_only_tree(attachments)
+            except OSError as error:  # a leftover folder is no reason to keep the sandbox
+                log.warning("sandbox.attachments_remove_failed", sandbox=name, error=str(error)[:300])
         for attempt in range(10):
             try:
                 self.client.volumes.get(_workspace_volume(name)).remove(force=True)
@@ -421,7 +450,7 @@ class DockerBackend(SandboxBackend):
         return {
             "user": f"uid {SANDBOX_UID} (non-root), no-new-privileges, every capability dropped",
             "syscalls": "Docker's default seccomp profile",
-            "filesystem": "read-only root; /workspace volume, /tmp and /run/mosoo/boot tmpfs",
+            "filesystem": "read-only root; /workspace volume, /tmp and /run/mosoo/boot tmpfs; /mnt/attachments a read-only bind",
             "network": "none by default (no interface but loopback); `full` is the default bridge",
             "memory": f"cgroup limit, {limits.memory_mb} MiB by default, no swap; OOM kills inside",
             "pids": f"cgroup pids.max, {limits.pids_limit} by default",

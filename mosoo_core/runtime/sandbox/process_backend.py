@@ -42,6 +42,7 @@ from typing import Any
 from mosoo_core.ids import new_id
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox._base import (
+    ATTACHMENTS_DIR,
     BOOT_DIR,
     CHUNK_BYTES,
     CONTROL_DIR,
@@ -225,6 +226,9 @@ class ProcessBackend(SandboxBackend):
                 (directory / sub).mkdir(mode=mode)
                 os.chown(directory / sub, self._host_uid, self._host_gid)
             (directory / "logs").mkdir(mode=0o700)
+            # Written by the worker, bound read-only at /mnt/attachments (see attachments_dir).
+            (directory / "attachments").mkdir()
+            (directory / "attachments").chmod(0o755)
             etc = directory / "etc"
             etc.mkdir(mode=0o755)
             (etc / "passwd").write_text(
@@ -305,6 +309,12 @@ class ProcessBackend(SandboxBackend):
         shutil.rmtree(directory, onerror=allow_and_retry)
         log.info("sandbox.removed", backend=self.name, sandbox=ref.name)
 
+    def attachments_dir(self, ref: SandboxRef) -> Path:
+        folder = self._dir(ref.name) / "attachments"
+        if not folder.is_dir():
+            raise SandboxError(f"sandbox {ref.name} has no attachments folder (it predates attachments: recreate it)")
+        return folder
+
     def list_by_label(self, labels: Mapping[str, str] | None = None) -> list[SandboxRef]:
         wanted = {LABEL_SANDBOX: "1", **(labels or {})}
         refs: list[SandboxRef] = []
@@ -381,6 +391,9 @@ class ProcessBackend(SandboxBackend):
         if meta.get("control_dir"):
             # The socket's directory, not the socket: it survives control restarts (_base.py).
             bwrap += ["--ro-bind", meta["control_dir"], CONTROL_DIR]
+        attachments = directory / "attachments"
+        if attachments.is_dir() and not any(str(m[1]).startswith(ATTACHMENTS_DIR) for m in meta["mounts"]):
+            bwrap += ["--ro-bind", str(attachments), ATTACHMENTS_DIR]
         for source, target, read_only in meta["mounts"]:
             bwrap += ["--ro-bind" if read_only else "--bind", source, target]
         bwrap += ["--remount-ro", "/", "--clearenv"]
@@ -535,7 +548,7 @@ class ProcessBackend(SandboxBackend):
             "user": f"uid {SANDBOX_UID} inside, {who}; no capabilities, no_new_privs, no nested user namespaces",
             "namespaces": "user, mount, pid, network, ipc, uts, cgroup: fresh for every command",
             "syscalls": "no seccomp filter (Docker's default profile has no equivalent here)",
-            "filesystem": "read-only root of the host's /usr and a few /etc files; /workspace is a host dir; /tmp is a tmpfs per command",
+            "filesystem": "read-only root of the host's /usr and a few /etc files; /workspace is a host dir; /tmp is a tmpfs per command; /mnt/attachments a read-only bind",
             "network": "none by default (own namespace with only loopback); `full` shares the host's",
             "disk": "not limited",
         }

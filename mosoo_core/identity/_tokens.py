@@ -1,0 +1,121 @@
+"""Personal access tokens (`mst_…`): the Bearer credential of the public API and the CLI."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlmodel import Session, col, select
+
+from mosoo_core.clock import utcnow
+from mosoo_core.errors import InvalidInput, NotFound, Unauthenticated
+from mosoo_core.identity._secrets import token_digest
+from mosoo_core.identity.models import AccessToken, Account
+
+TOKEN_PREFIX = "mst_"
+LABEL_MAX = 80
+SOURCES = ("console", "cli")
+_SUFFIX_LENGTH = 4
+# `token_urlsafe(32)` is 43 characters of the URL-safe base64 alphabet.
+_TOKEN_SHAPE = re.compile(r"mst_[A-Za-z0-9_-]{43}")
+# Writing on every request would turn each API read into a write; a minute is precise enough.
+_LAST_USED_GRANULARITY = timedelta(minutes=1)
+_REFUSED = "Missing, invalid or revoked access token."
+
+
+@dataclass(frozen=True)
+class AccessTokenView:
+    id: str
+    account_id: str
+    label: str
+    display_suffix: str
+    source: str
+    created_at: datetime
+    last_used_at: datetime | None
+
+
+@dataclass(frozen=True)
+class CreatedToken:
+    token: AccessTokenView
+    secret: str  # shown to its owner once; only its digest is stored
+
+
+def _view(row: AccessToken) -> AccessTokenView:
+    return AccessTokenView(
+        id=row.id,
+        account_id=row.account_id,
+        label=row.label,
+        display_suffix=row.display_suffix,
+        source=row.source,
+        created_at=row.created_at,
+        last_used_at=row.last_used_at,
+    )
+
+
+def clean_label(raw: str) -> str:
+    label = " ".join((raw or "").split())
+    if not label:
+        raise InvalidInput("Give the token a label, e.g. where it will be used.", field="label")
+    if len(label) > LABEL_MAX:
+        raise InvalidInput(f"The label must be at most {LABEL_MAX} characters.", field="label")
+    return label
+
+
+def create_access_token(
+    db: Session, account_id: str, label: str, *, source: str = "console", now: datetime | None = None
+) -> CreatedToken:
+    """Mint a token for an account. The secret is returned once and never stored."""
+    if source not in SOURCES:
+        raise InvalidInput(f"Unknown token source {source!r}.", field="source")
+    clean = clean_label(label)
+    if db.get(Account, account_id) is None:
+        raise NotFound("Account not found.")
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = AccessToken(
+        account_id=account_id,
+        label=clean,
+        token_hash=token_digest(secret),
+        display_suffix=secret[-_SUFFIX_LENGTH:],
+        source=source,
+        created_at=now or utcnow(),
+    )
+    db.add(row)
+    db.flush()
+    return CreatedToken(token=_view(row), secret=secret)
+
+
+def list_access_tokens(db: Session, account_id: str) -> list[AccessTokenView]:
+    """The account's live tokens, newest first."""
+    rows = db.exec(
+        select(AccessToken)
+        .where(AccessToken.account_id == account_id, col(AccessToken.revoked_at).is_(None))
+        .order_by(col(AccessToken.created_at).desc(), col(AccessToken.id).desc())
+    ).all()
+    return [_view(row) for row in rows]
+
+
+def revoke_access_token(db: Session, account_id: str, token_id: str, *, now: datetime | None = None) -> None:
+    """The token stops working at once. Another account's (or an unknown) id is NotFound."""
+    row = db.get(AccessToken, token_id) if token_id else None
+    if row is None or row.account_id != account_id or row.revoked_at is not None:
+        raise NotFound("Access token not found.")
+    row.revoked_at = now or utcnow()
+    db.add(row)
+    db.flush()
+
+
+def authenticate_access_token(db: Session, secret: str | None, *, now: datetime | None = None) -> AccessTokenView:
+    """The live token behind a secret; Unauthenticated when malformed, unknown or revoked."""
+    if not secret or not _TOKEN_SHAPE.fullmatch(secret):
+        raise Unauthenticated(_REFUSED)
+    row = db.exec(select(AccessToken).where(AccessToken.token_hash == token_digest(secret))).first()
+    if row is None or row.revoked_at is not None:
+        raise Unauthenticated(_REFUSED)
+    now = now or utcnow()
+    if row.last_used_at is None or now - row.last_used_at >= _LAST_USED_GRANULARITY:
+        row.last_used_at = now
+        db.add(row)
+        db.flush()
+    return _view(row)

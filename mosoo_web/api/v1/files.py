@@ -1,0 +1,192 @@
+"""Files: upload attachments, list a thread's files, read, download and delete them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from typing import IO, Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+
+from mosoo_core import files, sessions
+from mosoo_core.db import session_scope
+from mosoo_core.errors import InvalidInput, PayloadTooLarge
+from mosoo_core.sessions import actions
+from mosoo_web.api.v1._auth import CallerDep
+from mosoo_web.api.v1._errors import error_responses
+from mosoo_web.api.v1.schemas import Deleted, File, FileList
+
+router = APIRouter(tags=["Files"])
+
+# Room for the multipart boundaries and part headers around a file of the maximum size.
+MULTIPART_OVERHEAD = 64 * 1024
+REQUEST_LIMIT = files.MAX_FILE_BYTES + MULTIPART_OVERHEAD
+_TOO_LARGE = f"Files are limited to {files.MAX_FILE_BYTES // (1024 * 1024)} MiB."
+
+_UPLOAD_BODY = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["file"],
+                "properties": {"file": {"type": "string", "format": "binary", "description": "The file (≤ 64 MiB)."}},
+            }
+        }
+    },
+}
+
+
+async def _limited(stream: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    # A body without Content-Length (chunked) is cut off here rather than spooled without end.
+    received = 0
+    async for chunk in stream:
+        received += len(chunk)
+        if received > REQUEST_LIMIT:
+            raise PayloadTooLarge(_TOO_LARGE)
+        yield chunk
+
+
+@router.post(
+    "/agents/{agent_id}/files", status_code=201, response_model=File, operation_id="uploadFile",
+    summary="Upload a file",
+    description="Upload an attachment (multipart field `file`, at most 64 MiB). It belongs to no thread until a "
+    "message names it in `file_ids` (`POST /agents/{agent_id}/threads` or `POST /threads/{id}/events`); the "
+    "agent then sees it read-only at `/mnt/attachments/<file_id>/<name>` for that message. A thread holds at "
+    "most 100 attachments. Unsafe names are cleaned; a name with nothing usable left is refused.",
+    openapi_extra={"requestBody": _UPLOAD_BODY},
+    responses=error_responses(404, 413),
+)
+async def upload_file(agent_id: str, request: Request, caller: CallerDep) -> File:
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise InvalidInput("Content-Length must be a number of bytes.", field="Content-Length")
+        if int(declared) > REQUEST_LIMIT:
+            raise PayloadTooLarge(_TOO_LARGE)
+    if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+        raise InvalidInput("Send the file as multipart/form-data in a field named `file`.", field="file")
+
+    def app_of_agent() -> str:
+        with session_scope() as db:
+            return actions.account_agent(db, caller.account_id, agent_id).app_id
+
+    app_id = await run_in_threadpool(app_of_agent)
+    parser = MultiPartParser(request.headers, _limited(request.stream()), max_files=1, max_fields=10)
+    try:
+        form = await parser.parse()
+    except MultiPartException as error:
+        raise InvalidInput(f"The multipart body is malformed: {error.message}", field="file") from None
+    try:
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise InvalidInput("Send the file in a multipart field named `file`.", field="file")
+
+        def store(source: IO[bytes], filename: str, media_type: str | None) -> File:
+            with session_scope() as db:
+                view = files.upload_file(
+                    db, caller.account_id, app_id, agent_id, source, filename, media_type
+                )
+            return File.of(view)
+
+        return await run_in_threadpool(store, upload.file, upload.filename or "", upload.content_type)
+    finally:
+        await form.close()
+
+
+@router.get(
+    "/threads/{thread_id}/files", response_model=FileList, operation_id="listThreadFiles",
+    summary="List a thread's files",
+    description="The thread's attachments and artifacts (files the agent wrote under `/workspace/outputs`), "
+    "oldest first. Ask for several at once with repeated `ids`.",
+    responses=error_responses(404),
+)
+async def list_thread_files(
+    thread_id: str, caller: CallerDep,
+    ids: Annotated[list[str] | None, Query(max_length=100, description="File ids (repeat the parameter).")] = None,
+) -> FileList:
+    def work() -> FileList:
+        with session_scope() as db:
+            found = files.list_thread_files(db, caller.account_id, thread_id, ids=ids or None)
+        return FileList(files=[File.of(view) for view in found])
+
+    return await run_in_threadpool(work)
+
+
+@router.delete(
+    "/threads/{thread_id}/files/{file_id}", response_model=Deleted, operation_id="deleteThreadFile",
+    summary="Delete a file of a thread", description="`not_found` unless the file belongs to this thread.",
+    responses=error_responses(404),
+)
+async def delete_thread_file(thread_id: str, file_id: str, caller: CallerDep) -> Deleted:
+    def work() -> Deleted:
+        with session_scope() as db:
+            sessions.get_session(db, caller.account_id, thread_id)  # another owner's thread: not_found
+            files.delete_file(db, caller.account_id, file_id, session_id=thread_id)
+        return Deleted(id=file_id)
+
+    return await run_in_threadpool(work)
+
+
+@router.get(
+    "/files/{file_id}", response_model=File, operation_id="getFile", summary="Get a file",
+    responses=error_responses(404),
+)
+async def get_file(file_id: str, caller: CallerDep) -> File:
+    def work() -> File:
+        with session_scope() as db:
+            return File.of(files.get_file(db, caller.account_id, file_id))
+
+    return await run_in_threadpool(work)
+
+
+@router.delete(
+    "/files/{file_id}", response_model=Deleted, operation_id="deleteFile", summary="Delete a file",
+    description="Deletes the file record and, when nothing else uses the same content, its bytes.",
+    responses=error_responses(404),
+)
+async def delete_file(file_id: str, caller: CallerDep) -> Deleted:
+    def work() -> Deleted:
+        with session_scope() as db:
+            files.delete_file(db, caller.account_id, file_id)
+        return Deleted(id=file_id)
+
+    return await run_in_threadpool(work)
+
+
+def content_disposition(name: str) -> str:
+    # An ASCII fallback plus the exact UTF-8 name (RFC 6266 / 5987); quotes and controls never pass.
+    fallback = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name) or "download"
+    return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
+
+
+@router.get(
+    "/files/{file_id}/content", operation_id="downloadFile", summary="Download a file",
+    description="The file's bytes, streamed, as an attachment.",
+    response_class=StreamingResponse,
+    responses={
+        200: {"description": "The file.", "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+        **error_responses(404),
+    },
+)
+async def download_file(file_id: str, caller: CallerDep) -> StreamingResponse:
+    def work() -> tuple[files.FileView, IO[bytes]]:
+        with session_scope() as db:
+            return files.open_file(db, caller.account_id, file_id)
+
+    view, handle = await run_in_threadpool(work)
+    body: Iterator[bytes] = files.iter_chunks(handle)
+    return StreamingResponse(
+        body,
+        media_type=view.media_type or "application/octet-stream",
+        headers={
+            "Content-Disposition": content_disposition(view.name),
+            "Content-Length": str(view.size),
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "private, no-store",
+        },
+    )

@@ -1,0 +1,144 @@
+"""The chat composer every thread view shares: the message box, attachments as removable
+chips (uploaded as soon as they are chosen, sent as `file_ids` with the message), Stop and
+Send. The page's state mixes in `ThreadChat`, which holds the attachment handlers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import reflex as rx
+
+from mosoo_core.files import MAX_FILE_BYTES
+
+MAX_FILES_PER_PICK = 20
+
+
+def _error(message: rx.Var, test_id: str) -> rx.Component:
+    return rx.cond(message != "", rx.text(message, color_scheme="red", size="1", data_testid=test_id), rx.fragment())
+
+
+def _chip(state: Any, chip: rx.Var) -> rx.Component:
+    return rx.badge(
+        rx.icon("paperclip", size=12),
+        rx.text(chip.name, max_width="220px", truncate=True, as_="span"),
+        rx.text(chip.size_text, color=rx.color("gray", 10), as_="span"),
+        rx.icon_button(
+            rx.icon("x", size=12),
+            size="1",
+            variant="ghost",
+            color_scheme="gray",
+            type="button",
+            aria_label="Remove " + chip.name,
+            on_click=state.remove_attachment(chip.id),
+            data_testid="attachment-remove",
+        ),
+        variant="surface",
+        color_scheme="gray",
+        radius="full",
+        size="2",
+        data_testid="attachment-chip",
+        data_name=chip.name,
+    )
+
+
+def _attach_button(state: Any, upload_id: str, disabled: rx.Var | bool) -> rx.Component:
+    return rx.upload.root(
+        rx.button(
+            rx.icon("paperclip", size=14), "Attach",
+            type="button", size="2", variant="soft", color_scheme="gray",
+            disabled=disabled,
+            data_testid="chat-attach",
+        ),
+        id=upload_id,
+        multiple=True,
+        max_files=MAX_FILES_PER_PICK,
+        max_size=MAX_FILE_BYTES,
+        no_drag=True,
+        disabled=disabled,
+        on_drop=state.attach_files,
+        on_drop_rejected=state.reject_files,
+        border="none",
+        padding="0",
+        data_testid="chat-attach-upload",
+    )
+
+
+def chat_composer(
+    state: Any,
+    *,
+    upload_id: str,
+    placeholder: rx.Var | str,
+    can_send: rx.Var,
+    enabled: rx.Var | bool = True,
+    on_submit: Any,
+    footer_note: rx.Component | None = None,
+) -> rx.Component:
+    """`state` is the page's ThreadChat state class; `on_submit` receives the form with
+    `message` and sends `state.attachments` with it."""
+    disabled = ~enabled if isinstance(enabled, rx.Var) else not enabled
+    return rx.vstack(
+        _error(state.composer_error, "chat-error"),
+        rx.form(
+            rx.box(
+                rx.cond(
+                    state.attachments.length() > 0,
+                    rx.flex(
+                        rx.foreach(state.attachments, lambda chip: _chip(state, chip)),
+                        wrap="wrap",
+                        gap="6px",
+                        padding_bottom="8px",
+                        data_testid="attachment-chips",
+                    ),
+                    rx.fragment(),
+                ),
+                rx.text_area(
+                    name="message",
+                    placeholder=placeholder,
+                    enter_key_submit=True,
+                    # Kept on a refused send; cleared (re-mounted) once the message is stored.
+                    key=state.composer_version,
+                    rows="3",
+                    resize="none",
+                    variant="soft",
+                    width="100%",
+                    disabled=disabled,
+                    data_testid="chat-input",
+                ),
+                _error(state.attach_error, "attach-error"),
+                rx.hstack(
+                    _attach_button(state, upload_id, disabled),
+                    footer_note or rx.fragment(),
+                    rx.spacer(),
+                    rx.cond(
+                        state.run_active,
+                        rx.button(
+                            rx.icon("square", size=13), "Stop",
+                            type="button", size="2", variant="soft", color_scheme="red",
+                            on_click=state.stop,
+                            data_testid="chat-stop",
+                        ),
+                        rx.fragment(),
+                    ),
+                    rx.button(
+                        rx.icon("arrow-up", size=15), "Send",
+                        type="submit", size="2",
+                        disabled=~can_send,
+                        loading=state.sending,
+                        data_testid="chat-send",
+                    ),
+                    align="center",
+                    spacing="2",
+                    width="100%",
+                    padding_top="8px",
+                ),
+                width="100%",
+            ),
+            on_submit=on_submit,
+            reset_on_submit=False,
+            width="100%",
+        ),
+        width="100%",
+        spacing="2",
+        padding="12px 16px 16px 16px",
+        border_top=f"1px solid {rx.color('gray', 4)}",
+    )

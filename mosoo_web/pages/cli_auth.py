@@ -1,0 +1,199 @@
+"""`/cli-auth`: confirm (or refuse) a `mosoo login` device code.
+
+The person checks that the code here is the one in their terminal before approving: that
+check is what stops someone from phishing an approval for their own CLI.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import reflex as rx
+
+from mosoo_core import identity
+from mosoo_core.db import session_scope
+from mosoo_core.errors import Conflict, NotFound
+from mosoo_web.components.layout import card_section, console_shell, field_error, page_header
+from mosoo_web.state.session import SessionState, current_account_id
+
+STATUS_MESSAGES = {
+    "authorized": "This code has already been approved.",
+    "consumed": "This code has already been used. Run mosoo login again to sign in another CLI.",
+    "denied": "This code was denied. Run mosoo login again if that was a mistake.",
+    "expired": "This code has expired. Run mosoo login again for a new one.",
+}
+
+
+class CliAuthState(rx.State):
+    code: str = ""  # what the form starts with (from ?code=)
+    user_code: str = ""  # the request on screen, formatted XXXX-XXXX
+    client_name: str = ""
+    status: str = ""  # "" (nothing looked up), pending, authorized, denied, expired, consumed
+    outcome: str = ""  # "approved" | "denied" after this page decided
+    error: str = ""
+    form_version: int = 0
+
+    def _clear(self) -> None:
+        self.user_code = self.client_name = self.status = self.outcome = self.error = ""
+
+    def _show(self, raw_code: str) -> None:
+        self._clear()
+        self.code = raw_code
+        if not raw_code.strip():
+            self.error = "Enter the code shown in your terminal."
+            return
+        try:
+            with session_scope() as db:
+                view = identity.describe_device_authorization(db, raw_code)
+        except NotFound as error:
+            self.error = error.message
+            return
+        self.user_code, self.client_name, self.status = view.user_code, view.client_name, view.status
+
+    @rx.event
+    async def load(self) -> rx.event.EventSpec | None:
+        """The console guard, keeping `?code=` through sign-in so the link still works after it."""
+        code = self.router.url.query_parameters.get("code", "")
+        session = await self.get_state(SessionState)
+        if not session._refresh():
+            session._forget()
+            target = f"/cli-auth?code={quote(code)}" if code else "/cli-auth"
+            return rx.redirect(f"/login?next={quote(target, safe='')}", replace=True)
+        self.form_version += 1
+        if code:
+            self._show(code)
+        else:
+            self._clear()
+            self.code = ""
+        return None
+
+    @rx.event
+    def look_up(self, form: dict[str, str]) -> None:
+        self._show(form.get("code", ""))
+
+    async def _decide(self, approve: bool) -> None:
+        account_id = await current_account_id(self)
+        try:
+            with session_scope() as db:
+                decide = identity.approve_device_authorization if approve else identity.deny_device_authorization
+                view = decide(db, account_id, self.user_code)
+        except NotFound as error:
+            self._clear()
+            self.error = error.message
+            return
+        except Conflict:
+            self._show(self.user_code)
+            return
+        self.status = view.status
+        self.outcome = "approved" if approve else "denied"
+
+    @rx.event
+    async def approve(self) -> None:
+        await self._decide(approve=True)
+
+    @rx.event
+    async def deny(self) -> None:
+        await self._decide(approve=False)
+
+    @rx.var
+    def status_message(self) -> str:
+        return "" if self.outcome else STATUS_MESSAGES.get(self.status, "")
+
+
+def _code_form() -> rx.Component:
+    return rx.form(
+        rx.vstack(
+            rx.text("Code", size="2", weight="medium", as_="label"),
+            rx.hstack(
+                rx.input(
+                    name="code", default_value=CliAuthState.code, placeholder="XXXX-XXXX", max_length=20,
+                    width="100%", size="3", auto_complete="off", data_testid="cli-code-input",
+                ),
+                rx.button("Continue", type="submit", size="3", data_testid="cli-code-submit"),
+                width="100%",
+            ),
+            field_error(CliAuthState.error),
+            width="100%",
+            spacing="2",
+        ),
+        key=CliAuthState.form_version,
+        on_submit=CliAuthState.look_up,
+        reset_on_submit=False,
+        width="100%",
+    )
+
+
+def _confirmation() -> rx.Component:
+    return rx.vstack(
+        rx.text(
+            rx.text.strong(CliAuthState.client_name, data_testid="cli-client-name"),
+            " wants to sign in as ", rx.text.strong(SessionState.email), ".",
+            size="3",
+        ),
+        rx.text("Check that your terminal shows exactly this code:", size="2", color_scheme="gray"),
+        rx.code(CliAuthState.user_code, size="6", weight="bold", data_testid="cli-user-code"),
+        rx.text(
+            "Approve only if you just ran mosoo login yourself. The CLI gets an access token that acts as you.",
+            size="2", color_scheme="gray",
+        ),
+        rx.hstack(
+            rx.button(rx.icon("check", size=16), "Approve", size="3", on_click=CliAuthState.approve, data_testid="cli-approve"),
+            rx.button(
+                rx.icon("x", size=16), "Deny", size="3", variant="soft", color_scheme="red",
+                on_click=CliAuthState.deny, data_testid="cli-deny",
+            ),
+            spacing="3",
+        ),
+        spacing="3",
+        width="100%",
+    )
+
+
+def _outcome() -> rx.Component:
+    return rx.cond(
+        CliAuthState.outcome == "approved",
+        rx.callout(
+            "Approved. Go back to your terminal: the CLI is signed in within a few seconds.",
+            icon="circle-check", color_scheme="green", width="100%", data_testid="cli-approved",
+        ),
+        rx.callout(
+            "Denied. The CLI was not signed in.", icon="ban", color_scheme="gray", width="100%", data_testid="cli-denied",
+        ),
+    )
+
+
+def _request() -> rx.Component:
+    return rx.cond(
+        CliAuthState.outcome != "",
+        _outcome(),
+        rx.cond(
+            CliAuthState.status == "pending",
+            _confirmation(),
+            rx.vstack(
+                rx.callout(
+                    CliAuthState.status_message, icon="triangle-alert", color_scheme="amber", width="100%",
+                    data_testid="cli-status",
+                ),
+                _code_form(),
+                width="100%",
+                spacing="3",
+            ),
+        ),
+    )
+
+
+def _content() -> rx.Component:
+    return rx.vstack(
+        page_header("Sign in the CLI", "Confirm the code that mosoo login printed in your terminal."),
+        card_section(
+            "Device sign-in",
+            "Codes are valid for 10 minutes and work once.",
+            rx.cond(CliAuthState.status == "", _code_form(), _request()),
+        ),
+        width="100%",
+        spacing="4",
+    )
+
+
+def cli_auth_page() -> rx.Component:
+    return console_shell(_content)

@@ -1,0 +1,232 @@
+"""`/tokens`: personal access tokens for the public API and the CLI.
+
+A new token's secret is shown once, right after it is created: it lives in this tab's state
+only until the person dismisses it or the page loads again, and the server keeps a digest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import reflex as rx
+
+from mosoo_core import identity
+from mosoo_core.clock import utcnow
+from mosoo_core.db import session_scope
+from mosoo_core.errors import InvalidInput, NotFound
+from mosoo_web.components.layout import card_section, console_shell, field_error, page_header
+from mosoo_web.pages.agents import relative_time
+from mosoo_web.state.session import current_account_id
+
+SOURCE_LABELS = {"console": "Console", "cli": "CLI sign-in"}
+
+
+@dataclass
+class TokenRow:
+    id: str = ""
+    label: str = ""
+    suffix: str = ""
+    source: str = ""
+    created: str = ""
+    last_used: str = ""
+
+
+def _rows(views: list[identity.AccessTokenView]) -> list[TokenRow]:
+    now = utcnow()
+    return [
+        TokenRow(
+            id=view.id,
+            label=view.label,
+            suffix="…" + view.display_suffix,
+            source=SOURCE_LABELS.get(view.source, view.source),
+            created=relative_time(view.created_at, now),
+            last_used=relative_time(view.last_used_at, now) if view.last_used_at else "never",
+        )
+        for view in views
+    ]
+
+
+class TokensState(rx.State):
+    tokens: list[TokenRow] = []
+    label_error: str = ""
+    # The secret of the token just created; cleared on dismiss and on every page load.
+    new_secret: str = ""
+    new_label: str = ""
+    form_version: int = 0
+
+    def _list(self, account_id: str) -> None:
+        with session_scope() as db:
+            self.tokens = _rows(identity.list_access_tokens(db, account_id))
+
+    @rx.event
+    async def load(self) -> None:
+        self.new_secret = self.new_label = self.label_error = ""
+        account_id = await current_account_id(self)
+        if not account_id:
+            self.tokens = []
+            return
+        self._list(account_id)
+
+    @rx.event
+    async def create(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+        self.label_error = ""
+        account_id = await current_account_id(self)
+        try:
+            with session_scope() as db:
+                created = identity.create_access_token(db, account_id, form.get("label", ""))
+        except (InvalidInput, NotFound) as error:
+            self.label_error = error.message
+            return None
+        self.new_secret = created.secret
+        self.new_label = created.token.label
+        self.form_version += 1
+        self._list(account_id)
+        return None
+
+    @rx.event
+    def dismiss_secret(self) -> None:
+        self.new_secret = self.new_label = ""
+
+    @rx.event
+    def copy_secret(self) -> list[rx.event.EventSpec]:
+        return [rx.set_clipboard(self.new_secret), rx.toast.success("Token copied.")]
+
+    @rx.event
+    async def revoke(self, token_id: str) -> rx.event.EventSpec:
+        account_id = await current_account_id(self)
+        try:
+            with session_scope() as db:
+                identity.revoke_access_token(db, account_id, token_id)
+        except NotFound:
+            self._list(account_id)
+            return rx.toast.error("That token no longer exists.")
+        self._list(account_id)
+        return rx.toast.success("Token revoked. Anything using it is signed out.")
+
+
+def _new_secret_callout() -> rx.Component:
+    return rx.cond(
+        TokensState.new_secret != "",
+        rx.callout.root(
+            rx.vstack(
+                rx.text(
+                    "Copy the token for “", TokensState.new_label,
+                    "” now: it is shown only this once and cannot be recovered.",
+                    weight="medium", size="2",
+                ),
+                rx.hstack(
+                    rx.code(TokensState.new_secret, size="2", data_testid="token-secret", word_break="break-all"),
+                    rx.button(rx.icon("copy", size=14), "Copy", size="1", variant="soft", on_click=TokensState.copy_secret, data_testid="token-copy"),
+                    align="center",
+                    spacing="2",
+                    wrap="wrap",
+                ),
+                rx.text(
+                    "Send it as ", rx.code("Authorization: Bearer <token>", size="1"),
+                    " to the API, or let mosoo login create one for the CLI.", size="1", color_scheme="gray",
+                ),
+                rx.button("Done", size="1", variant="outline", on_click=TokensState.dismiss_secret, data_testid="token-secret-done"),
+                spacing="2",
+                width="100%",
+            ),
+            color_scheme="amber",
+            width="100%",
+            data_testid="token-created",
+        ),
+        rx.fragment(),
+    )
+
+
+def _create_form() -> rx.Component:
+    return rx.form(
+        rx.vstack(
+            rx.text("Label", size="2", weight="medium", as_="label"),
+            rx.hstack(
+                rx.input(
+                    name="label", placeholder="e.g. Support backend", max_length=80, width="100%", size="3",
+                    data_testid="token-label-input",
+                ),
+                rx.button("Create token", type="submit", size="3", data_testid="token-create"),
+                width="100%",
+            ),
+            field_error(TokensState.label_error),
+            width="100%",
+            spacing="2",
+        ),
+        key=TokensState.form_version,
+        on_submit=TokensState.create,
+        reset_on_submit=False,
+        width="100%",
+    )
+
+
+def _revoke_button(row: rx.Var[TokenRow]) -> rx.Component:
+    return rx.alert_dialog.root(
+        rx.alert_dialog.trigger(
+            rx.button(rx.icon("trash-2", size=14), "Revoke", size="1", variant="soft", color_scheme="red", data_testid="token-revoke"),
+        ),
+        rx.alert_dialog.content(
+            rx.alert_dialog.title("Revoke “" + row.label + "”?"),
+            rx.alert_dialog.description(
+                "It stops working at once. Scripts and CLIs using it will have to sign in again.", size="2"
+            ),
+            rx.hstack(
+                rx.alert_dialog.cancel(rx.button("Cancel", variant="soft", color_scheme="gray")),
+                rx.alert_dialog.action(
+                    rx.button("Revoke", color_scheme="red", on_click=TokensState.revoke(row.id), data_testid="token-revoke-confirm"),
+                ),
+                justify="end",
+                spacing="3",
+                margin_top="16px",
+            ),
+        ),
+    )
+
+
+def _token_row(row: rx.Var[TokenRow]) -> rx.Component:
+    return rx.table.row(
+        rx.table.cell(rx.text(row.label, weight="medium", data_testid="token-label")),
+        rx.table.cell(rx.code(row.suffix, size="1", data_testid="token-suffix")),
+        rx.table.cell(rx.badge(row.source, variant="soft", color_scheme="gray")),
+        rx.table.cell(rx.text(row.created, size="2")),
+        rx.table.cell(rx.text(row.last_used, size="2", data_testid="token-last-used")),
+        rx.table.cell(_revoke_button(row)),
+        align="center",
+        data_testid="token-row",
+    )
+
+
+def _content() -> rx.Component:
+    return rx.vstack(
+        page_header("Access tokens", "Personal tokens for the public API and the mosoo CLI."),
+        card_section(
+            "Create a token",
+            "A token acts as you on every App you own. Give it a label that says where it is used.",
+            _create_form(),
+            _new_secret_callout(),
+        ),
+        card_section(
+            "Your tokens",
+            "Revoke a token you no longer use or may have leaked.",
+            rx.cond(
+                TokensState.tokens.length() > 0,
+                rx.table.root(
+                    rx.table.header(
+                        rx.table.row(
+                            *[rx.table.column_header_cell(name) for name in ("Label", "Token", "Source", "Created", "Last used", "")]
+                        )
+                    ),
+                    rx.table.body(rx.foreach(TokensState.tokens, _token_row)),
+                    width="100%",
+                    variant="surface",
+                ),
+                rx.text("No tokens yet.", color_scheme="gray", size="2", data_testid="tokens-empty"),
+            ),
+        ),
+        width="100%",
+        spacing="4",
+    )
+
+
+def tokens_page() -> rx.Component:
+    return console_shell(_content)

@@ -1,0 +1,163 @@
+"""Rate limit per token (Redis DB 5) and `Idempotency-Key` on creating calls."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, select
+
+from mosoo_core import idempotency
+from mosoo_core.clock import utcnow
+from mosoo_core.errors import Conflict, RateLimited
+from mosoo_core.identity.models import IdempotencyRecord
+from mosoo_core.sessions.models import AgentSession, SessionRun
+from mosoo_core.settings import reset_settings_cache
+from mosoo_web.api.v1 import _ratelimit
+from tests.api.conftest import REDIS_URL, ApiOwner, use_redis
+from tests.support.processes import free_port
+
+# --- rate limit ------------------------------------------------------------------------------
+
+
+def test_over_the_limit_is_429_with_retry_after_per_token(
+    client: TestClient, owner: ApiOwner, other: ApiOwner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MOSOO_API_RATE_LIMIT_PER_MINUTE", "3")
+    reset_settings_cache()
+    # Start at the beginning of a window so the four calls share it.
+    for key in redis.Redis.from_url(REDIS_URL).scan_iter("mosoo:api:rate:*"):
+        redis.Redis.from_url(REDIS_URL).delete(key)
+    answers = [client.get("/api/v1/agents", headers=owner.headers) for _ in range(4)]
+    statuses = [a.status_code for a in answers]
+    if statuses[:3] != [200, 200, 200]:  # a window boundary fell between the calls: once more
+        answers = [client.get("/api/v1/agents", headers=owner.headers) for _ in range(4)]
+        statuses = [a.status_code for a in answers]
+    assert statuses == [200, 200, 200, 429]
+    limited = answers[3]
+    assert limited.json()["error"]["code"] == "rate_limited"
+    assert 1 <= int(limited.headers["retry-after"]) <= 60
+    assert client.get("/api/v1/agents", headers=other.headers).status_code == 200  # the limit is per token
+
+
+def test_the_window_resets_and_retry_after_counts_down_to_it(api_env: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOSOO_API_RATE_LIMIT_PER_MINUTE", "1")
+    reset_settings_cache()
+    start = 1_800_000_000.0  # a window boundary
+    _ratelimit.check_rate_limit("token-a", now=start + 10)
+    with pytest.raises(RateLimited) as refused:
+        _ratelimit.check_rate_limit("token-a", now=start + 15)
+    assert refused.value.retry_after_seconds == 45
+    _ratelimit.check_rate_limit("token-a", now=start + 60)  # the next minute
+
+
+def test_requests_pass_when_redis_is_down(client: TestClient, owner: ApiOwner, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOSOO_API_RATE_LIMIT_PER_MINUTE", "1")
+    use_redis(monkeypatch, f"redis://127.0.0.1:{free_port()}/0")
+    assert [client.get("/api/v1/agents", headers=owner.headers).status_code for _ in range(3)] == [200, 200, 200]
+
+
+# --- idempotency -----------------------------------------------------------------------------
+
+
+def _threads(engine: Engine) -> list[AgentSession]:
+    with Session(engine) as db:
+        return list(db.exec(select(AgentSession)).all())
+
+
+def test_same_key_and_body_replays_the_first_answer(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+    url = f"/api/v1/agents/{owner.agent_id}/threads"
+    headers = {**owner.headers, "Idempotency-Key": "create-1"}
+    first = client.post(url, headers=headers, json={"message": "hi", "end_user_id": "u1"})
+    assert first.status_code == 201 and "idempotency-replayed" not in first.headers
+    again = client.post(url, headers=headers, json={"end_user_id": "u1", "message": "hi"})  # key order differs
+    assert again.status_code == 201 and again.headers["idempotency-replayed"] == "true"
+    assert again.json() == first.json()
+    assert len(_threads(api_env)) == 1
+
+
+def test_same_key_with_another_body_is_idempotency_conflict(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+    url = f"/api/v1/agents/{owner.agent_id}/threads"
+    headers = {**owner.headers, "Idempotency-Key": "create-2"}
+    assert client.post(url, headers=headers, json={"message": "hi"}).status_code == 201
+    conflict = client.post(url, headers=headers, json={"message": "something else"})
+    assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "idempotency_conflict"
+    assert "different request" in conflict.json()["error"]["message"]
+    assert len(_threads(api_env)) == 1
+
+
+def test_keys_are_per_account(client: TestClient, owner: ApiOwner, other: ApiOwner, api_env: Engine) -> None:
+    for who in (owner, other):
+        response = client.post(
+            f"/api/v1/agents/{who.agent_id}/threads", headers={**who.headers, "Idempotency-Key": "shared"}, json={}
+        )
+        assert response.status_code == 201 and "idempotency-replayed" not in response.headers
+    assert len(_threads(api_env)) == 2
+
+
+def test_a_duplicate_while_the_first_is_in_flight_is_refused(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+    url = f"/api/v1/agents/{owner.agent_id}/threads"
+    body: dict[str, str] = {"message": "slow"}
+    with Session(api_env) as db:  # the first call has claimed the key and is still working
+        assert idempotency.claim_key(
+            db, owner.account_id, "POST /agents/{agent_id}/threads", "busy",
+            idempotency.request_fingerprint(url, {"message": "slow", "file_ids": [], "end_user_id": None, "title": None}),
+        ) is None
+        db.commit()
+    response = client.post(url, headers={**owner.headers, "Idempotency-Key": "busy"}, json=body)
+    assert response.status_code == 409 and response.json()["error"]["code"] == "idempotency_conflict"
+    assert "still being processed" in response.json()["error"]["message"]
+    assert _threads(api_env) == []
+
+
+def test_a_failed_call_releases_its_key(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+    url = f"/api/v1/agents/{owner.agent_id}/threads"
+    headers = {**owner.headers, "Idempotency-Key": "retry-me"}
+    first = client.post(url, headers=headers, json={"message": "one"})
+    thread_id = first.json()["thread"]["id"]
+    events = f"/api/v1/threads/{thread_id}/events"
+    busy = client.post(events, headers={**owner.headers, "Idempotency-Key": "msg"}, json={"type": "user_message", "text": "two"})
+    assert busy.status_code == 409 and busy.json()["error"]["code"] == "conflict"  # a run is active
+    client.post(events, headers=owner.headers, json={"type": "user_interrupt"})
+    retried = client.post(events, headers={**owner.headers, "Idempotency-Key": "msg"}, json={"type": "user_message", "text": "two"})
+    assert retried.status_code == 202 and "idempotency-replayed" not in retried.headers
+    replayed = client.post(events, headers={**owner.headers, "Idempotency-Key": "msg"}, json={"type": "user_message", "text": "two"})
+    assert replayed.status_code == 202 and replayed.headers["idempotency-replayed"] == "true"
+    assert replayed.json()["run"]["id"] == retried.json()["run"]["id"]
+    with Session(api_env) as db:
+        assert len(db.exec(select(SessionRun).where(SessionRun.session_id == thread_id)).all()) == 2
+
+
+def test_invalid_keys_are_refused(client: TestClient, owner: ApiOwner) -> None:
+    url = f"/api/v1/agents/{owner.agent_id}/threads"
+    too_long = client.post(url, headers={**owner.headers, "Idempotency-Key": "k" * 256}, json={})
+    assert too_long.status_code == 400 and too_long.json()["error"]["field"] == "Idempotency-Key"
+
+
+def test_records_expire_after_24_hours_and_are_purged(owner: ApiOwner, api_env: Engine) -> None:
+    scope, now = "POST /threads/{thread_id}/events", utcnow()
+    with Session(api_env) as db:
+        idempotency.claim_key(db, owner.account_id, scope, "old", "a" * 64, now=now - timedelta(hours=25))
+        idempotency.store_answer(db, owner.account_id, scope, "old", 202, {"ok": True})
+        idempotency.claim_key(db, owner.account_id, scope, "new", "b" * 64, now=now)
+        idempotency.store_answer(db, owner.account_id, scope, "new", 202, {"ok": True})
+        db.commit()
+        # An expired key is free again, even with another request.
+        assert idempotency.claim_key(db, owner.account_id, scope, "old", "c" * 64, now=now) is None
+        db.rollback()
+        assert idempotency.purge_expired_idempotency_records(db, now=now) == 1
+        db.commit()
+        assert [r.key for r in db.exec(select(IdempotencyRecord)).all()] == ["new"]
+
+
+def test_an_abandoned_claim_can_be_taken_over(owner: ApiOwner, api_env: Engine) -> None:
+    scope, now = "POST /agents/{agent_id}/threads", utcnow()
+    with Session(api_env) as db:
+        idempotency.claim_key(db, owner.account_id, scope, "crashed", "a" * 64, now=now - timedelta(minutes=10))
+        db.commit()
+        with pytest.raises(Conflict):
+            idempotency.claim_key(db, owner.account_id, scope, "crashed", "a" * 64, now=now - timedelta(minutes=9))
+        assert idempotency.claim_key(db, owner.account_id, scope, "crashed", "a" * 64, now=now) is None

@@ -1,0 +1,241 @@
+"""From nothing to two published versions without leaving Preview, against the real stack
+(`mosoo web`, `mosoo control`, `mosoo worker`, Redis, a Docker sandbox; the model is the
+scripted OpenAI-compatible server): create an Agent on the Agents page, see what blocks it,
+fix each blocker from its "Fix" button (every change autosaves), chat, publish version 1,
+change the prompt, publish version 2, export it and import the file as a new Agent with its
+reconnect report."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import uuid
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+import redis
+from playwright.sync_api import Browser, Page, expect
+
+from mosoo_core import agents
+from mosoo_core.db import session_scope
+from mosoo_core.runtime.sandbox import LABEL_APP, LABEL_SANDBOX, get_backend
+from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
+from mosoo_core.settings import reset_settings_cache
+from tests.browser.conftest import WebServer
+from tests.browser.test_console_journey import _sign_in
+from tests.browser.test_preview_chat import _account_id
+from tests.browser.test_preview_run import RunStack
+from tests.support.openai_server import ScriptedOpenAIServer, TextTurn
+from tests.support.processes import free_port, mosoo_env, page_served, running, wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+REDIS_DB = 7  # this module's own Redis database, flushed before the stack starts
+PROVIDER_KEY = "sk-journey-SECRET-" + uuid.uuid4().hex
+AGENT_URL = re.compile(r"/apps/([0-9A-Z]{26})/agents/([0-9A-Z]{26})$")
+BOOT_TIMEOUT_MS = 90_000
+SKILL = "01SKILLCHANGELOG0000000000"
+MCP_SERVER = "01MCPGITHUB000000000000000"
+ANSWER = "Added: exports. Fixed: the login loop."
+
+
+@pytest.fixture(scope="module")
+def journey_stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStack]:
+    """web + control + worker sharing one database, Redis db, master key and data dir."""
+    client = docker.from_env(timeout=600)
+    image = ensure_sandbox_image(client, base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", ""))
+    redis.Redis(db=REDIS_DB).flushdb()
+    root = tmp_path_factory.mktemp("agent-journey")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = mosoo_env(
+        root / "data",
+        database_url,
+        MOSOO_REDIS_URL=f"redis://127.0.0.1:6379/{REDIS_DB}",
+        MOSOO_MASTER_KEY=base64.b64encode(os.urandom(32)).decode(),
+        MOSOO_SANDBOX_BACKEND="docker",
+        MOSOO_SANDBOX_IMAGE=image,
+        MOSOO_CONTROL_PORT=str(free_port()),
+        MOSOO_DRIVER_HEARTBEAT_INTERVAL_MS="1000",
+        MOSOO_WEB_PORT=str(port),
+        MOSOO_PUBLIC_URL=url,
+    )
+    logs = {name: root / f"{name}.log" for name in ("web", "control", "worker")}
+    with ScriptedOpenAIServer(models=["test-model"]) as model:
+        stack = RunStack(web=WebServer(url=url, database_url=database_url, log=logs["web"]), model=model, logs=logs)
+        try:
+            with (
+                running(["control"], env, logs["control"]) as control,
+                running(["worker", "--concurrency", "2"], env, logs["worker"]) as worker,
+                running(["web"], dict(env), logs["web"]) as web,
+            ):
+                with stack.logs_on_failure():
+                    wait_for(lambda: b"control.ready" in logs["control"].read_bytes(), 30, "control", control)
+                    wait_for(lambda: b"worker.ready" in logs["worker"].read_bytes(), 60, "the worker", worker)
+                    wait_for(lambda: page_served(f"{url}/login"), 600, "the console to be served", web)
+                yield stack
+        finally:
+            backend = get_backend()
+            for app_id in stack.app_ids:
+                for ref in backend.list_by_label({LABEL_SANDBOX: "1", LABEL_APP: app_id}):
+                    backend.remove(ref)
+            client.close()
+
+
+@pytest.fixture
+def shared_database(journey_stack: RunStack, monkeypatch: pytest.MonkeyPatch) -> RunStack:
+    """This process reads (and, where the console has no picker yet, writes) the stack's database."""
+    monkeypatch.setenv("MOSOO_DATABASE_URL", journey_stack.web.database_url)
+    reset_settings_cache()
+    return journey_stack
+
+
+def _open_menu_item(page: Page, card_index: int, item: str) -> None:
+    expect(page.get_by_role("menu")).to_have_count(0)
+    page.get_by_test_id("agent-card").nth(card_index).get_by_test_id("agent-menu").click()
+    page.get_by_test_id(item).click()
+
+
+def _blocker(page: Page, label: str):  # type: ignore[no-untyped-def]
+    return page.get_by_test_id("readiness-blocker").filter(has_text=label)
+
+
+def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_moves_as_a_file(
+    page: Page, browser: Browser, shared_database: RunStack, tmp_path: Path
+) -> None:
+    stack, model = shared_database, shared_database.model
+    with stack.logs_on_failure():
+        page.goto(f"{stack.web.url}/login", wait_until="networkidle")
+        _sign_in(page, browser, stack.web, f"journey-{uuid.uuid4().hex[:8]}@example.com")
+        page.wait_for_url(re.compile(r"/apps/[0-9A-Z]{26}$"))
+        app_id = page.url.rsplit("/", 1)[-1]
+        stack.app_ids.add(app_id)
+        account_id = _account_id(page)
+
+        # A provider key pointing at the scripted model server.
+        page.get_by_test_id("nav-providers").click()
+        page.wait_for_url(re.compile(r"/providers$"))
+        page.get_by_test_id("provider-preset").click()
+        page.get_by_role("option", name="OpenAI-compatible", exact=True).click()
+        page.get_by_test_id("provider-name-input").fill("Scripted")
+        page.get_by_test_id("provider-base-url-input").fill(model.base_url)
+        page.get_by_test_id("provider-key-input").fill(PROVIDER_KEY)
+        page.get_by_test_id("provider-models-input").fill("test-model")
+        page.get_by_test_id("provider-add-submit").click()
+        expect(page.get_by_test_id("provider-row")).to_have_count(1)
+
+        # The Agents page: create a Task agent; Preview opens.
+        page.get_by_test_id("nav-agents").click()
+        page.wait_for_url(re.compile(r"/agents$"))
+        page.get_by_test_id("new-agent").click()
+        page.get_by_test_id("new-agent-name").fill("Changelog writer")
+        page.get_by_test_id("kind-cattle").click()
+        page.get_by_test_id("new-agent-submit").click()
+        page.wait_for_url(AGENT_URL)
+        match = AGENT_URL.search(page.url)
+        assert match
+        agent_id = match.group(2)
+
+        def saved() -> agents.AgentView:
+            with session_scope() as db:
+                return agents.get_agent(db, account_id, app_id, agent_id)
+
+        # Bindings made elsewhere (the pickers list nothing until skills and MCP arrive): a
+        # skill and an MCP server that do not exist in this App.
+        with session_scope() as db:
+            agents.update_agent(db, account_id, app_id, agent_id, skills=[SKILL], mcp_servers=[MCP_SERVER])
+        page.reload()
+
+        # Setup required, each blocker by name; the missing skill only warns.
+        expect(page.get_by_test_id("preview-status")).to_have_text("Setup required")
+        blockers = page.get_by_test_id("readiness-blocker")
+        expect(blockers).to_have_count(3)
+        for label in ("Provider key", "Model", "MCP servers"):
+            expect(_blocker(page, label)).to_have_count(1)
+        expect(page.get_by_test_id("readiness-warning")).to_contain_text("runs go without it")
+        expect(page.get_by_test_id("chat-send")).to_be_disabled()
+        expect(page.get_by_test_id("publish-agent")).to_be_disabled()
+        expect(page.get_by_test_id("agent-save")).to_have_count(0)
+        expect(page.get_by_test_id("agent-environment-empty")).to_contain_text(
+            "No environments yet — the default environment is used"
+        )
+
+        # 1. The model: "Fix" puts the cursor in its field; typing saves after a pause.
+        _blocker(page, "Model").get_by_test_id("readiness-fix").click()
+        expect(page.get_by_test_id("agent-model")).to_be_focused()
+        page.keyboard.type("test-model")
+        expect(page.get_by_test_id("save-indicator")).to_have_text("Saved")
+        expect(blockers).to_have_count(2)
+        wait_for(lambda: saved().model == "test-model", 10, "the model to autosave")
+
+        # 2. The provider key: "Fix" focuses the select; the choice saves at once.
+        _blocker(page, "Provider key").get_by_test_id("readiness-fix").click()
+        expect(page.get_by_test_id("agent-provider")).to_be_focused()
+        page.get_by_test_id("agent-provider").click()
+        page.get_by_role("option", name="Scripted (default)").click()
+        expect(blockers).to_have_count(1)
+
+        # 3. The MCP server that does not exist: removed from the bindings.
+        _blocker(page, "MCP servers").get_by_test_id("readiness-fix").click()
+        page.get_by_test_id("agent-mcp-servers-remove").click()
+        expect(blockers).to_have_count(0)
+        expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
+        expect(page.get_by_test_id("save-indicator")).to_have_text("Saved")
+        assert saved().mcp_servers == [] and saved().skills == [SKILL]
+
+        # Chat with the draft.
+        model.add(TextTurn(ANSWER, delay=0.02))
+        page.get_by_test_id("chat-input").fill("What changed this week?")
+        page.get_by_test_id("chat-input").press("Enter")
+        expect(page.get_by_test_id("chat-user-message")).to_have_text("What changed this week?")
+        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(ANSWER, timeout=BOOT_TIMEOUT_MS)
+        expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
+
+        # Publish version 1.
+        status = page.get_by_test_id("agent-publish-status")
+        page.get_by_test_id("publish-agent").click()
+        page.get_by_test_id("publish-summary").fill("First release")
+        page.get_by_test_id("publish-submit").click()
+        expect(status).to_have_text("Published v1")
+
+        # Change the prompt (saved on blur), publish version 2.
+        page.get_by_test_id("agent-system-prompt").fill("Write terse changelogs.")
+        page.get_by_test_id("agent-system-prompt").blur()
+        wait_for(lambda: saved().system_prompt == "Write terse changelogs.", 10, "the prompt to autosave")
+        page.get_by_test_id("publish-agent").click()
+        page.get_by_test_id("publish-summary").fill("Terser")
+        page.get_by_test_id("publish-submit").click()
+        expect(status).to_have_text("Published v2")
+        with session_scope() as db:
+            versions = agents.list_versions(db, account_id, app_id, agent_id)
+        assert [(v.number, v.profile["system_prompt"]) for v in versions] == [(2, "Write terse changelogs."), (1, "")]
+        assert versions[0].profile["skills"] == [SKILL]
+
+        # Export from the Agents page: the manifest carries the skill binding, never the key.
+        page.get_by_test_id("nav-agents").click()
+        page.wait_for_url(re.compile(r"/agents$"))
+        cards = page.get_by_test_id("agent-card")
+        expect(cards).to_have_count(1)
+        with page.expect_download() as download_info:
+            _open_menu_item(page, 0, "agent-export")
+        package = tmp_path / download_info.value.suggested_filename
+        download_info.value.save_as(package)
+        assert PROVIDER_KEY.encode() not in package.read_bytes()
+        with zipfile.ZipFile(package) as archive:
+            manifest = json.loads(archive.read("manifest.json"))
+        assert manifest["agent"]["system_prompt"] == "Write terse changelogs."
+        assert manifest["skills"] == [{"id": SKILL}]
+
+        # Import it as a new Agent: the key of the same provider is bound, the skill is reported.
+        page.get_by_test_id("import-agent").click()
+        page.locator("input[type=file]").set_input_files(package)
+        report = page.get_by_test_id("import-report")
+        expect(report).to_contain_text("Changelog writer")
+        expect(page.get_by_test_id("import-note")).to_contain_text("Scripted")
+        expect(page.get_by_test_id("import-reconnect")).to_contain_text("1 skill(s)")
+        expect(cards).to_have_count(2)

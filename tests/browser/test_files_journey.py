@@ -1,0 +1,253 @@
+"""The files journey against the real stack (`mosoo web`, `control`, `worker`, Redis, a Docker
+sandbox; the model replaced at its network boundary by the scripted OpenAI-compatible
+server): attach a text file in Preview, the agent reads it with bash at
+`/mnt/attachments/...` and writes `outputs/summary.md`; the artifact shows on the thread and
+on the Files page, where it is previewed and downloaded; the thread is archived, a follow-up
+unarchives it, and it is archived and unarchived from its page."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import pytest
+import redis
+from playwright.sync_api import Browser, Page, expect
+
+from mosoo_core.runtime.sandbox import LABEL_APP, LABEL_SANDBOX, get_backend
+from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
+from tests.browser.conftest import WebServer
+from tests.browser.test_console_journey import _sign_in
+from tests.support.openai_server import ScriptedOpenAIServer, TextTurn, ToolCall, ToolCallsTurn
+from tests.support.processes import free_port, mosoo_env, page_served, running, wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.integration]
+
+REDIS_DB = 6  # this module's own Redis database, flushed before the stack starts
+PROVIDER_KEY = "sk-files-SECRET-" + uuid.uuid4().hex
+AGENT_URL = re.compile(r"/apps/([0-9A-Z]{26})/agents/([0-9A-Z]{26})$")
+THREAD_URL = re.compile(r"/threads/([0-9A-Z]{26})$")
+BOOT_TIMEOUT_MS = 90_000
+NOTES = "Quarterly notes\nRevenue grew 42% to 1.2M.\nChurn fell to 3%.\n"
+SUMMARY = "# Summary\n\nRevenue grew 42%; churn fell to 3%.\n"
+WRITE_SUMMARY = f"mkdir -p /workspace/outputs && cat > /workspace/outputs/summary.md <<'EOF'\n{SUMMARY}EOF\n"
+
+
+@dataclass
+class RunStack:
+    web: WebServer
+    model: ScriptedOpenAIServer
+    logs: dict[str, Path]
+    app_ids: set[str] = field(default_factory=set)
+
+    def print_logs(self) -> None:
+        for name, path in self.logs.items():
+            text = path.read_text(errors="replace") if path.exists() else "(no log)"
+            print(f"--- {name} ({path})\n{text[-6000:]}")
+
+    @contextlib.contextmanager
+    def logs_on_failure(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            self.print_logs()
+            raise
+
+
+@pytest.fixture(scope="module")
+def run_stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStack]:
+    """web + control + worker sharing one database, Redis db, master key and data dir."""
+    client = docker.from_env(timeout=600)
+    image = ensure_sandbox_image(client, base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", ""))
+    redis.Redis(db=REDIS_DB).flushdb()
+    root = tmp_path_factory.mktemp("files-journey")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = mosoo_env(
+        root / "data",
+        database_url,
+        MOSOO_REDIS_URL=f"redis://127.0.0.1:6379/{REDIS_DB}",
+        MOSOO_MASTER_KEY=base64.b64encode(os.urandom(32)).decode(),
+        MOSOO_SANDBOX_BACKEND="docker",
+        MOSOO_SANDBOX_IMAGE=image,
+        MOSOO_CONTROL_PORT=str(free_port()),
+        MOSOO_DRIVER_HEARTBEAT_INTERVAL_MS="1000",
+        MOSOO_WEB_PORT=str(port),
+        MOSOO_PUBLIC_URL=url,
+    )
+    logs = {name: root / f"{name}.log" for name in ("web", "control", "worker")}
+    with ScriptedOpenAIServer(models=["test-model"]) as model:
+        stack = RunStack(web=WebServer(url=url, database_url=database_url, log=logs["web"]), model=model, logs=logs)
+        try:
+            with (
+                running(["control"], env, logs["control"]) as control,
+                running(["worker", "--concurrency", "2"], env, logs["worker"]) as worker,
+                running(["web"], dict(env), logs["web"]) as web,
+            ):
+                with stack.logs_on_failure():
+                    wait_for(lambda: b"control.ready" in logs["control"].read_bytes(), 30, "control", control)
+                    wait_for(lambda: b"worker.ready" in logs["worker"].read_bytes(), 60, "the worker", worker)
+                    wait_for(lambda: page_served(f"{url}/login"), 600, "the console to be served", web)
+                yield stack
+        finally:
+            backend = get_backend()
+            for app_id in stack.app_ids:
+                for ref in backend.list_by_label({LABEL_SANDBOX: "1", LABEL_APP: app_id}):
+                    backend.remove(ref)
+            client.close()
+
+
+def _set_up_agent(page: Page, stack: RunStack) -> None:
+    """A provider key pointing at the scripted server and a Task agent with bash allowed."""
+    page.get_by_test_id("nav-providers").click()
+    page.wait_for_url(re.compile(r"/providers$"))
+    page.get_by_test_id("provider-preset").click()
+    page.get_by_role("option", name="OpenAI-compatible", exact=True).click()
+    page.get_by_test_id("provider-name-input").fill("Scripted")
+    page.get_by_test_id("provider-base-url-input").fill(stack.model.base_url)
+    page.get_by_test_id("provider-key-input").fill(PROVIDER_KEY)
+    page.get_by_test_id("provider-models-input").fill("test-model")
+    page.get_by_test_id("provider-add-submit").click()
+    expect(page.get_by_test_id("provider-row")).to_have_count(1)
+
+    page.get_by_test_id("nav-agents").click()
+    page.wait_for_url(re.compile(r"/agents$"))
+    page.get_by_test_id("new-agent").click()
+    page.get_by_test_id("new-agent-name").fill("Summariser")
+    page.get_by_test_id("kind-cattle").click()
+    page.get_by_test_id("new-agent-submit").click()
+    page.wait_for_url(AGENT_URL)
+    page.get_by_test_id("agent-provider").click()
+    page.get_by_role("option", name="Scripted (default)").click()
+    expect(page.get_by_test_id("agent-model")).to_have_value("test-model")
+    # Fields save on their own; events of one tab run in order, so the message goes after.
+    page.get_by_test_id("tool-bash").get_by_role("radio", name="Allow").click()
+    expect(page.get_by_test_id("tool-bash").get_by_role("radio", name="Allow")).to_be_checked()
+    expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
+
+
+def _attach(page: Page, name: str, data: bytes) -> None:
+    page.get_by_test_id("chat-attach-upload").locator("input[type=file]").set_input_files(
+        files=[{"name": name, "mimeType": "text/plain", "buffer": data}]
+    )
+
+
+def test_attach_in_preview_agent_writes_an_artifact_seen_on_the_thread_and_files_page(
+    page: Page, browser: Browser, run_stack: RunStack, tmp_path: Path
+) -> None:
+    stack, model = run_stack, run_stack.model
+    with stack.logs_on_failure():
+        page.goto(f"{stack.web.url}/login", wait_until="networkidle")
+        _sign_in(page, browser, stack.web, f"files-{uuid.uuid4().hex[:8]}@example.com")
+        page.wait_for_url(re.compile(r"/apps/[0-9A-Z]{26}$"))
+        app_id = page.url.rsplit("/", 1)[-1]
+        stack.app_ids.add(app_id)
+        _set_up_agent(page, stack)
+
+        # Attach two files, remove one: a chip per file until the message goes out.
+        _attach(page, "notes.txt", NOTES.encode())
+        chips = page.get_by_test_id("attachment-chip")
+        expect(chips).to_have_count(1)
+        expect(chips.first).to_have_attribute("data-name", "notes.txt")
+        _attach(page, "scratch.txt", b"not needed")
+        expect(chips).to_have_count(2)
+        page.locator('[data-testid="attachment-chip"][data-name="scratch.txt"]').get_by_test_id(
+            "attachment-remove"
+        ).click()
+        expect(chips).to_have_count(1)
+
+        # The agent reads the attachment with bash and writes outputs/summary.md.
+        model.add(
+            ToolCallsTurn([ToolCall("bash", {"command": "cat /mnt/attachments/*/notes.txt"}, id="call_cat")]),
+            ToolCallsTurn([ToolCall("bash", {"command": WRITE_SUMMARY}, id="call_write")]),
+            TextTurn("I read notes.txt and wrote outputs/summary.md."),
+        )
+        page.get_by_test_id("chat-input").fill("Summarise notes.txt and write outputs/summary.md")
+        page.get_by_test_id("chat-input").press("Enter")
+        expect(page).to_have_url(re.compile(r"\?thread=[0-9A-Z]{26}$"))
+        expect(chips).to_have_count(0)
+        thread_id = page.url.rsplit("=", 1)[-1]
+        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(
+            "I read notes.txt and wrote outputs/summary.md.", timeout=BOOT_TIMEOUT_MS
+        )
+        cat_card = page.get_by_test_id("chat-tool-card").first
+        cat_card.locator("summary").click()
+        expect(cat_card.get_by_test_id("tool-output")).to_contain_text("Revenue grew 42% to 1.2M.")
+        # The model saw the file's content (the tool result) and where it was mounted.
+        first_request = json.dumps(model.chat_requests[0].body)
+        assert "/mnt/attachments/" in first_request and "notes.txt" in first_request
+        assert "Revenue grew 42% to 1.2M." in json.dumps(model.chat_requests[1].body)
+
+        # The thread: the attachment and the artifact, with download links.
+        page.get_by_test_id("nav-threads").click()
+        page.wait_for_url(re.compile(r"/threads$"))
+        page.locator(f'[data-thread-id="{thread_id}"]').click()
+        page.wait_for_url(THREAD_URL)
+        expect(page.get_by_test_id("page-title")).to_have_text("Summarise notes.txt and write outputs/summary.md")
+        thread_files = page.get_by_test_id("thread-file")
+        expect(page.locator('[data-testid="thread-file"][data-kind="attachment"]')).to_have_attribute(
+            "data-name", "notes.txt"
+        )
+        artifact = page.locator('[data-testid="thread-file"][data-kind="artifact"]')
+        expect(artifact).to_have_attribute("data-name", re.compile(r"summary\.md$"), timeout=30_000)
+        expect(thread_files).to_have_count(2)
+
+        # The Files page: filter to artifacts, search, preview, download.
+        page.get_by_test_id("nav-files").click()
+        page.wait_for_url(re.compile(r"/files$"))
+        rows = page.get_by_test_id("file-row")
+        expect(rows).to_have_count(2)  # notes.txt and summary.md; the removed chip's file is gone
+    _files_page_checks(page, stack, thread_id, tmp_path)
+    _archive_checks(page, stack, app_id, thread_id)
+
+
+def _files_page_checks(page: Page, stack: RunStack, thread_id: str, tmp_path: Path) -> None:
+    with stack.logs_on_failure():
+        rows = page.get_by_test_id("file-row")
+        page.get_by_test_id("files-kind-filter").get_by_role("radio", name="Artifacts").click()
+        expect(rows).to_have_count(1)
+        expect(rows.first.get_by_test_id("file-kind")).to_have_text("Artifact")
+        page.get_by_test_id("files-kind-filter").get_by_role("radio", name="All").click()
+        page.get_by_test_id("files-search").fill("summary")
+        page.get_by_test_id("files-search-submit").click()
+        expect(rows).to_have_count(1)
+        expect(rows.first.get_by_test_id("file-thread")).to_have_attribute("href", re.compile(thread_id))
+        rows.first.get_by_test_id("file-name").click()
+        expect(page.get_by_test_id("preview-text")).to_contain_text("Revenue grew 42%; churn fell to 3%.")
+        with page.expect_download() as download_info:
+            page.get_by_test_id("preview-download").click()
+        download = download_info.value
+        assert download.suggested_filename == "summary.md"
+        target = tmp_path / "summary.md"
+        download.save_as(target)
+        assert target.read_text() == SUMMARY
+
+
+def _archive_checks(page: Page, stack: RunStack, app_id: str, thread_id: str) -> None:
+    with stack.logs_on_failure():
+        page.goto(f"{stack.web.url}/apps/{app_id}/threads/{thread_id}")
+        page.get_by_test_id("thread-archive").click()
+        expect(page.get_by_test_id("thread-archived")).to_be_visible()
+        # A follow-up message unarchives it.
+        stack.model.add(TextTurn("Still here."))
+        page.get_by_test_id("chat-input").fill("Anything else?")
+        page.get_by_test_id("chat-input").press("Enter")
+        expect(page.get_by_test_id("thread-archived")).to_have_count(0)
+        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text("Still here.", timeout=BOOT_TIMEOUT_MS)
+        expect(page.get_by_test_id("chat-send")).to_be_enabled()
+        # Archive and unarchive from its page.
+        page.get_by_test_id("thread-archive").click()
+        expect(page.get_by_test_id("thread-archived")).to_be_visible()
+        page.reload()
+        expect(page.get_by_test_id("thread-archived")).to_be_visible()
+        page.get_by_test_id("thread-unarchive").click()
+        expect(page.get_by_test_id("thread-archived")).to_have_count(0)
+        expect(page.get_by_test_id("thread-archive")).to_be_enabled()

@@ -1,0 +1,191 @@
+"""The Threads pages in Chromium: sections with counts, the agent and failed filters, a
+thread's history and files, rename (with a refused title), archive, unarchive and delete."""
+
+from __future__ import annotations
+
+import io
+import re
+import uuid
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from mosoo_core import files, identity, sessions
+from mosoo_core.agents.models import Agent
+from mosoo_core.db import session_scope
+from mosoo_core.sessions import NewEvent, append_events
+from mosoo_core.sessions.models import AgentSession, SessionRun
+from mosoo_core.settings import reset_settings_cache
+from tests.browser.conftest import WebServer
+from tests.browser.test_console_journey import _sign_in
+from tests.browser.test_preview_chat import _account_id
+
+pytestmark = pytest.mark.browser
+
+APP_URL = re.compile(r"/apps/([0-9A-Z]{26})$")
+
+
+@pytest.fixture
+def shared_database(web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> WebServer:
+    """This process writes to the web process's database and object store."""
+    monkeypatch.setenv("MOSOO_DATABASE_URL", web_server.database_url)
+    monkeypatch.setenv("MOSOO_DATA_DIR", str(web_server.log.parent))  # the fixture keeps its log there
+    reset_settings_cache()
+    return web_server
+
+
+def _thread(account_id: str, app_id: str, agent_id: str, text: str, finish: str | None, **error: str) -> str:
+    """A thread with one message; its run finished as `finish` (None: still active)."""
+    with session_scope() as db:
+        thread_id = sessions.create_session(db, account_id, app_id, agent_id).id
+        sent = sessions.send_message(db, account_id, thread_id, text)
+        run = db.get(SessionRun, sent.run.id)
+        assert run is not None
+        if finish == "completed":
+            append_events(db, thread_id, [
+                NewEvent(type="agent.message.completed", payload={"text": f"Answer to: {text}", "message_id": "m1"}, run_id=run.id),
+            ])
+        if finish is not None:
+            sessions.finish_run(
+                db, run, finish, code=error.get("code"), message=error.get("message"), retryable=False, emit_event=True
+            )
+    return thread_id
+
+
+def _seed(account_id: str, app_id: str) -> dict[str, str]:
+    with session_scope() as db:
+        helper = Agent(app_id=app_id, name="Helper", model="m")
+        other = Agent(app_id=app_id, name="Other", model="m")
+        db.add(helper)
+        db.add(other)
+        db.flush()
+        helper_id, other_id = helper.id, other.id
+    ids = {
+        "report": _thread(account_id, app_id, helper_id, "Summarise the quarterly report", "completed"),
+        "broken": _thread(
+            account_id, app_id, helper_id, "Fetch the sales data", "failed",
+            code="driver_lost", message="The sandbox stopped answering.",
+        ),
+        "busy": _thread(account_id, app_id, helper_id, "Crunch all the numbers", None),
+        "other": _thread(account_id, app_id, other_id, "Hello from the other agent", "completed"),
+        "other_agent": other_id,
+    }
+    with session_scope() as db:
+        files.upload_file(
+            db, account_id, app_id, helper_id, io.BytesIO(b"revenue,42\n"), "numbers.csv", session_id=ids["report"]
+        )
+    return ids
+
+
+def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives_and_deletes_it(
+    page: Page, browser: Browser, shared_database: WebServer
+) -> None:
+    server = shared_database
+    page.goto(f"{server.url}/login")
+    _sign_in(page, browser, server, f"threads-{uuid.uuid4().hex[:8]}@example.com")
+    page.wait_for_url(APP_URL)
+    match = APP_URL.search(page.url)
+    assert match
+    app_id = match.group(1)
+    account_id = _account_id(page)
+
+    # An App without threads says what to do.
+    page.get_by_test_id("nav-threads").click()
+    page.wait_for_url(re.compile(r"/threads$"))
+    expect(page.get_by_test_id("threads-empty")).to_contain_text("No threads yet")
+
+    ids = _seed(account_id, app_id)
+    page.reload()
+
+    # Something is working: the page opens on Working, with counts on every section.
+    rows = page.get_by_test_id("thread-row")
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("Crunch all the numbers")
+    expect(page.get_by_test_id("section-working").first).to_contain_text("1")
+    expect(page.get_by_test_id("section-completed").first).to_contain_text("3")
+    expect(page.get_by_test_id("section-archived").first).to_contain_text("0")
+
+    page.get_by_test_id("thread-sections").get_by_role("radio", name=re.compile("Completed")).click()
+    expect(rows).to_have_count(3)
+    expect(page.get_by_test_id("thread-row-error")).to_contain_text("The sandbox stopped answering.")
+
+    # Failed only, then one agent.
+    page.get_by_test_id("thread-failed-filter").click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("Fetch the sales data")
+    page.get_by_test_id("thread-failed-filter").click()
+    page.get_by_test_id("thread-agent-filter").click()
+    page.get_by_role("option", name="Other", exact=True).click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("Hello from the other agent")
+    page.get_by_test_id("thread-agent-filter").click()
+    page.get_by_role("option", name="All agents").click()
+    expect(rows).to_have_count(3)
+
+    # The detail: title from the first message, agent, version, history and files.
+    page.locator(f'[data-thread-id="{ids["report"]}"]').click()
+    page.wait_for_url(re.compile(rf"/threads/{ids['report']}$"))
+    expect(page.get_by_test_id("page-title")).to_have_text("Summarise the quarterly report")
+    expect(page.get_by_test_id("thread-agent")).to_have_text("Helper")
+    expect(page.get_by_test_id("thread-version")).to_have_text("Draft")
+    expect(page.get_by_test_id("chat-user-message")).to_have_text("Summarise the quarterly report")
+    expect(page.get_by_test_id("chat-assistant-message")).to_have_text("Answer to: Summarise the quarterly report")
+    thread_file = page.get_by_test_id("thread-file")
+    expect(thread_file).to_have_attribute("data-name", "numbers.csv")
+    href = thread_file.get_by_test_id("thread-file-download").get_attribute("href")
+    assert href
+    download = page.request.get(f"{server.url}{href}")
+    assert download.ok and download.body() == b"revenue,42\n"
+    assert download.headers["content-disposition"].startswith("attachment;")
+
+    # Rename: a blank title is refused next to the field; a good one sticks.
+    page.get_by_test_id("thread-rename").click()
+    page.get_by_test_id("thread-title-input").fill("   ")
+    page.get_by_test_id("thread-title-save").click()
+    expect(page.get_by_test_id("thread-title-error")).to_contain_text("Give the thread a title")
+    page.get_by_test_id("thread-title-input").fill("Q3 report")
+    page.get_by_test_id("thread-title-save").click()
+    expect(page.get_by_test_id("page-title")).to_have_text("Q3 report")
+
+    # Archive: it moves to Archived; unarchive brings it back.
+    page.get_by_test_id("thread-archive").click()
+    expect(page.get_by_test_id("thread-archived")).to_be_visible()
+    expect(page.get_by_test_id("thread-archived-note")).to_contain_text("Sending a message unarchives it")
+    page.get_by_test_id("thread-back").click()
+    page.wait_for_url(re.compile(r"/threads$"))
+    expect(page.get_by_test_id("section-archived").first).to_contain_text("1")
+    page.get_by_test_id("thread-sections").get_by_role("radio", name=re.compile("Archived")).click()
+    expect(rows).to_have_count(1)
+    expect(rows.first).to_contain_text("Q3 report")
+    rows.first.click()
+    page.wait_for_url(re.compile(rf"/threads/{ids['report']}$"))
+    page.get_by_test_id("thread-unarchive").click()
+    expect(page.get_by_test_id("thread-archive")).to_be_visible()
+    expect(page.get_by_test_id("thread-archived")).to_have_count(0)
+    with session_scope() as db:
+        assert sessions.get_thread(db, account_id, ids["report"]).archived is False
+
+    # A thread with an active run cannot be archived.
+    page.goto(f"{server.url}/apps/{app_id}/threads/{ids['busy']}")
+    expect(page.get_by_test_id("page-title")).to_have_text("Crunch all the numbers")
+    expect(page.get_by_test_id("thread-archive")).to_be_disabled()
+
+    # Delete, with confirmation: back to the list, gone from it and from the database.
+    page.goto(f"{server.url}/apps/{app_id}/threads/{ids['report']}")
+    expect(page.get_by_test_id("page-title")).to_have_text("Q3 report")
+    page.get_by_test_id("thread-delete").click()
+    page.get_by_test_id("thread-delete-confirm").click()
+    page.wait_for_url(re.compile(r"/threads$"))
+    expect(page.locator(f'[data-thread-id="{ids["report"]}"]')).to_have_count(0)
+    with session_scope() as db:
+        assert db.get(AgentSession, ids["report"]) is None
+
+    # A deleted (or someone else's) thread is not found.
+    page.goto(f"{server.url}/apps/{app_id}/threads/{ids['report']}")
+    expect(page.get_by_test_id("thread-not-found")).to_be_visible()
+    stranger_email = f"stranger-{uuid.uuid4().hex[:8]}@example.com"
+    with session_scope() as db:
+        stranger = identity.sign_in_identity(db, provider="email", subject=stranger_email, email=stranger_email)
+        stranger_app = identity.list_apps(db, stranger.id)[0].id
+    page.goto(f"{server.url}/apps/{stranger_app}/threads/{ids['broken']}")
+    expect(page.get_by_test_id("thread-not-found").or_(page.get_by_text("App not found"))).to_be_visible()
