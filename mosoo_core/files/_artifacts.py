@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import tarfile
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import IO, cast
@@ -35,6 +34,7 @@ from mosoo_core.files.service import (
     spool,
     store_spooled,
 )
+from mosoo_core.files.store import ChunkReader
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox import WORKSPACE, SandboxBackend, SandboxError, SandboxRef
 
@@ -52,26 +52,6 @@ class _Output:
     path: str
     name: str
     spooled: Spooled
-
-
-class _ChunkReader:
-    """A file-like view of a chunk iterator, for tarfile's streaming mode."""
-
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self.chunks: Iterator[bytes] = iter(chunks)
-        self.buffer = b""
-
-    def read(self, size: int = -1) -> bytes:
-        while size < 0 or len(self.buffer) < size:
-            try:
-                self.buffer += next(self.chunks)
-            except StopIteration:
-                break
-        if size < 0:
-            data, self.buffer = self.buffer, b""
-        else:
-            data, self.buffer = self.buffer[:size], self.buffer[size:]
-        return data
 
 
 def output_path(member_name: str) -> str | None:
@@ -163,7 +143,7 @@ def _read_outputs(
     total = 0
     not_before = since.timestamp() - 1 if since is not None else None
     try:
-        reader = cast(IO[bytes], _ChunkReader(backend.get_archive(ref, OUTPUTS_DIR)))
+        reader = cast(IO[bytes], ChunkReader(backend.get_archive(ref, OUTPUTS_DIR)))
         with tarfile.open(fileobj=reader, mode="r|") as archive:
             for member in archive:
                 if not member.isreg():

@@ -7,7 +7,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -121,6 +121,27 @@ class _CountingReader:
     def read(self, size: int = -1) -> bytes:
         data = self.source.read(size)
         self.count += len(data)
+        return data
+
+
+class ChunkReader:
+    """A file-like view of a chunk iterator (a sandbox's tar stream), so the store and
+    tarfile's streaming mode can read it without holding it whole."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self.chunks: Iterator[bytes] = iter(chunks)
+        self.buffer = b""
+
+    def read(self, size: int = -1) -> bytes:
+        while size < 0 or len(self.buffer) < size:
+            try:
+                self.buffer += next(self.chunks)
+            except StopIteration:
+                break
+        if size < 0:
+            data, self.buffer = self.buffer, b""
+        else:
+            data, self.buffer = self.buffer[:size], self.buffer[size:]
         return data
 
 

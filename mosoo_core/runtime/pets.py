@@ -11,6 +11,7 @@ no Apply: every run boots a fresh driver with the current profile.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import IO, cast
 
 from sqlmodel import Session, col, select
 
@@ -18,10 +19,10 @@ from mosoo_core import agents, sessions
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict
 from mosoo_core.files import get_store
+from mosoo_core.files.store import ChunkReader
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.runs import (
     LABEL_BUILT_FROM,
-    _ChunkReader,
     installation_label,
     pet_checkpoint_key,
 )
@@ -104,7 +105,7 @@ def apply_pet_changes(account_id: str, app_id: str, agent_id: str, backend: Sand
     try:
         if refs[0].state != "running":
             backend.start(refs[0])  # reading the workspace needs it running
-        store.put(key, _ChunkReader(backend.get_archive(refs[0], WORKSPACE)))  # type: ignore[arg-type]
+        store.put(key, cast(IO[bytes], ChunkReader(backend.get_archive(refs[0], WORKSPACE))))
     except (SandboxError, OSError) as error:
         store.delete(key)  # a broken checkpoint must never be restored
         message = getattr(error, "message", None) or str(error)

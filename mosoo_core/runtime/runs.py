@@ -14,7 +14,7 @@ import hashlib
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import IO, Literal, cast
 
 from sqlmodel import Session, select
 
@@ -24,6 +24,7 @@ from mosoo_core.agents.models import Agent
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.files import get_store, iter_chunks
+from mosoo_core.files.store import ChunkReader
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox import (
     BOOT_PAYLOAD,
@@ -372,28 +373,8 @@ def _record_outputs(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> No
         log.warning("run.artifacts_failed", run_id=run_id, error=str(error)[:300])
 
 
-class _ChunkReader:
-    """A file-like view of a chunk iterator, so the store can stream it."""
-
-    def __init__(self, chunks: object) -> None:
-        self.chunks = iter(chunks)  # type: ignore[call-overload]
-        self.buffer = b""
-
-    def read(self, size: int = -1) -> bytes:
-        while size < 0 or len(self.buffer) < size:
-            try:
-                self.buffer += next(self.chunks)
-            except StopIteration:
-                break
-        if size < 0:
-            data, self.buffer = self.buffer, b""
-        else:
-            data, self.buffer = self.buffer[:size], self.buffer[size:]
-        return data
-
-
 def _checkpoint(backend: SandboxBackend, ref: SandboxRef, app_id: str, session_id: str) -> None:
-    get_store().put(checkpoint_key(app_id, session_id), _ChunkReader(backend.get_archive(ref, WORKSPACE)))  # type: ignore[arg-type]
+    get_store().put(checkpoint_key(app_id, session_id), cast(IO[bytes], ChunkReader(backend.get_archive(ref, WORKSPACE))))
 
 
 STUCK_BOOT_AFTER = timedelta(seconds=READY_TIMEOUT_SECONDS + 60)
