@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import reflex as rx
+from reflex.vars import ArrayVar, ObjectVar
 
 from mosoo_core.files import MAX_FILE_BYTES
 
@@ -41,6 +42,15 @@ def _chip(state: Any, chip: rx.Var) -> rx.Component:
     )
 
 
+def _rejected_names(rejected: Any) -> Any:
+    """The refused files' names, picked out in the browser: the rejections hold File objects,
+    which do not travel to the server."""
+    records = rejected.to(ArrayVar, list[dict[str, Any]])
+    return records.map(
+        lambda record: record.to(ObjectVar, dict[str, dict[str, Any]])["file"].to(ObjectVar, dict[str, Any])["path"]
+    )
+
+
 def _attach_button(state: Any, upload_id: str, disabled: rx.Var | bool) -> rx.Component:
     return rx.upload.root(
         rx.button(
@@ -56,7 +66,7 @@ def _attach_button(state: Any, upload_id: str, disabled: rx.Var | bool) -> rx.Co
         no_drag=True,
         disabled=disabled,
         on_drop=state.attach_files,
-        on_drop_rejected=state.reject_files,
+        on_drop_rejected=lambda rejected: state.reject_files(_rejected_names(rejected)),
         border="none",
         padding="0",
         data_testid="chat-attach-upload",

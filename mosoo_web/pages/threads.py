@@ -294,7 +294,7 @@ class ThreadDetailState(ThreadChat, rx.State):
             return None
         self._apply(header)
         self.renaming = False
-        return rx.toast.success("Thread renamed.")
+        return None
 
     async def _set_archived(self, action: str) -> Any:
         account_id, _app_id = await self._ids()
@@ -305,8 +305,9 @@ class ThreadDetailState(ThreadChat, rx.State):
             return rx.toast.error(error.message)
         finally:
             self.changing = False
+        # No toast: the badge shows the change, and top-right toasts would cover these buttons.
         self._apply(header)
-        return rx.toast.success("Thread archived." if header.archived else "Thread unarchived.")
+        return None
 
     @rx.event
     async def archive(self) -> Any:
@@ -704,7 +705,10 @@ def _files_panel() -> rx.Component:
             rx.hstack(
                 rx.text("Files", size="3", weight="bold"),
                 rx.spacer(),
-                rx.link("All files", href="/apps/" + SessionState.current_app_id + "/files", size="1"),
+                rx.link(
+                    "Open in Files", href="/apps/" + SessionState.current_app_id + "/files?thread=" + ThreadDetailState.thread_id,
+                    size="1", data_testid="thread-files-open",
+                ),
                 width="100%",
                 align="center",
             ),

@@ -76,17 +76,13 @@ def _discard_upload(account_id: str, file_id: str) -> None:
         files.delete_file(db, account_id, file_id)
 
 
-def _rejection_names(rejected: Any) -> list[str]:
-    """The file names out of the upload widget's rejections (shape varies by browser)."""
-    names = []
-    for item in rejected if isinstance(rejected, list) else []:
-        file = item.get("file") if isinstance(item, dict) else None
-        name = (file.get("name") or file.get("path")) if isinstance(file, dict) else None
-        if isinstance(item, dict) and not name:
-            name = item.get("name") or item.get("path")
-        if isinstance(name, str) and name:
-            names.append(name.rsplit("/", 1)[-1])
-    return names
+def _base_names(names: Any) -> list[str]:
+    """File names from the upload widget (it reports paths like "./notes.txt")."""
+    found = []
+    for name in names if isinstance(names, list) else []:
+        if isinstance(name, str) and name.strip():
+            found.append(name.replace("\\", "/").rsplit("/", 1)[-1])
+    return found
 
 
 def _stop_run(account_id: str, thread_id: str) -> None:
@@ -215,6 +211,8 @@ class ThreadChat(rx.State, mixin=True):
     @rx.event
     async def attach_files(self, uploads: list[rx.UploadFile]) -> None:
         """Store the chosen files; each becomes a removable chip until the message goes out."""
+        if not uploads:
+            return  # every file was refused by the widget: `reject_files` says why
         self.attach_error = ""
         account_id = await current_account_id(self)
         app_id, agent_id, thread_id = await self._attachment_target()
@@ -235,9 +233,14 @@ class ThreadChat(rx.State, mixin=True):
         self.attach_error = " ".join(refused)
 
     @rx.event
-    def reject_files(self, rejected: list[dict[str, Any]]) -> None:
-        names = _rejection_names(rejected) or ["A file"]
-        self.attach_error = f"{', '.join(names)} was not attached: files are at most 64 MiB each."
+    def reject_files(self, names: list[str]) -> None:
+        """Files the widget refused before uploading (over 64 MiB, or too many at once)."""
+        shown = _base_names(names) or ["A file"]
+        log.info("chat.attachments_refused", count=len(shown))
+        self.attach_error = (
+            f"{', '.join(shown)} {'was' if len(shown) == 1 else 'were'} not attached: "
+            f"files are at most 64 MiB each, {MAX_PENDING_ATTACHMENTS} at a time."
+        )
 
     @rx.event
     async def remove_attachment(self, file_id: str) -> Any:

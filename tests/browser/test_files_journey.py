@@ -109,8 +109,16 @@ def _set_up_agent(page: Page, stack: RunStack) -> None:
     """A provider key pointing at the scripted server and a Task agent with bash allowed."""
     page.get_by_test_id("nav-providers").click()
     page.wait_for_url(re.compile(r"/providers$"))
-    page.get_by_test_id("provider-preset").click()
-    page.get_by_role("option", name="OpenAI-compatible", exact=True).click()
+    option = page.get_by_role("option", name="OpenAI-compatible", exact=True)
+    # The page may still be loading its state: a re-render closes a select opened too early.
+    for _attempt in range(3):
+        page.get_by_test_id("provider-preset").click()
+        try:
+            expect(option).to_be_visible(timeout=5_000)
+            break
+        except AssertionError:
+            page.keyboard.press("Escape")
+    option.click()
     page.get_by_test_id("provider-name-input").fill("Scripted")
     page.get_by_test_id("provider-base-url-input").fill(stack.model.base_url)
     page.get_by_test_id("provider-key-input").fill(PROVIDER_KEY)
@@ -200,11 +208,18 @@ def test_attach_in_preview_agent_writes_an_artifact_seen_on_the_thread_and_files
         expect(artifact).to_have_attribute("data-name", re.compile(r"summary\.md$"), timeout=30_000)
         expect(thread_files).to_have_count(2)
 
-        # The Files page: filter to artifacts, search, preview, download.
-        page.get_by_test_id("nav-files").click()
-        page.wait_for_url(re.compile(r"/files$"))
+        # The Files page, from the thread: filtered to it; then all files, by kind, by name.
+        page.get_by_test_id("thread-files-open").click()
+        page.wait_for_url(re.compile(rf"/files\?thread={thread_id}$"))
         rows = page.get_by_test_id("file-row")
         expect(rows).to_have_count(2)  # notes.txt and summary.md; the removed chip's file is gone
+        expect(page.get_by_test_id("files-thread-filter")).to_have_text(
+            "Summarise notes.txt and write outputs/summary.md"
+        )
+        page.get_by_test_id("nav-files").click()
+        page.wait_for_url(re.compile(r"/files$"))
+        expect(page.get_by_test_id("files-thread-filter")).to_have_text("All threads")
+        expect(rows).to_have_count(2)
     _files_page_checks(page, stack, thread_id, tmp_path)
     _archive_checks(page, stack, app_id, thread_id)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 import uuid
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -78,7 +79,7 @@ def _seed(account_id: str, app_id: str) -> dict[str, str]:
 
 
 def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives_and_deletes_it(
-    page: Page, browser: Browser, shared_database: WebServer
+    page: Page, browser: Browser, shared_database: WebServer, tmp_path: Path
 ) -> None:
     server = shared_database
     page.goto(f"{server.url}/login")
@@ -132,11 +133,28 @@ def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives
     expect(page.get_by_test_id("chat-assistant-message")).to_have_text("Answer to: Summarise the quarterly report")
     thread_file = page.get_by_test_id("thread-file")
     expect(thread_file).to_have_attribute("data-name", "numbers.csv")
-    href = thread_file.get_by_test_id("thread-file-download").get_attribute("href")
-    assert href
-    download = page.request.get(f"{server.url}{href}")
-    assert download.ok and download.body() == b"revenue,42\n"
-    assert download.headers["content-disposition"].startswith("attachment;")
+    with page.expect_download() as download_info:
+        thread_file.get_by_test_id("thread-file-download").click()
+    assert download_info.value.suggested_filename == "numbers.csv"
+    assert Path(download_info.value.path()).read_bytes() == b"revenue,42\n"
+
+    # Attachments: a file over 64 MiB is refused with a clear reason and nothing uploaded; a
+    # chip can be removed before sending (its upload goes too).
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as handle:
+        handle.truncate(64 * 1024 * 1024 + 1)
+    page.get_by_test_id("chat-attach-upload").locator("input[type=file]").set_input_files(str(big))
+    expect(page.get_by_test_id("attach-error")).to_have_text("big.bin was not attached: files are at most 64 MiB each, 20 at a time.")
+    expect(page.get_by_test_id("attachment-chip")).to_have_count(0)
+    page.get_by_test_id("chat-attach-upload").locator("input[type=file]").set_input_files(
+        files=[{"name": "draft.txt", "mimeType": "text/plain", "buffer": b"draft"}]
+    )
+    expect(page.get_by_test_id("attachment-chip")).to_have_attribute("data-name", "draft.txt")
+    expect(page.get_by_test_id("attach-error")).to_have_count(0)
+    page.get_by_test_id("attachment-remove").click()
+    expect(page.get_by_test_id("attachment-chip")).to_have_count(0)
+    with session_scope() as db:
+        assert [f.name for f in files.list_thread_files(db, account_id, ids["report"])] == ["numbers.csv"]
 
     # Rename: a blank title is refused next to the field; a good one sticks.
     page.get_by_test_id("thread-rename").click()
