@@ -150,6 +150,20 @@ def console_shell(content: Callable[[], rx.Component], max_width: str = "880px")
     )
 
 
+def missing_card(title: str, back_label: str, back_href: rx.Var | str, test_id: str, detail: str = "It does not exist, or it is not yours.") -> rx.Component:
+    """What a page shows for an id that is not there — or not the viewer's: the two are
+    told apart nowhere, so nobody learns what exists in another owner's account."""
+    return rx.card(
+        rx.vstack(
+            rx.heading(title, size="5"),
+            rx.text(detail, color_scheme="gray"),
+            rx.link(back_label, href=back_href),
+            spacing="2",
+        ),
+        data_testid=test_id,
+    )
+
+
 def page_header(title: rx.Var | str, subtitle: rx.Var | str = "") -> rx.Component:
     return rx.vstack(
         rx.heading(title, size="7", weight="bold", data_testid="page-title"),

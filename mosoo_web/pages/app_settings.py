@@ -7,7 +7,13 @@ import reflex as rx
 from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
-from mosoo_web.components.layout import card_section, console_shell, name_form, page_header
+from mosoo_web.components.layout import (
+    card_section,
+    console_shell,
+    missing_card,
+    name_form,
+    page_header,
+)
 from mosoo_web.state.session import SessionState, current_account_id
 
 
@@ -34,15 +40,7 @@ class AppSettingsState(rx.State):
 
 
 def not_found_card() -> rx.Component:
-    return rx.card(
-        rx.vstack(
-            rx.heading("App not found", size="5"),
-            rx.text("It does not exist, or it is not yours.", color_scheme="gray"),
-            rx.link("Back to your Apps", href="/apps"),
-            spacing="2",
-        ),
-        data_testid="app-not-found",
-    )
+    return missing_card("App not found", "Back to your Apps", "/apps", "app-not-found")
 
 
 def _content() -> rx.Component:

@@ -19,15 +19,16 @@ from typing import Any
 
 import reflex as rx
 
-from mosoo_core import agents, sessions, streams, tasks_client, vault
+from mosoo_core import agents, sessions, vault
 from mosoo_core.db import session_scope
-from mosoo_core.errors import Conflict, InvalidInput, MosooError, NotFound
+from mosoo_core.errors import InvalidInput, MosooError, NotFound
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime import pets
 from mosoo_core.runtime.sandbox import SandboxError
+from mosoo_core.sessions import actions
 from mosoo_web.components.chat import transcript_view
 from mosoo_web.components.composer import chat_composer
-from mosoo_web.components.layout import console_shell
+from mosoo_web.components.layout import console_shell, missing_card
 from mosoo_web.components.versions import VersionsState, publish_controls
 from mosoo_web.pages.app_settings import not_found_card
 from mosoo_web.state.session import SessionState, current_account_id
@@ -238,28 +239,15 @@ def _thread_of_agent(account_id: str, agent_id: str, thread_id: str) -> bool:
 
 
 def _send_message(
-    account_id: str, app_id: str, agent_id: str, thread_id: str, text: str, file_ids: list[str] | None = None
+    account_id: str, agent_id: str, thread_id: str, text: str, file_ids: list[str] | None = None
 ) -> str:
-    """Store the message (starting a thread when there is none), then hand the run to the
-    worker. Returns the thread id."""
-    with session_scope() as db:
-        agent = agents.get_agent(db, account_id, app_id, agent_id)
-        readiness = agents.readiness(db, agent)
-        if not readiness.ready:
-            raise Conflict("Finish the setup first: " + " ".join(b.message for b in readiness.blockers))
-        if not thread_id:
-            thread_id = sessions.create_session(db, account_id, app_id, agent_id, purpose="preview").id
-        sent = sessions.send_message(db, account_id, thread_id, text, file_ids=file_ids or ())
-    streams.publish_events(sent.events)
-    try:
-        tasks_client.enqueue_run_dispatch(sent.run.id)
-    except Exception:
-        # Nothing will pick the run up: close it so the thread takes a message again.
-        with session_scope() as db:
-            cancelled = sessions.cancel_active_run(db, account_id, thread_id)
-        streams.publish_events(cancelled)
-        raise Conflict("The message is saved, but the worker could not be reached to run it. Try again.") from None
-    return thread_id
+    """Store the message (starting a Preview thread, which runs the draft, when there is
+    none), then hand the run to the worker. Returns the thread id."""
+    if thread_id:
+        actions.send_and_dispatch(account_id, thread_id, text, file_ids=file_ids or ())
+        return thread_id
+    started = actions.start_thread(account_id, agent_id, purpose="preview", message=text, file_ids=file_ids or ())
+    return started.thread.id
 
 
 class PreviewState(ThreadChat, rx.State):
@@ -659,12 +647,12 @@ class PreviewState(ThreadChat, rx.State):
                 return None
             self.sending = True
             self.composer_error = ""
-            account_id, app_id, _session = await self._context()
+            account_id, _app_id, _session = await self._context()
             agent_id, thread_id = self.current_agent_id, self.thread_id
             file_ids = self._take_attachment_ids()
         try:
             sent_thread = await asyncio.to_thread(
-                _send_message, account_id, app_id, agent_id, thread_id, text, file_ids
+                _send_message, account_id, agent_id, thread_id, text, file_ids
             )
         except MosooError as error:
             async with self:
@@ -1400,25 +1388,16 @@ def _header() -> rx.Component:
     )
 
 
-def _agent_not_found() -> rx.Component:
-    return rx.card(
-        rx.vstack(
-            rx.heading("Agent not found", size="5"),
-            rx.text("It does not exist, or it is not yours.", color_scheme="gray"),
-            rx.link("Back to Agents", href="/apps/" + SessionState.current_app_id + "/agents"),
-            spacing="2",
-        ),
-        data_testid="agent-not-found",
-    )
-
-
 def _content() -> rx.Component:
     return rx.cond(
         SessionState.app_missing,
         not_found_card(),
         rx.cond(
             PreviewState.agent_missing,
-            _agent_not_found(),
+            missing_card(
+                "Agent not found", "Back to Agents", "/apps/" + SessionState.current_app_id + "/agents",
+                "agent-not-found",
+            ),
             rx.vstack(
                 _header(),
                 rx.flex(

@@ -19,7 +19,7 @@ from mosoo_core.runtime.threads import delete_thread_everywhere
 from mosoo_core.sessions import actions
 from mosoo_web.components.chat import transcript_view
 from mosoo_web.components.composer import chat_composer
-from mosoo_web.components.layout import console_shell, page_header
+from mosoo_web.components.layout import console_shell, missing_card, page_header
 from mosoo_web.pages.agents import relative_time
 from mosoo_web.pages.app_settings import not_found_card
 from mosoo_web.pages.files import download_link
@@ -812,25 +812,16 @@ def _delete_dialog() -> rx.Component:
     )
 
 
-def _thread_not_found() -> rx.Component:
-    return rx.card(
-        rx.vstack(
-            rx.heading("Thread not found", size="5"),
-            rx.text("It was deleted, or it is not yours.", color_scheme="gray"),
-            rx.link("Back to Threads", href="/apps/" + SessionState.current_app_id + "/threads"),
-            spacing="2",
-        ),
-        data_testid="thread-not-found",
-    )
-
-
 def _detail_content() -> rx.Component:
     return rx.cond(
         SessionState.app_missing,
         not_found_card(),
         rx.cond(
             ThreadDetailState.thread_missing,
-            _thread_not_found(),
+            missing_card(
+                "Thread not found", "Back to Threads", "/apps/" + SessionState.current_app_id + "/threads",
+                "thread-not-found", detail="It was deleted, or it is not yours.",
+            ),
             rx.vstack(
                 _detail_header(),
                 rx.flex(

@@ -22,11 +22,12 @@ from typing import Any
 
 import reflex as rx
 
-from mosoo_core import files, sessions, streams
+from mosoo_core import files
 from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError, NotFound
 from mosoo_core.event_feed import ThreadFeed
 from mosoo_core.logs import get_logger
+from mosoo_core.sessions import actions
 from mosoo_core.sessions.transcript import Transcript
 from mosoo_web.components.chat import ChatItem, chat_item, usage_text
 from mosoo_web.state.session import current_account_id
@@ -83,27 +84,6 @@ def _base_names(names: Any) -> list[str]:
         if isinstance(name, str) and name.strip():
             found.append(name.replace("\\", "/").rsplit("/", 1)[-1])
     return found
-
-
-def _stop_run(account_id: str, thread_id: str) -> None:
-    with session_scope() as db:
-        sessions.get_session(db, account_id, thread_id)
-        run = sessions.active_run(db, thread_id)
-        instance_id = run.driver_instance_id if run is not None else None
-        events = sessions.cancel_active_run(db, account_id, thread_id)
-    streams.publish_events(events)
-    if instance_id and not events:
-        streams.notify_driver(instance_id)
-
-
-def _resolve_permission(account_id: str, thread_id: str, request_id: str, decision: str) -> None:
-    with session_scope() as db:
-        sessions.get_session(db, account_id, thread_id)
-        run = sessions.active_run(db, thread_id)
-        instance_id = run.driver_instance_id if run is not None else None
-        sessions.resolve_permission(db, account_id, thread_id, request_id, decision)
-    if instance_id:
-        streams.notify_driver(instance_id)
 
 
 @dataclass
@@ -262,7 +242,7 @@ class ThreadChat(rx.State, mixin=True):
         if not thread_id:
             return None
         try:
-            await asyncio.to_thread(_stop_run, account_id, thread_id)
+            await asyncio.to_thread(actions.stop_run, account_id, thread_id)
         except MosooError as error:
             return rx.toast.error(error.message)
         return None
@@ -325,7 +305,7 @@ async def _answer_permission(state: ThreadChat, request_id: str, decision: str) 
         account_id = await current_account_id(state)
         thread_id = state.thread_id
     try:
-        await asyncio.to_thread(_resolve_permission, account_id, thread_id, request_id, decision)
+        await asyncio.to_thread(actions.answer_permission, account_id, thread_id, request_id, decision)
     except MosooError as error:
         async with state:
             state.answered_requests = [r for r in state.answered_requests if r != request_id]
