@@ -6,8 +6,6 @@ check is what stops someone from phishing an approval for their own CLI.
 
 from __future__ import annotations
 
-from urllib.parse import quote
-
 import reflex as rx
 
 from mosoo_core import identity
@@ -52,13 +50,12 @@ class CliAuthState(rx.State):
 
     @rx.event
     async def load(self) -> rx.event.EventSpec | None:
-        """The console guard, keeping `?code=` through sign-in so the link still works after it."""
+        """The console guard (which keeps `?code=` through sign-in), then the code's request."""
         code = self.router.url.query_parameters.get("code", "")
         session = await self.get_state(SessionState)
-        if not session._refresh():
-            session._forget()
-            target = f"/cli-auth?code={quote(code)}" if code else "/cli-auth"
-            return rx.redirect(f"/login?next={quote(target, safe='')}", replace=True)
+        redirect = session.guard()
+        if redirect is not None:
+            return redirect
         self.form_version += 1
         if code:
             self._show(code)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from http.cookies import SimpleCookie
+from urllib.parse import quote
 
 import reflex as rx
 
@@ -65,16 +66,22 @@ class SessionState(rx.State):
         self._account_id = ""
 
     def _sign_in_redirect(self) -> rx.event.EventSpec:
+        """To /login, coming back to this very page afterwards (query string included, so a
+        link such as `/cli-auth?code=…` still works after signing in)."""
         self._forget()
-        path = self.router.url.path or "/"
-        return rx.redirect(f"/login?next={path}", replace=True)
+        url = self.router.url
+        target = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        return rx.redirect(f"/login?next={quote(target, safe='')}", replace=True)
+
+    def guard(self) -> rx.event.EventSpec | None:
+        """None when someone is signed in (and loaded), else the redirect to /login. For page
+        states whose own `on_load` must run the guard first."""
+        return None if self._refresh() else self._sign_in_redirect()
 
     @rx.event
     def require_account(self) -> rx.event.EventSpec | None:
         """The one guard of console pages: no valid session, go to /login."""
-        if not self._refresh():
-            return self._sign_in_redirect()
-        return None
+        return self.guard()
 
     @rx.event
     def require_app(self) -> rx.event.EventSpec | None:
