@@ -43,7 +43,8 @@ class Usage:
 class TranscriptItem:
     """One block of the transcript. `kind` says which fields matter:
 
-    - `user`, `assistant`, `thinking`: `text` (`streaming` while deltas still arrive)
+    - `user`, `assistant`, `thinking`: `text` (`streaming` while deltas still arrive);
+      `user` also `attachments` (the names of the files the message named)
     - `tool`: `tool_call_id`, `name`, `input`, `output`, `is_error`, `duration_ms`,
       `status` running | waiting (for a permission) | done | error | interrupted
     - `permission`: `request_id`, `tool_call_id`, `name`, `input`,
@@ -66,6 +67,7 @@ class TranscriptItem:
     output: str = ""
     is_error: bool = False
     duration_ms: int | None = None
+    attachments: list[str] = field(default_factory=list)
     status: str = ""
     code: str = ""
     retryable: bool = False
@@ -152,7 +154,11 @@ class Transcript:
 
     def _on_user_message(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
         self._close_open()
-        self._append(TranscriptItem(key=key, kind="user", run_id=run_id, text=str(payload.get("text", ""))))
+        files = payload.get("attachments")
+        names = [str(f.get("name", "")) for f in files if isinstance(f, Mapping)] if isinstance(files, list) else []
+        self._append(
+            TranscriptItem(key=key, kind="user", run_id=run_id, text=str(payload.get("text", "")), attachments=names)
+        )
         if run_id:
             self.active_run_id = run_id
             self._status_changed()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import reflex as rx
@@ -49,6 +49,7 @@ class ChatItem:
     code: str = ""
     retryable: bool = False
     usage_text: str = ""
+    attachments: list[str] = field(default_factory=list)
 
 
 def _clip(text: str, limit: int) -> tuple[str, str]:
@@ -111,7 +112,10 @@ def usage_text(usage: Usage | None) -> str:
 
 def chat_item(item: TranscriptItem) -> ChatItem:
     """A transcript item as a display row."""
-    row = ChatItem(key=item.key, kind=item.kind, text=item.text, status=item.status, name=item.name)
+    row = ChatItem(
+        key=item.key, kind=item.kind, text=item.text, status=item.status, name=item.name,
+        attachments=list(item.attachments),
+    )
     if item.kind in ("tool", "permission"):
         row.summary = tool_summary(item.input)
         row.input_text, _ = _clip(_json(item.input), INPUT_DISPLAY_CHARS)
@@ -132,10 +136,26 @@ def chat_item(item: TranscriptItem) -> ChatItem:
 PermissionHandler = Callable[[rx.Var], Any]
 
 
+def _attachment_names(item: rx.Var[ChatItem]) -> rx.Component:
+    return rx.flex(
+        rx.foreach(
+            item.attachments,
+            lambda name: rx.badge(
+                rx.icon("paperclip", size=11), name, variant="solid", color_scheme="gray", high_contrast=True,
+                radius="full", data_testid="chat-user-attachment",
+            ),
+        ),
+        wrap="wrap",
+        gap="4px",
+        margin_top="6px",
+    )
+
+
 def _user_bubble(item: rx.Var[ChatItem]) -> rx.Component:
     return rx.hstack(
         rx.box(
             rx.text(item.text, size="2", white_space="pre-wrap", overflow_wrap="anywhere"),
+            rx.cond(item.attachments.length() > 0, _attachment_names(item), rx.fragment()),
             background=rx.color("accent", 9),
             color="white",
             padding_x="14px",

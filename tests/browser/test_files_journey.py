@@ -182,6 +182,10 @@ def test_attach_in_preview_agent_writes_an_artifact_seen_on_the_thread_and_files
         page.get_by_test_id("chat-input").press("Enter")
         expect(page).to_have_url(re.compile(r"\?thread=[0-9A-Z]{26}$"))
         expect(chips).to_have_count(0)
+        # The message shows which files it named.
+        expect(page.get_by_test_id("chat-user-message").last.get_by_test_id("chat-user-attachment")).to_have_text(
+            "notes.txt"
+        )
         thread_id = page.url.rsplit("=", 1)[-1]
         expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(
             "I read notes.txt and wrote outputs/summary.md.", timeout=BOOT_TIMEOUT_MS

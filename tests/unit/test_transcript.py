@@ -245,3 +245,15 @@ def test_status_and_usage_changes_leave_the_settled_items_alone() -> None:
     assert transcript.version == version
     assert transcript.status_version > status_version
     assert transcript.session_status == "running" and transcript.usage.input_tokens == 3
+
+
+def test_a_user_message_carries_the_names_of_the_files_it_named() -> None:
+    log = Log()
+    log.add("user.message", text="summarise", attachments=[
+        {"file_id": "f1", "name": "notes.txt", "media_type": "text/plain", "size": 3},
+        {"file_id": "f2", "name": "data.csv", "media_type": "text/csv", "size": 9},
+        "not a file entry",
+    ])
+    log.add("user.message", text="and this?")
+    transcript = build_transcript(log.events)
+    assert [item.attachments for item in transcript.items] == [["notes.txt", "data.csv"], []]
