@@ -54,7 +54,7 @@ app.add_page(
     threads_page,
     route="/apps/[app_id]/threads",
     title="Threads · Mosoo",
-    on_load=[SessionState.require_app, ThreadsState.load],
+    on_load=[SessionState.require_app, ThreadsState.load, ThreadsState.follow],
 )
 app.add_page(
     thread_page,

@@ -6,6 +6,7 @@ rename, archive / unarchive, delete, and the thread's files."""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,12 @@ from mosoo_web.pages.agents import relative_time
 from mosoo_web.pages.app_settings import not_found_card
 from mosoo_web.pages.files import download_link
 from mosoo_web.state.session import SessionState, current_account_id
-from mosoo_web.state.thread_chat import ThreadChat, size_text
+from mosoo_web.state.thread_chat import (
+    DISCONNECTED_GRACE_SECONDS,
+    ThreadChat,
+    client_connected,
+    size_text,
+)
 
 ALL = "all"
 SECTION_LABELS = {"working": "Working", "completed": "Completed", "archived": "Archived"}
@@ -33,6 +39,7 @@ EMPTY_TEXT = {
     "completed": "No threads yet. Start one from an agent's Preview, the API or the CLI.",
     "archived": "Nothing archived. Archive a finished thread to tidy this list; it stays readable.",
 }
+LIST_REFRESH_SECONDS = 3.0  # how often an open list re-reads the threads
 PURPOSE_LABELS = {"preview": "Preview", "console": "Console", "api": "API", "channel": "Channel"}
 STATUS_COLORS = {"idle": "gray", "running": "blue", "rescheduling": "amber", "terminated": "red"}
 
@@ -101,6 +108,7 @@ class ThreadsState(rx.State):
     counts: dict[str, int] = {"working": 0, "completed": 0, "archived": 0}
     agent_options: list[AgentOption] = []
     loaded: bool = False
+    _follow_generation: int = 0
 
     async def _refresh(self) -> None:
         session = await self.get_state(SessionState)
@@ -149,6 +157,32 @@ class ThreadsState(rx.State):
     async def clear_filters(self) -> None:
         self.agent_filter, self.failed_only = ALL, False
         await self._refresh()
+
+    @rx.event(background=True)
+    async def follow(self) -> None:
+        """Keep the open list current: a run starting or ending moves its thread between
+        Working and Completed without a reload. Ends when the tab leaves the page, opens it
+        again (a newer follower), or has been gone for a while."""
+        async with self:
+            self._follow_generation += 1
+            generation = self._follow_generation
+            path = self.router.url.path
+            token = self.router.session.client_token
+        gone_since: float | None = None
+        while True:
+            await asyncio.sleep(LIST_REFRESH_SECONDS)
+            async with self:
+                if self._follow_generation != generation or self.router.url.path != path:
+                    return
+            if await client_connected(token):
+                gone_since = None
+            elif gone_since is None:
+                gone_since = time.monotonic()
+            elif time.monotonic() - gone_since >= DISCONNECTED_GRACE_SECONDS:
+                return
+            async with self:
+                if self._follow_generation == generation:
+                    await self._refresh()
 
 
 # --- the detail page ------------------------------------------------------------------------

@@ -112,7 +112,7 @@ class _Pushed:
         )
 
 
-async def _client_connected(token: str) -> bool:
+async def client_connected(token: str) -> bool:
     """Whether the tab still has a socket (best effort: unknown counts as connected)."""
     try:
         from reflex_base.registry import RegistrationContext
@@ -402,7 +402,7 @@ async def _follow(
             reason = await _left_reason(state, generation, page_key)
             if reason:
                 return reason
-            if await _client_connected(token):
+            if await client_connected(token):
                 disconnected_since = None
             elif disconnected_since is None:
                 disconnected_since = now

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
+from sqlmodel import select
 
 from mosoo_core import files, identity, sessions
 from mosoo_core.agents.models import Agent
@@ -197,6 +198,16 @@ def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives
     expect(page.locator(f'[data-thread-id="{ids["report"]}"]')).to_have_count(0)
     with session_scope() as db:
         assert db.get(AgentSession, ids["report"]) is None
+
+    # An open list follows the runs: the busy thread's run ends and it leaves Working by itself.
+    page.get_by_test_id("thread-sections").get_by_role("radio", name=re.compile("Working")).click()
+    expect(rows).to_have_count(1)
+    with session_scope() as db:
+        run = db.exec(select(SessionRun).where(SessionRun.session_id == ids["busy"])).one()
+        sessions.finish_run(db, run, "completed", emit_event=True)
+    expect(rows).to_have_count(0, timeout=10_000)
+    expect(page.get_by_test_id("section-working").first).to_contain_text("0")
+    expect(page.get_by_test_id("section-completed").first).to_contain_text("3")
 
     # A deleted (or someone else's) thread is not found.
     page.goto(f"{server.url}/apps/{app_id}/threads/{ids['report']}")
