@@ -50,6 +50,7 @@ class TranscriptItem:
     - `permission`: `request_id`, `tool_call_id`, `name`, `input`,
       `status` pending | allow_once | reject_once | expired
     - `file`: `name` (the path), `status` (the change: created, modified, deleted ...)
+    - `outputs`: `files` ({id, name, path} of the artifacts a run recorded)
     - `run_end`: `status` completed | failed | cancelled, `code`, `text` (the error
       message), `retryable`, `usage` (the run's summed token usage)
     """
@@ -68,6 +69,7 @@ class TranscriptItem:
     is_error: bool = False
     duration_ms: int | None = None
     attachments: list[str] = field(default_factory=list)
+    files: list[dict[str, str]] = field(default_factory=list)
     status: str = ""
     code: str = ""
     retryable: bool = False
@@ -287,6 +289,17 @@ class Transcript:
             )
         )
 
+    def _on_session_files(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        listed = payload.get("files")
+        found = [
+            {"id": str(f.get("id", "")), "name": str(f.get("name", "")), "path": str(f.get("path", ""))}
+            for f in (listed if isinstance(listed, list) else [])
+            if isinstance(f, Mapping) and f.get("id")
+        ]
+        if found:
+            self._close_open()
+            self._append(TranscriptItem(key=key, kind="outputs", run_id=run_id, files=found))
+
     def _on_usage(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
         self.usage.add(payload)
         if run_id:
@@ -353,6 +366,7 @@ _HANDLERS: dict[str, Any] = {
     "tool.confirmation.required": Transcript._on_confirmation_required,
     "tool.confirmation.resolved": Transcript._on_confirmation_resolved,
     "file.changed": Transcript._on_file_changed,
+    "session_files.updated": Transcript._on_session_files,
     "usage.updated": Transcript._on_usage,
     "session.status": Transcript._on_session_status,
     **{event_type: _run_end(status) for event_type, status in RUN_END_TYPES.items()},

@@ -12,6 +12,7 @@ from typing import Any
 import reflex as rx
 
 from mosoo_core.sessions.transcript import TranscriptItem, Usage
+from mosoo_web.components.downloads import download_link
 
 OUTPUT_DISPLAY_CHARS = 6_000
 INPUT_DISPLAY_CHARS = 4_000
@@ -50,6 +51,7 @@ class ChatItem:
     retryable: bool = False
     usage_text: str = ""
     attachments: list[str] = field(default_factory=list)
+    files: list[dict[str, str]] = field(default_factory=list)
 
 
 def _clip(text: str, limit: int) -> tuple[str, str]:
@@ -114,7 +116,7 @@ def chat_item(item: TranscriptItem) -> ChatItem:
     """A transcript item as a display row."""
     row = ChatItem(
         key=item.key, kind=item.kind, text=item.text, status=item.status, name=item.name,
-        attachments=list(item.attachments),
+        attachments=list(item.attachments), files=[dict(f) for f in item.files],
     )
     if item.kind in ("tool", "permission"):
         row.summary = tool_summary(item.input)
@@ -420,6 +422,29 @@ def _file_line(item: rx.Var[ChatItem]) -> rx.Component:
     )
 
 
+def _outputs_line(item: rx.Var[ChatItem]) -> rx.Component:
+    """The artifacts a run left in /workspace/outputs, each a download."""
+    return rx.hstack(
+        rx.icon("folder-output", size=13, color=rx.color("gray", 10)),
+        rx.text("Outputs", size="1", color=rx.color("gray", 10)),
+        rx.flex(
+            rx.foreach(
+                item.files,
+                lambda f: download_link(
+                    rx.badge(rx.icon("download", size=11), f["path"], variant="soft", radius="full"),
+                    f["id"], "Download " + f["name"], "chat-output-file",
+                ),
+            ),
+            wrap="wrap",
+            gap="4px",
+        ),
+        align="center",
+        spacing="2",
+        margin_left="38px",
+        data_testid="chat-outputs",
+    )
+
+
 def _run_end(item: rx.Var[ChatItem]) -> rx.Component:
     usage = rx.cond(
         item.usage_text != "",
@@ -486,6 +511,7 @@ def transcript_item(
             ("tool", _tool_card(item)),
             ("permission", _permission_card(item, answered, on_allow, on_reject)),
             ("file", _file_line(item)),
+            ("outputs", _outputs_line(item)),
             ("run_end", _run_end(item)),
             rx.fragment(),
         ),

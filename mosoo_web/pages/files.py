@@ -13,6 +13,7 @@ from mosoo_core import files, sessions
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
+from mosoo_web.components.downloads import download_link
 from mosoo_web.components.layout import console_shell, page_header
 from mosoo_web.pages.agents import relative_time
 from mosoo_web.pages.app_settings import not_found_card
@@ -181,20 +182,6 @@ class FilesState(rx.State):
     @rx.event
     def close_preview(self) -> None:
         self.selected_id = ""
-
-
-def download_link(child: rx.Component, file_id: rx.Var | str, label: rx.Var | str, test_id: str) -> rx.Component:
-    """A link the browser follows itself: Reflex renders anchors as router links, which would
-    navigate inside the app instead of fetching the API (`reloadDocument` lets it through)."""
-    return rx.el.a(
-        child,
-        href="/api/files/" + file_id + "/content?download=1",
-        download="",
-        custom_attrs={"reloadDocument": True},
-        aria_label=label,
-        style={"color": "inherit", "display": "inline-flex", "align_items": "center"},
-        data_testid=test_id,
-    )
 
 
 def _file_row(row: rx.Var[FileRow]) -> rx.Component:

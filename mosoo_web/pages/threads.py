@@ -20,10 +20,10 @@ from mosoo_core.runtime.threads import delete_thread_everywhere
 from mosoo_core.sessions import actions
 from mosoo_web.components.chat import transcript_view
 from mosoo_web.components.composer import chat_composer
+from mosoo_web.components.downloads import download_link
 from mosoo_web.components.layout import console_shell, missing_card, page_header
 from mosoo_web.pages.agents import relative_time
 from mosoo_web.pages.app_settings import not_found_card
-from mosoo_web.pages.files import download_link
 from mosoo_web.state.session import SessionState, current_account_id
 from mosoo_web.state.thread_chat import (
     DISCONNECTED_GRACE_SECONDS,

@@ -197,6 +197,12 @@ def test_attach_in_preview_agent_writes_an_artifact_seen_on_the_thread_and_files
         first_request = json.dumps(model.chat_requests[0].body)
         assert "/mnt/attachments/" in first_request and "notes.txt" in first_request
         assert "Revenue grew 42% to 1.2M." in json.dumps(model.chat_requests[1].body)
+        # After the turn the chat names what the run left in outputs/, each a download.
+        output_link = page.get_by_test_id("chat-outputs").get_by_test_id("chat-output-file")
+        expect(output_link).to_have_text("summary.md", timeout=30_000)
+        with page.expect_download() as from_chat:
+            output_link.click()
+        assert from_chat.value.suggested_filename == "summary.md"
 
         # The thread: the attachment and the artifact, with download links.
         page.get_by_test_id("nav-threads").click()

@@ -257,3 +257,18 @@ def test_a_user_message_carries_the_names_of_the_files_it_named() -> None:
     log.add("user.message", text="and this?")
     transcript = build_transcript(log.events)
     assert [item.attachments for item in transcript.items] == [["notes.txt", "data.csv"], []]
+
+
+def test_recorded_outputs_become_one_line_after_the_run() -> None:
+    log = Log()
+    log.add("user.message", text="write it")
+    log.add("run.completed", final_text="done")
+    log.add("session_files.updated", files=[
+        {"id": "f1", "name": "summary.md", "path": "summary.md", "kind": "artifact"},
+        {"name": "no id, not a file"},
+    ])
+    log.add("session_files.updated", files=[])  # nothing recorded: no line
+    transcript = build_transcript(log.events)
+    assert _kinds(transcript)[-1] == "outputs"
+    assert transcript.items[-1].files == [{"id": "f1", "name": "summary.md", "path": "summary.md"}]
+    assert _kinds(transcript).count("outputs") == 1
