@@ -28,6 +28,7 @@ app.conf.update(
         "sweep-pending-email": {"task": "mosoo.sweep_pending_email", "schedule": 60.0},
         "purge-sign-in-records": {"task": "mosoo.purge_sign_in_records", "schedule": 3600.0},
         "sweep-sandboxes": {"task": "mosoo.sweep_sandboxes", "schedule": 60.0},
+        "sweep-files": {"task": "mosoo.sweep_files", "schedule": 3600.0},
     },
     beat_schedule_filename=str((settings.data_dir / "run" / "celerybeat-schedule").resolve()),
 )
@@ -102,3 +103,11 @@ def sweep_sandboxes() -> int:
     from mosoo_core.runtime.runs import sweep_stuck_boots
 
     return sweep_stuck_boots() + sweep()
+
+
+@app.task(name="mosoo.sweep_files")
+def sweep_files() -> int:
+    from mosoo_core import files
+
+    with session_scope() as db:
+        return files.sweep_files(db)

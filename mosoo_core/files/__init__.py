@@ -25,6 +25,7 @@ from mosoo_core.files.service import (
     purge_after_commit,
     purge_objects,
     remove_thread_files,
+    sweep_files,
     upload_file,
 )
 from mosoo_core.files.store import FilesystemStore, ObjectStore, S3Store, get_store, iter_chunks
@@ -58,5 +59,6 @@ __all__ = [
     "remove_stale_attachments",
     "remove_thread_files",
     "sanitize_name",
+    "sweep_files",
     "upload_file",
 ]

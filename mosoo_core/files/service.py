@@ -9,9 +9,10 @@ import contextlib
 import hashlib
 import os
 import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -363,6 +364,39 @@ def purge_objects(keys: Iterable[str], *, engine: Engine | None = None) -> int:
         except Exception as error:  # a store hiccup leaves an orphan, never a broken row
             log.warning("file.purge_failed", key=key, error=str(error)[:300])
     return deleted
+
+
+UNBOUND_UPLOAD_TTL = timedelta(hours=24)
+STALE_SPOOL_AFTER = timedelta(hours=1)
+
+
+def sweep_files(db: Session, *, now: datetime | None = None) -> int:
+    """Remove what nothing will use: uploads no message named within a day (a composer chip
+    dropped by "New chat", an API upload never sent) and temporary spool files a crashed
+    upload left behind. Objects go after the caller commits. Returns how much was removed."""
+    now = now or utcnow()
+    rows = db.exec(
+        select(StoredFile).where(
+            StoredFile.kind == "attachment",
+            col(StoredFile.session_id).is_(None),
+            StoredFile.created_at < now - UNBOUND_UPLOAD_TTL,
+        )
+    ).all()
+    keys = [row.object_key for row in rows]
+    for row in rows:
+        db.delete(row)
+    db.flush()
+    purge_after_commit(db, keys)
+    removed = len(rows)
+    cutoff = time.time() - STALE_SPOOL_AFTER.total_seconds()  # spool files age by the wall clock
+    for path in spool_dir().glob("upload-*"):
+        with contextlib.suppress(FileNotFoundError):
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed += 1
+    if removed:
+        log.info("files.swept", unbound_uploads=len(rows), removed=removed)
+    return removed
 
 
 def purge_after_commit(db: Session, keys: Iterable[str]) -> None:

@@ -4,8 +4,11 @@ ownership, listing and deletion with the objects in the store."""
 from __future__ import annotations
 
 import io
+import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -285,6 +288,35 @@ def test_deleting_a_file_removes_its_object_once_no_row_uses_it(db: Session, own
     assert _blobs(owner.app_id) == []
     with pytest.raises(NotFound):
         files.get_file(db, owner.account_id, second.id)
+
+
+def test_the_sweep_removes_day_old_unsent_uploads_and_stale_spool_files(db: Session, owner: Owner) -> None:
+    unsent = _upload(db, owner, b"never sent", "chip.txt")
+    fresh = _upload(db, owner, b"just uploaded", "fresh.txt")
+    thread_id = _thread(db, owner)
+    sent = _upload(db, owner, b"named by a message", "sent.txt", session_id=thread_id)
+    db.commit()
+    old_spool = spool_dir() / "upload-crashed"
+    old_spool.write_bytes(b"partial")
+    os.utime(old_spool, (time.time() - 7200, time.time() - 7200))
+    new_spool = spool_dir() / "upload-in-progress"
+    new_spool.write_bytes(b"partial")
+    later = unsent.created_at + timedelta(hours=24, minutes=1)
+    for row in db.exec(select(StoredFile).where(StoredFile.id == fresh.id)).all():
+        row.created_at = later - timedelta(minutes=5)  # uploaded minutes before the sweep
+        db.add(row)
+    db.commit()
+
+    assert files.sweep_files(db, now=later) == 2  # the unsent upload and the crashed spool file
+    assert len(_blobs(owner.app_id)) == 3  # objects go after the commit
+    db.commit()
+    with pytest.raises(NotFound):
+        files.get_file(db, owner.account_id, unsent.id)
+    assert files.get_file(db, owner.account_id, fresh.id).name == "fresh.txt"
+    assert files.get_file(db, owner.account_id, sent.id).name == "sent.txt"
+    assert len(_blobs(owner.app_id)) == 2
+    assert not old_spool.exists() and new_spool.exists()
+    new_spool.unlink()
 
 
 def test_a_rolled_back_delete_keeps_the_object(db: Session, owner: Owner) -> None:
