@@ -7,31 +7,24 @@ reconnect report."""
 
 from __future__ import annotations
 
-import base64
 import json
-import os
 import re
 import uuid
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import pytest
-import redis
 from playwright.sync_api import Browser, Page, expect
 
 from mosoo_core import agents
 from mosoo_core.db import session_scope
-from mosoo_core.runtime.sandbox import LABEL_APP, LABEL_SANDBOX, get_backend
-from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
 from mosoo_core.settings import reset_settings_cache
-from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
 from tests.browser.test_preview_chat import _account_id
-from tests.browser.test_preview_run import RunStack
-from tests.support.openai_server import ScriptedOpenAIServer, TextTurn
-from tests.support.processes import free_port, mosoo_env, page_served, running, wait_for
+from tests.support.browser_stack import RunStack, browser_run_stack
+from tests.support.openai_server import TextTurn
+from tests.support.processes import wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -46,45 +39,8 @@ ANSWER = "Added: exports. Fixed: the login loop."
 
 @pytest.fixture(scope="module")
 def journey_stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStack]:
-    """web + control + worker sharing one database, Redis db, master key and data dir."""
-    client = docker.from_env(timeout=600)
-    image = ensure_sandbox_image(client, base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", ""))
-    redis.Redis(db=REDIS_DB).flushdb()
-    root = tmp_path_factory.mktemp("agent-journey")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = mosoo_env(
-        root / "data",
-        database_url,
-        MOSOO_REDIS_URL=f"redis://127.0.0.1:6379/{REDIS_DB}",
-        MOSOO_MASTER_KEY=base64.b64encode(os.urandom(32)).decode(),
-        MOSOO_SANDBOX_BACKEND="docker",
-        MOSOO_SANDBOX_IMAGE=image,
-        MOSOO_CONTROL_PORT=str(free_port()),
-        MOSOO_DRIVER_HEARTBEAT_INTERVAL_MS="1000",
-        MOSOO_WEB_PORT=str(port),
-        MOSOO_PUBLIC_URL=url,
-    )
-    logs = {name: root / f"{name}.log" for name in ("web", "control", "worker")}
-    with ScriptedOpenAIServer(models=["test-model"]) as model:
-        stack = RunStack(web=WebServer(url=url, database_url=database_url, log=logs["web"]), model=model, logs=logs)
-        try:
-            with (
-                running(["control"], env, logs["control"]) as control,
-                running(["worker", "--concurrency", "2"], env, logs["worker"]) as worker,
-                running(["web"], dict(env), logs["web"]) as web,
-            ):
-                with stack.logs_on_failure():
-                    wait_for(lambda: b"control.ready" in logs["control"].read_bytes(), 30, "control", control)
-                    wait_for(lambda: b"worker.ready" in logs["worker"].read_bytes(), 60, "the worker", worker)
-                    wait_for(lambda: page_served(f"{url}/login"), 600, "the console to be served", web)
-                yield stack
-        finally:
-            backend = get_backend()
-            for app_id in stack.app_ids:
-                for ref in backend.list_by_label({LABEL_SANDBOX: "1", LABEL_APP: app_id}):
-                    backend.remove(ref)
-            client.close()
+    with browser_run_stack(database_url, tmp_path_factory.mktemp("agent-journey"), REDIS_DB) as stack:
+        yield stack
 
 
 @pytest.fixture

@@ -7,27 +7,18 @@ unarchives it, and it is archived and unarchived from its page."""
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import json
-import os
 import re
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import docker
 import pytest
-import redis
 from playwright.sync_api import Browser, Page, expect
 
-from mosoo_core.runtime.sandbox import LABEL_APP, LABEL_SANDBOX, get_backend
-from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
-from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
-from tests.support.openai_server import ScriptedOpenAIServer, TextTurn, ToolCall, ToolCallsTurn
-from tests.support.processes import free_port, mosoo_env, page_served, running, wait_for
+from tests.support.browser_stack import RunStack, browser_run_stack
+from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -41,68 +32,10 @@ SUMMARY = "# Summary\n\nRevenue grew 42%; churn fell to 3%.\n"
 WRITE_SUMMARY = f"mkdir -p /workspace/outputs && cat > /workspace/outputs/summary.md <<'EOF'\n{SUMMARY}EOF\n"
 
 
-@dataclass
-class RunStack:
-    web: WebServer
-    model: ScriptedOpenAIServer
-    logs: dict[str, Path]
-    app_ids: set[str] = field(default_factory=set)
-
-    def print_logs(self) -> None:
-        for name, path in self.logs.items():
-            text = path.read_text(errors="replace") if path.exists() else "(no log)"
-            print(f"--- {name} ({path})\n{text[-6000:]}")
-
-    @contextlib.contextmanager
-    def logs_on_failure(self) -> Iterator[None]:
-        try:
-            yield
-        except BaseException:
-            self.print_logs()
-            raise
-
-
 @pytest.fixture(scope="module")
 def run_stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStack]:
-    """web + control + worker sharing one database, Redis db, master key and data dir."""
-    client = docker.from_env(timeout=600)
-    image = ensure_sandbox_image(client, base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", ""))
-    redis.Redis(db=REDIS_DB).flushdb()
-    root = tmp_path_factory.mktemp("files-journey")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = mosoo_env(
-        root / "data",
-        database_url,
-        MOSOO_REDIS_URL=f"redis://127.0.0.1:6379/{REDIS_DB}",
-        MOSOO_MASTER_KEY=base64.b64encode(os.urandom(32)).decode(),
-        MOSOO_SANDBOX_BACKEND="docker",
-        MOSOO_SANDBOX_IMAGE=image,
-        MOSOO_CONTROL_PORT=str(free_port()),
-        MOSOO_DRIVER_HEARTBEAT_INTERVAL_MS="1000",
-        MOSOO_WEB_PORT=str(port),
-        MOSOO_PUBLIC_URL=url,
-    )
-    logs = {name: root / f"{name}.log" for name in ("web", "control", "worker")}
-    with ScriptedOpenAIServer(models=["test-model"]) as model:
-        stack = RunStack(web=WebServer(url=url, database_url=database_url, log=logs["web"]), model=model, logs=logs)
-        try:
-            with (
-                running(["control"], env, logs["control"]) as control,
-                running(["worker", "--concurrency", "2"], env, logs["worker"]) as worker,
-                running(["web"], dict(env), logs["web"]) as web,
-            ):
-                with stack.logs_on_failure():
-                    wait_for(lambda: b"control.ready" in logs["control"].read_bytes(), 30, "control", control)
-                    wait_for(lambda: b"worker.ready" in logs["worker"].read_bytes(), 60, "the worker", worker)
-                    wait_for(lambda: page_served(f"{url}/login"), 600, "the console to be served", web)
-                yield stack
-        finally:
-            backend = get_backend()
-            for app_id in stack.app_ids:
-                for ref in backend.list_by_label({LABEL_SANDBOX: "1", LABEL_APP: app_id}):
-                    backend.remove(ref)
-            client.close()
+    with browser_run_stack(database_url, tmp_path_factory.mktemp("files-journey"), REDIS_DB) as stack:
+        yield stack
 
 
 def _set_up_agent(page: Page, stack: RunStack) -> None:
