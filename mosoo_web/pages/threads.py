@@ -18,6 +18,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError, NotFound
 from mosoo_core.runtime.threads import delete_thread_everywhere
 from mosoo_core.sessions import actions
+from mosoo_core.sessions.threads import MAX_LIST_LIMIT
 from mosoo_web.components.chat import transcript_view
 from mosoo_web.components.composer import chat_composer
 from mosoo_web.components.downloads import download_link
@@ -40,6 +41,7 @@ EMPTY_TEXT = {
     "archived": "Nothing archived. Archive a finished thread to tidy this list; it stays readable.",
 }
 LIST_REFRESH_SECONDS = 3.0  # how often an open list re-reads the threads
+LIST_PAGE = 100
 PURPOSE_LABELS = {"preview": "Preview", "console": "Console", "api": "API", "channel": "Channel"}
 STATUS_COLORS = {"idle": "gray", "running": "blue", "rescheduling": "amber", "terminated": "red"}
 
@@ -84,14 +86,22 @@ def _list_row(row: sessions.ThreadRow, now: Any) -> ThreadListRow:
 
 
 def _load_list(
-    account_id: str, app_id: str, section: str, agent_id: str, failed_only: bool
+    account_id: str, app_id: str, section: str, agent_id: str, failed_only: bool, shown: int
 ) -> tuple[list[ThreadListRow], dict[str, int], list[AgentOption]]:
+    """The first `shown` threads of the section (read page by page), the section counts and
+    the agent filter's options."""
     agent_filter = None if agent_id == ALL else agent_id
     failed = True if failed_only else None
     with session_scope() as db:
-        rows = sessions.list_threads(
-            db, account_id, app_id, section=section, agent_id=agent_filter, failed=failed, limit=200
-        )
+        rows: list[sessions.ThreadRow] = []
+        while len(rows) < shown:
+            page = sessions.list_threads(
+                db, account_id, app_id, section=section, agent_id=agent_filter, failed=failed,
+                limit=min(MAX_LIST_LIMIT, shown - len(rows)), before=rows[-1].id if rows else None,
+            )
+            rows += page
+            if not page:
+                break
         counts = sessions.count_threads(db, account_id, app_id, agent_id=agent_filter, failed=failed)
         options = [AgentOption(id=a.id, name=a.name) for a in agents.list_agents(db, account_id, app_id)]
     now = utcnow()
@@ -108,7 +118,12 @@ class ThreadsState(rx.State):
     counts: dict[str, int] = {"working": 0, "completed": 0, "archived": 0}
     agent_options: list[AgentOption] = []
     loaded: bool = False
+    shown: int = LIST_PAGE  # how many rows of the section the list holds ("Show more" adds a page)
     _follow_generation: int = 0
+
+    @rx.var
+    def hidden_count(self) -> int:
+        return max(0, self.counts.get(self.section, 0) - len(self.rows))
 
     async def _refresh(self) -> None:
         session = await self.get_state(SessionState)
@@ -118,7 +133,8 @@ class ThreadsState(rx.State):
         account_id = await current_account_id(self)
         try:
             self.rows, self.counts, self.agent_options = await asyncio.to_thread(
-                _load_list, account_id, session.current_app_id, self.section, self.agent_filter, self.failed_only
+                _load_list, account_id, session.current_app_id, self.section, self.agent_filter, self.failed_only,
+                self.shown,
             )
         except NotFound:
             session.app_missing = True
@@ -129,6 +145,7 @@ class ThreadsState(rx.State):
     async def load(self) -> None:
         """After the App guard. Opens on Working when something is running, else Completed."""
         self.loaded = False
+        self.shown = LIST_PAGE
         if self.agent_filter != ALL and not any(o.id == self.agent_filter for o in self.agent_options):
             self.agent_filter = ALL
         self.section = "working"
@@ -141,6 +158,7 @@ class ThreadsState(rx.State):
     async def choose_section(self, section: str | list[str]) -> None:
         if isinstance(section, str) and section in SECTION_LABELS:
             self.section = section
+            self.shown = LIST_PAGE
             await self._refresh()
 
     @rx.event
@@ -151,6 +169,11 @@ class ThreadsState(rx.State):
     @rx.event
     async def set_failed_only(self, value: bool) -> None:
         self.failed_only = bool(value)
+        await self._refresh()
+
+    @rx.event
+    async def show_more(self) -> None:
+        self.shown += LIST_PAGE
         await self._refresh()
 
     @rx.event
@@ -571,7 +594,19 @@ def _list_content() -> rx.Component:
             rx.flex(_section_tabs(), rx.spacer(), _filters(), wrap="wrap", gap="12px", width="100%", align="center"),
             rx.cond(
                 ThreadsState.rows.length() > 0,
-                rx.vstack(rx.foreach(ThreadsState.rows, _thread_row), width="100%", spacing="2"),
+                rx.vstack(
+                    rx.foreach(ThreadsState.rows, _thread_row),
+                    rx.cond(
+                        ThreadsState.hidden_count > 0,
+                        rx.button(
+                            "Show more (", ThreadsState.hidden_count, " more)", variant="soft", color_scheme="gray",
+                            on_click=ThreadsState.show_more, data_testid="threads-show-more", align_self="center",
+                        ),
+                        rx.fragment(),
+                    ),
+                    width="100%",
+                    spacing="2",
+                ),
                 rx.cond(ThreadsState.loaded, _list_empty(), rx.fragment()),
             ),
             width="100%",

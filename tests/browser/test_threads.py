@@ -218,3 +218,34 @@ def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives
         stranger_app = identity.list_apps(db, stranger.id)[0].id
     page.goto(f"{server.url}/apps/{stranger_app}/threads/{ids['broken']}")
     expect(page.get_by_test_id("thread-not-found").or_(page.get_by_text("App not found"))).to_be_visible()
+
+
+def test_a_long_list_shows_a_page_at_a_time(page: Page, browser: Browser, shared_database: WebServer) -> None:
+    server = shared_database
+    page.goto(f"{server.url}/login")
+    _sign_in(page, browser, server, f"many-threads-{uuid.uuid4().hex[:8]}@example.com")
+    page.wait_for_url(APP_URL)
+    match = APP_URL.search(page.url)
+    assert match
+    app_id = match.group(1)
+    account_id = _account_id(page)
+    with session_scope() as db:
+        agent = Agent(app_id=app_id, name="Busy bee", model="m")
+        db.add(agent)
+        db.flush()
+        for number in range(105):
+            thread_id = sessions.create_session(db, account_id, app_id, agent.id).id
+            sessions.rename_thread(db, account_id, thread_id, f"Thread number {number:03d}")
+
+    page.goto(f"{server.url}/apps/{app_id}/threads")
+    rows = page.get_by_test_id("thread-row")
+    expect(rows).to_have_count(100)
+    expect(page.get_by_test_id("section-completed").first).to_contain_text("105")
+    more = page.get_by_test_id("threads-show-more")
+    expect(more).to_have_text("Show more (5 more)")
+    more.click()
+    expect(rows).to_have_count(105)
+    expect(more).to_have_count(0)
+    # Newest first, each thread once across the pages.
+    titles = rows.all_inner_texts()
+    assert len({t.split("\n")[0] for t in titles}) == 105
