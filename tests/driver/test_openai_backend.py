@@ -1,4 +1,8 @@
-"""The `openai` runtime against the scripted OpenAI-compatible server."""
+"""The `openai` runtime against the scripted OpenAI-compatible server.
+
+The loop, tools, permissions, cancel and retries are one implementation over two APIs; the
+tests marked `BOTH_STYLES` run over Chat Completions and the Responses API alike (what each
+API puts on the wire is checked here for Chat Completions and in test_openai_responses.py)."""
 
 from __future__ import annotations
 
@@ -14,9 +18,11 @@ import pytest
 
 from driver.backends import create_backend
 from driver.backends.openai import OpenAIBackend
+from driver.protocol import GatewayGrant
 from tests.driver.conftest import GRANT, RecordingSink, command, make_spec, wait_for
 from tests.support.openai_server import (
     ErrorTurn,
+    RecordedRequest,
     ScriptedOpenAIServer,
     TextTurn,
     ToolCall,
@@ -25,15 +31,42 @@ from tests.support.openai_server import (
 
 TERMINAL = {"run.completed", "run.failed", "run.cancelled"}
 BackendFactory = Callable[..., Any]
+BOTH_STYLES = pytest.mark.parametrize("api_style", ["chat_completions", "responses"])
 
 
 @pytest.fixture
-async def make_backend(workspace: Path, model_server: ScriptedOpenAIServer) -> AsyncIterator[BackendFactory]:
+def api_style() -> str:
+    """Chat Completions unless a test runs over both (`BOTH_STYLES` overrides this)."""
+    return "chat_completions"
+
+
+def sent(model_server: ScriptedOpenAIServer, api_style: str) -> list[RecordedRequest]:
+    """The model requests of the given API, in order."""
+    return model_server.chat_requests if api_style == "chat_completions" else model_server.responses_requests
+
+
+def conversation(request: RecordedRequest, api_style: str) -> list[dict[str, Any]]:
+    return request.messages if api_style == "chat_completions" else request.input
+
+
+def last_tool_result(request: RecordedRequest, api_style: str) -> tuple[str, str]:
+    """(call id, output) of the tool result a request ends with, in either API's shape."""
+    last = conversation(request, api_style)[-1]
+    if api_style == "chat_completions":
+        assert last["role"] == "tool"
+        return last["tool_call_id"], last["content"]
+    assert last["type"] == "function_call_output"
+    return last["call_id"], last["output"]
+
+
+@pytest.fixture
+async def make_backend(workspace: Path, model_server: ScriptedOpenAIServer, api_style: str) -> AsyncIterator[BackendFactory]:
     started: list[OpenAIBackend] = []
 
     async def factory(
         sink: RecordingSink, *, max_steps: int = 50, retry_initial_delay: float = 0.5, **spec_overrides: Any
     ) -> OpenAIBackend:
+        spec_overrides.setdefault("gateway", GatewayGrant(grant=GRANT, api_style=api_style))  # type: ignore[arg-type]
         spec = make_spec(workspace, **spec_overrides)
         backend = OpenAIBackend(
             spec, sink, model_base_url=model_server.base_url, max_steps=max_steps, max_retries=0,
@@ -59,10 +92,13 @@ async def finish(sink: RecordingSink, run_id: str, timeout: float = 10.0) -> str
     return next(k for k in sink.kinds(run_id) if k in TERMINAL)
 
 
-async def test_text_streams_as_ordered_deltas_then_completes(make_backend: BackendFactory, model_server: ScriptedOpenAIServer) -> None:
+@BOTH_STYLES
+async def test_text_and_thinking_stream_as_ordered_deltas_then_complete(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer
+) -> None:
     model_server.add(TextTurn(["Hel", "lo", " world"], reasoning=["Let me ", "think."]))
     sink = RecordingSink()
-    backend = await make_backend(sink, provider_options={"temperature": 0.2, "max_tokens": 300, "reasoning_effort": "low", "unknown": 1})
+    backend = await make_backend(sink)
     command_id = await start_run(backend, "run-1", "Say hello")
     assert await finish(sink, "run-1") == "run.completed"
 
@@ -87,6 +123,15 @@ async def test_text_streams_as_ordered_deltas_then_completes(make_backend: Backe
     assert sink.statuses(command_id) == ["accepted", "completed"]
     assert sink.last_update(command_id)["result"] == {"run_status": "completed"}
 
+
+async def test_a_chat_completions_request_carries_the_prompt_and_known_options(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer
+) -> None:
+    model_server.add(TextTurn(["Hel", "lo", " world"], reasoning=["Let me ", "think."]))
+    sink = RecordingSink()
+    backend = await make_backend(sink, provider_options={"temperature": 0.2, "max_tokens": 300, "reasoning_effort": "low", "unknown": 1})
+    await start_run(backend, "run-1", "Say hello")
+    assert await finish(sink, "run-1") == "run.completed"
     (request,) = model_server.chat_requests
     assert request.headers["authorization"] == f"Bearer {GRANT}"
     body = request.body
@@ -100,7 +145,8 @@ async def test_text_streams_as_ordered_deltas_then_completes(make_backend: Backe
     assert body["messages"][1:] == [{"role": "user", "content": "Say hello"}]
 
 
-async def test_usage_comes_from_the_servers_usage_chunk(make_backend: BackendFactory, model_server: ScriptedOpenAIServer) -> None:
+@BOTH_STYLES
+async def test_usage_comes_from_the_providers_own_numbers(make_backend: BackendFactory, model_server: ScriptedOpenAIServer) -> None:
     model_server.add(TextTurn("ok", usage={"prompt_tokens": 1234, "completion_tokens": 56, "cached_tokens": 1000, "reasoning_tokens": 7}))
     sink = RecordingSink()
     backend = await make_backend(sink)
@@ -111,8 +157,9 @@ async def test_usage_comes_from_the_servers_usage_chunk(make_backend: BackendFac
     ]
 
 
+@BOTH_STYLES
 async def test_a_bash_tool_call_runs_in_the_workspace_and_its_output_goes_back_to_the_model(
-    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path, api_style: str
 ) -> None:
     model_server.add(ToolCallsTurn([ToolCall("bash", {"command": "pwd"}, id="call_pwd")]), TextTurn("In the workspace."))
     sink = RecordingSink()
@@ -139,7 +186,18 @@ async def test_a_bash_tool_call_runs_in_the_workspace_and_its_output_goes_back_t
     assert completed["output"] == str(workspace)
     assert completed["is_error"] is False
     assert isinstance(completed["duration_ms"], int) and completed["duration_ms"] >= 0
+    _first, second = sent(model_server, api_style)
+    assert last_tool_result(second, api_style) == ("call_pwd", str(workspace))
 
+
+async def test_chat_completions_carry_the_tools_and_the_call_before_its_result(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path
+) -> None:
+    model_server.add(ToolCallsTurn([ToolCall("bash", {"command": "pwd"}, id="call_pwd")]), TextTurn("In the workspace."))
+    sink = RecordingSink()
+    backend = await make_backend(sink, tools={"bash": "allow", "read": "allow"})
+    await start_run(backend, "run-2", "Where are you?")
+    assert await finish(sink, "run-2") == "run.completed"
     first, second = model_server.chat_requests
     assert sorted(t["function"]["name"] for t in first.body["tools"]) == ["bash", "read"]
     assert second.messages[-2]["role"] == "assistant"
@@ -147,8 +205,9 @@ async def test_a_bash_tool_call_runs_in_the_workspace_and_its_output_goes_back_t
     assert second.messages[-1] == {"role": "tool", "tool_call_id": "call_pwd", "content": str(workspace)}
 
 
+@BOTH_STYLES
 async def test_an_ask_tool_waits_for_permission_and_runs_when_allowed(
-    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path, api_style: str
 ) -> None:
     model_server.add(
         ToolCallsTurn([ToolCall("write", {"path": "outputs/hello.txt", "content": "hi"}, id="call_w")]),
@@ -175,10 +234,12 @@ async def test_an_ask_tool_waits_for_permission_and_runs_when_allowed(
     assert sink.of_kind("file.changed") == [{"path": "outputs/hello.txt", "change": "created"}]
     kinds = sink.kinds()
     assert kinds.index("tool.call.started") < kinds.index("permission.requested") < kinds.index("permission.resolved") < kinds.index("tool.call.completed")
+    assert last_tool_result(sent(model_server, api_style)[1], api_style)[0] == "call_w"
 
 
+@BOTH_STYLES
 async def test_a_rejected_tool_call_is_an_error_result_for_the_model(
-    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path, api_style: str
 ) -> None:
     model_server.add(ToolCallsTurn([ToolCall("bash", {"command": "touch forbidden"}, id="call_b")]), TextTurn("Understood."))
     sink = RecordingSink()
@@ -192,7 +253,7 @@ async def test_a_rejected_tool_call_is_an_error_result_for_the_model(
     assert not (workspace / "forbidden").exists()
     completed = sink.of_kind("tool.call.completed")[0]
     assert (completed["output"], completed["is_error"]) == ("rejected by the user", True)
-    assert model_server.chat_requests[1].messages[-1] == {"role": "tool", "tool_call_id": "call_b", "content": "rejected by the user"}
+    assert last_tool_result(sent(model_server, api_style)[1], api_style) == ("call_b", "rejected by the user")
 
 
 async def test_permission_answers_for_unknown_requests_or_bad_decisions_fail(make_backend: BackendFactory) -> None:
@@ -206,6 +267,7 @@ async def test_permission_answers_for_unknown_requests_or_bad_decisions_fail(mak
     assert sink.statuses(bad.command_id) == ["failed"]
 
 
+@BOTH_STYLES
 async def test_cancel_mid_stream_stops_the_model_stream(make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path) -> None:
     model_server.add(TextTurn([f"word{i} " for i in range(100)], delay=0.05))
     sink = RecordingSink()
@@ -228,6 +290,7 @@ async def test_cancel_mid_stream_stops_the_model_stream(make_backend: BackendFac
     assert saved[-1]["role"] == "assistant" and saved[-1]["content"].startswith("word0")
 
 
+@BOTH_STYLES
 async def test_cancel_mid_tool_kills_the_running_command(make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path) -> None:
     model_server.add(ToolCallsTurn([ToolCall("bash", {"command": "echo $$ > bash.pid; sleep 60"}, id="call_sleep")]))
     sink = RecordingSink()
@@ -246,6 +309,7 @@ async def test_cancel_mid_tool_kills_the_running_command(make_backend: BackendFa
     assert saved[-1]["role"] == "tool" and saved[-1]["tool_call_id"] == "call_sleep"
 
 
+@BOTH_STYLES
 async def test_cancel_while_waiting_for_permission_ends_the_run_and_answers_the_tool_call(
     make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path
 ) -> None:
@@ -323,6 +387,7 @@ async def test_the_loop_stops_at_the_step_limit(make_backend: BackendFactory, mo
     assert sink.last_update(command_id) == {"command_id": command_id, "status": "completed", "result": {"run_status": "failed"}, "error": None}
 
 
+@BOTH_STYLES
 @pytest.mark.parametrize(("status", "retryable"), [(400, False), (503, True)])
 async def test_a_model_error_fails_the_run(make_backend: BackendFactory, model_server: ScriptedOpenAIServer, status: int, retryable: bool) -> None:
     model_server.add(ErrorTurn(status, "the model refused"))
@@ -427,8 +492,9 @@ def _alive(pid: int) -> bool:
 # --- transport failures: retried with backoff (a control restart under the forwarder) -------
 
 
+@BOTH_STYLES
 async def test_a_stream_cut_mid_answer_is_retried_as_a_new_message(
-    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path, api_style: str
 ) -> None:
     model_server.add(TextTurn(["Hel", "lo", " wor", "ld"], drop_after=2), TextTurn(["Hello", " world"]))
     sink = RecordingSink()
@@ -461,8 +527,8 @@ async def test_a_stream_cut_mid_answer_is_retried_as_a_new_message(
     assert model_server.streams_aborted == 1
 
     # The retry asks the same question again, and only the final answer is kept.
-    first_request, second_request = model_server.chat_requests
-    assert second_request.messages == first_request.messages
+    first_request, second_request = sent(model_server, api_style)
+    assert conversation(second_request, api_style) == conversation(first_request, api_style)
     saved = json.loads((workspace / ".mosoo/sessions/ses_1.json").read_text())["messages"]
     assert saved == [{"role": "user", "content": "Say hello"}, {"role": "assistant", "content": "Hello world"}]
 
