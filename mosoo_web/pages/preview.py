@@ -391,6 +391,7 @@ class PreviewState(ThreadChat, rx.State):
         match = _AGENT_PATH.search(self.router.url.path or "")
         agent_id = match.group(2) if match else ""
         self.current_agent_id = agent_id
+        self._chat_agent_id = agent_id
         if session.app_missing or not app_id:
             return None
         try:
@@ -633,11 +634,6 @@ class PreviewState(ThreadChat, rx.State):
         self._reset_chat()
         self.thread_id = ""
         return thread_url_script("")
-
-    async def _attachment_target(self) -> tuple[str, str, str]:
-        # Uploaded for the Agent: the thread may not exist yet; the send binds them to it.
-        _account_id, app_id, _session = await self._context()
-        return app_id, self.current_agent_id, ""
 
     @rx.event(background=True)
     async def send(self, form: dict[str, Any]) -> Any:

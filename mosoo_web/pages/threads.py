@@ -289,16 +289,13 @@ class ThreadDetailState(ThreadChat, rx.State):
     def _apply(self, header: _Header) -> None:
         self.title, self.display_title = header.title, header.display_title
         self.agent_id, self.agent_name = header.agent_id, header.agent_name
+        self._chat_agent_id = header.agent_id
         self.version_text, self.archived = header.version_text, header.archived
         self.purpose, self.end_user_id = header.purpose, header.end_user_id
 
     async def _ids(self) -> tuple[str, str]:
         session = await self.get_state(SessionState)
         return await current_account_id(self), session.current_app_id
-
-    async def _attachment_target(self) -> tuple[str, str, str]:
-        _account_id, app_id = await self._ids()
-        return app_id, self.agent_id, self.thread_id
 
     @rx.event
     async def load(self) -> Any:

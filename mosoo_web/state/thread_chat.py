@@ -30,7 +30,7 @@ from mosoo_core.logs import get_logger
 from mosoo_core.sessions import actions
 from mosoo_core.sessions.transcript import Transcript
 from mosoo_web.components.chat import ChatItem, chat_item, usage_text
-from mosoo_web.state.session import current_account_id
+from mosoo_web.state.session import SessionState, current_account_id
 
 log = get_logger(__name__)
 
@@ -61,13 +61,12 @@ def size_text(size: int) -> str:
     return f"{size / (1024 * 1024):.1f} MiB"
 
 
-def _store_upload(
-    account_id: str, app_id: str, agent_id: str, thread_id: str, upload: rx.UploadFile
-) -> AttachmentChip:
+def _store_upload(account_id: str, app_id: str, agent_id: str, upload: rx.UploadFile) -> AttachmentChip:
+    """Uploaded for the Agent, bound to the thread by the message that names it: a chip left
+    behind (New chat, leaving the page) stays unbound and the hourly sweep removes it."""
     with session_scope() as db:
         view = files.upload_file(
-            db, account_id, app_id, agent_id, upload.file, upload.filename or "file", upload.content_type,
-            session_id=thread_id or None,
+            db, account_id, app_id, agent_id, upload.file, upload.filename or "file", upload.content_type
         )
     return AttachmentChip(id=view.id, name=view.name, size_text=size_text(view.size))
 
@@ -157,6 +156,7 @@ class ThreadChat(rx.State, mixin=True):
     files_version: int = 0
     # Each open/reload/thread change starts a new watcher; older ones see the bump and end.
     _watch_generation: int = 0
+    _chat_agent_id: str = ""  # the Agent attachments are uploaded for (set by the page)
 
     def _chat_page_key(self) -> str:
         """The page this tab shows; a watcher stops when it changes (the query string, which
@@ -180,11 +180,6 @@ class ThreadChat(rx.State, mixin=True):
         self.attachments = []
         self.attach_error = ""
 
-    async def _attachment_target(self) -> tuple[str, str, str]:
-        """(app_id, agent_id, thread_id) new attachments are uploaded for; thread_id "" uploads
-        for the Agent, bound to the thread when the message is sent. Pages override it."""
-        raise NotImplementedError
-
     def _take_attachment_ids(self) -> list[str]:
         return [chip.id for chip in self.attachments]
 
@@ -195,7 +190,8 @@ class ThreadChat(rx.State, mixin=True):
             return  # every file was refused by the widget: `reject_files` says why
         self.attach_error = ""
         account_id = await current_account_id(self)
-        app_id, agent_id, thread_id = await self._attachment_target()
+        app_id = (await self.get_state(SessionState)).current_app_id
+        agent_id = self._chat_agent_id
         if not account_id or not agent_id:
             return
         refused: list[str] = []
@@ -205,7 +201,7 @@ class ThreadChat(rx.State, mixin=True):
                 refused.append(f"{name} was not attached: a message takes at most {MAX_PENDING_ATTACHMENTS} files.")
                 continue
             try:
-                chip = await asyncio.to_thread(_store_upload, account_id, app_id, agent_id, thread_id, upload)
+                chip = await asyncio.to_thread(_store_upload, account_id, app_id, agent_id, upload)
             except MosooError as error:
                 refused.append(f"{name} was not attached: {error.message}")
                 continue
