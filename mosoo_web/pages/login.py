@@ -98,7 +98,11 @@ def _email_step() -> rx.Component:
                 auto_focus=True,
                 data_testid="login-email",
             ),
-            rx.button("Email me a code", type="submit", size="3", width="100%", data_testid="login-send-code"),
+            # Enabled once the page is connected: a click before that would go nowhere.
+            rx.button(
+                "Email me a code", type="submit", size="3", width="100%", disabled=~rx.State.is_hydrated,
+                data_testid="login-send-code",
+            ),
             width="100%",
             spacing="3",
         ),
@@ -125,7 +129,10 @@ def _code_step() -> rx.Component:
                     auto_focus=True,
                     data_testid="login-code",
                 ),
-                rx.button("Sign in", type="submit", size="3", width="100%", data_testid="login-verify"),
+                rx.button(
+                    "Sign in", type="submit", size="3", width="100%", disabled=~rx.State.is_hydrated,
+                    data_testid="login-verify",
+                ),
                 width="100%",
                 spacing="3",
             ),

@@ -28,6 +28,8 @@ def _code_from_dev_mailbox(browser: Browser, server: WebServer, email: str) -> s
 
 
 def _sign_in(page: Page, browser: Browser, server: WebServer, email: str) -> None:
+    # The button is enabled once the page is connected; typing before that can be lost.
+    expect(page.get_by_test_id("login-send-code")).to_be_enabled(timeout=30_000)
     page.get_by_test_id("login-email").fill(email)
     page.get_by_test_id("login-send-code").click()
     expect(page.get_by_test_id("login-notice")).to_contain_text(email)
