@@ -749,41 +749,37 @@ def _readiness_row(row: BlockerRow, test_id: str) -> rx.Component:
     )
 
 
-def _blockers() -> rx.Component:
-    return rx.fragment(
-        rx.cond(
-            PreviewState.blockers.length() > 0,
-            rx.callout.root(
-                rx.callout.icon(rx.icon("circle-alert", size=16)),
-                rx.vstack(
-                    rx.text("Before this agent can run", size="2", weight="bold"),
-                    rx.foreach(PreviewState.blockers, lambda row: _readiness_row(row, "readiness-blocker")),
-                    spacing="1",
-                    width="100%",
-                ),
-                color_scheme="amber",
-                variant="surface",
+def _readiness_callout(
+    rows: rx.Var[list[BlockerRow]], title: str, icon: str, color: str, row_test_id: str, test_id: str
+) -> rx.Component:
+    return rx.cond(
+        rows.length() > 0,
+        rx.callout.root(
+            rx.callout.icon(rx.icon(icon, size=16)),
+            rx.vstack(
+                rx.text(title, size="2", weight="bold"),
+                rx.foreach(rows, lambda row: _readiness_row(row, row_test_id)),
+                spacing="1",
                 width="100%",
-                data_testid="readiness-blockers",
             ),
-            rx.fragment(),
+            color_scheme=color,
+            variant="surface",
+            width="100%",
+            data_testid=test_id,
         ),
-        rx.cond(
-            PreviewState.warnings.length() > 0,
-            rx.callout.root(
-                rx.callout.icon(rx.icon("info", size=16)),
-                rx.vstack(
-                    rx.text("Runs go without", size="2", weight="bold"),
-                    rx.foreach(PreviewState.warnings, lambda row: _readiness_row(row, "readiness-warning")),
-                    spacing="1",
-                    width="100%",
-                ),
-                color_scheme="gray",
-                variant="surface",
-                width="100%",
-                data_testid="readiness-warnings",
-            ),
-            rx.fragment(),
+        rx.fragment(),
+    )
+
+
+def _blockers() -> rx.Component:
+    """What stops the agent (blockers), then what a run goes without (warnings)."""
+    return rx.fragment(
+        _readiness_callout(
+            PreviewState.blockers, "Before this agent can run", "circle-alert", "amber", "readiness-blocker",
+            "readiness-blockers",
+        ),
+        _readiness_callout(
+            PreviewState.warnings, "Runs go without", "info", "gray", "readiness-warning", "readiness-warnings",
         ),
     )
 
