@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -77,7 +77,8 @@ def dispose_engines() -> None:
 
 @contextmanager
 def session_scope(engine: Engine | None = None) -> Iterator[Session]:
-    """A unit of work: commits on success, rolls back on error."""
+    """A unit of work: commits on success, rolls back on error (see `commit_refusal` for
+    the refusals whose bookkeeping must survive that rollback)."""
     with Session(engine or get_engine(), expire_on_commit=False) as session:
         try:
             yield session
@@ -85,6 +86,20 @@ def session_scope(engine: Engine | None = None) -> Iterator[Session]:
         except BaseException:
             session.rollback()
             raise
+
+
+def commit_refusal(db: Session, error: BaseException) -> NoReturn:
+    """Record, then refuse: commit what this unit of work has written so far, then raise.
+
+    For rules whose refusal must leave a trace (a wrong sign-in code uses up a try, a failed
+    verification counts against the throttle, a boot token presented once is burned):
+    raising alone would let the unit of work's rollback undo the very counter that enforces
+    the rule, as a brute-forced sign-in code once showed. The commit happens here, at the
+    refusal, rather than in `session_scope`, so it holds whatever the front door does with
+    the error afterwards (translate it, catch it, wrap it). Write only the refusal's
+    bookkeeping before calling this."""
+    db.commit()
+    raise error
 
 
 def check_database(engine: Engine | None = None) -> None:

@@ -54,6 +54,10 @@ class Settings(BaseSettings):
     email_code_max_attempts: int = 5
     email_sends_per_address_per_hour: int = 5
     email_sends_per_ip_per_hour: int = 20
+    # Failed code verifications, on top of the per-code tries: an hour's window per address
+    # and per client IP (the answer is the same whether or not the address has an account).
+    email_verify_failures_per_address_per_hour: int = 10
+    email_verify_failures_per_ip_per_hour: int = 50
     login_ticket_ttl_seconds: int = 60
 
     smtp_host: str = ""

@@ -10,7 +10,7 @@ from sqlmodel import Session, select
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import Unauthenticated
 from mosoo_core.identity._secrets import random_token, token_digest
-from mosoo_core.identity.models import Account, AuthSession, LoginTicket
+from mosoo_core.identity.models import Account, AuthSession, EmailCode, LoginTicket, SignInFailure
 from mosoo_core.settings import get_settings
 
 
@@ -23,10 +23,16 @@ class NewSession:
 
 
 def start_session(
-    db: Session, account_id: str, *, method: str, user_agent: str = "", now: datetime | None = None
+    db: Session, account_id: str, *, method: str, user_agent: str = "", replaces: str | None = None,
+    now: datetime | None = None,
 ) -> NewSession:
-    """Open a browser session for an account that has just proven who it is."""
+    """Open a browser session for an account that has just proven who it is. `replaces` is
+    the session token the browser already held, if any: it is revoked, so a token planted in
+    the browser before sign-in (session fixation) or left from an earlier sign-in is never
+    the one that becomes signed in."""
     now = now or utcnow()
+    if replaces:
+        revoke_session(db, replaces, now=now)
     token = random_token()
     expires_at = now + timedelta(days=get_settings().session_ttl_days)
     row = AuthSession(
@@ -83,7 +89,7 @@ def issue_login_ticket(db: Session, account_id: str, *, now: datetime | None = N
 
 
 def redeem_login_ticket(
-    db: Session, ticket: str, *, user_agent: str = "", now: datetime | None = None
+    db: Session, ticket: str, *, user_agent: str = "", replaces: str | None = None, now: datetime | None = None
 ) -> NewSession:
     """Trade a ticket for a session; a used, expired or unknown ticket is refused."""
     now = now or utcnow()
@@ -94,19 +100,19 @@ def redeem_login_ticket(
         raise Unauthenticated("This sign-in link is no longer valid. Sign in again.")
     row.used_at = now
     db.add(row)
-    return start_session(db, row.account_id, method="email", user_agent=user_agent, now=now)
+    return start_session(db, row.account_id, method="email", user_agent=user_agent, replaces=replaces, now=now)
 
 
 def purge_expired_sign_in_records(db: Session, *, now: datetime | None = None) -> int:
-    """Delete codes, tickets and sessions that can never be used again (kept a day for audits)."""
-    from mosoo_core.identity.models import EmailCode
-
+    """Delete codes, tickets, sessions and failed verifications that can never be used or
+    counted again (kept a day for audits)."""
     cutoff = (now or utcnow()) - timedelta(days=1)
     removed = 0
     for model, column in (
         (EmailCode, EmailCode.expires_at),
         (LoginTicket, LoginTicket.expires_at),
         (AuthSession, AuthSession.expires_at),
+        (SignInFailure, SignInFailure.created_at),
     ):
         for row in db.exec(select(model).where(column < cutoff)).all():
             db.delete(row)

@@ -55,6 +55,17 @@ class EmailCode(SQLModel, table=True):
     consumed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
+class SignInFailure(SQLModel, table=True):
+    """One failed code verification, counted per address and per client IP to throttle
+    guessing on top of each code's own tries. Purged with the other sign-in records."""
+
+    __tablename__ = "sign_in_failure"
+    id: str = _id_field()
+    email: str = Field(max_length=320, index=True)
+    ip: str = Field(default="", max_length=64, index=True)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime, index=True)
+
+
 class LoginTicket(SQLModel, table=True):
     """Single-use hand-off from a verified sign-in to the endpoint that sets the cookie."""
 

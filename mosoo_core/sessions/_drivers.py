@@ -15,6 +15,7 @@ from sqlmodel import Session, col, select
 
 from driver.protocol import COMMAND_KINDS, CommandUpdate, Hello
 from mosoo_core.clock import utcnow
+from mosoo_core.db import commit_refusal
 from mosoo_core.ids import new_id
 from mosoo_core.sessions.models import DriverCommand, DriverInstance
 
@@ -95,7 +96,9 @@ def accept_hello(db: Session, hello: Hello, *, now: datetime | None = None) -> D
     else:
         raise DriverRefused("bad_token", "hello carries no token")
     if hello.runtime != instance.runtime:
-        raise DriverRefused("runtime_mismatch", f"instance runs {instance.runtime!r}, not {hello.runtime!r}")
+        # The boot token was presented and is burned (and the row lock released) even so.
+        db.add(instance)
+        commit_refusal(db, DriverRefused("runtime_mismatch", f"instance runs {instance.runtime!r}, not {hello.runtime!r}"))
     resume_token = secrets.token_urlsafe(32)
     instance.resume_token_hash = _digest(resume_token)
     instance.connection_id = new_id()

@@ -55,9 +55,10 @@ async def email_verify(body: EmailVerify, request: Request) -> Response:
 
     def work() -> identity.NewSession:
         with session_scope() as db:
-            account = identity.verify_email_code(db, email=body.email, code=body.code)
+            account = identity.verify_email_code(db, email=body.email, code=body.code, ip=client_ip(request))
             return identity.start_session(
-                db, account.id, method="email", user_agent=request.headers.get("user-agent", "")
+                db, account.id, method="email", user_agent=request.headers.get("user-agent", ""),
+                replaces=session_token(request),
             )
 
     try:
@@ -75,7 +76,9 @@ async def finish(request: Request, ticket: str = "", next: str = "/") -> Respons
 
     def work() -> identity.NewSession:
         with session_scope() as db:
-            return identity.redeem_login_ticket(db, ticket, user_agent=request.headers.get("user-agent", ""))
+            return identity.redeem_login_ticket(
+                db, ticket, user_agent=request.headers.get("user-agent", ""), replaces=session_token(request)
+            )
 
     try:
         session = await run_in_threadpool(work)

@@ -69,9 +69,11 @@ class LoginState(rx.State):
         self.error = ""
         try:
             with session_scope() as db:
-                account = identity.verify_email_code(db, email=self.email, code=form.get("code", ""))
+                account = identity.verify_email_code(
+                    db, email=self.email, code=form.get("code", ""), ip=self.router.session.client_ip
+                )
                 ticket = identity.issue_login_ticket(db, account.id)
-        except InvalidInput as error:
+        except (InvalidInput, RateLimited) as error:
             self.error = error.message
             return None
         # The ticket endpoint sets the HttpOnly cookie, which page code cannot do.

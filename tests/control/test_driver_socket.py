@@ -84,6 +84,27 @@ def test_replayed_boot_token_is_refused(control: ControlServer, engine: Engine) 
     assert refused == {"type": "close", "code": "token_replayed", "reason": "boot token was already used"}
 
 
+def test_a_boot_token_refused_for_its_runtime_is_burned_all_the_same(control: ControlServer, engine: Engine) -> None:
+    """Record, then refuse: the token was presented, so a retry with it is a replay."""
+    with Session(engine) as db:
+        booted = boot_fixture(db)
+
+    async def scenario() -> tuple[dict, dict]:
+        async with control.connect() as ws:
+            await ws.send(hello(booted.instance_id, boot_token=booted.boot_token, runtime="claude"))
+            first = await recv_json(ws)
+        async with control.connect() as ws:
+            await ws.send(hello(booted.instance_id, boot_token=booted.boot_token))
+            return first, await recv_json(ws)
+
+    first, retry = asyncio.run(scenario())
+    assert first["code"] == "runtime_mismatch"
+    assert retry["code"] == "token_replayed"
+    with Session(engine) as db:
+        instance = db.get(DriverInstance, booted.instance_id)
+        assert instance is not None and instance.boot_token_used_at is not None and instance.connection_id is None
+
+
 def test_boot_token_of_another_instance_is_refused(control: ControlServer, engine: Engine) -> None:
     with Session(engine) as db:
         first = boot_fixture(db, "one@example.com")
