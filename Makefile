@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export REFLEX_USE_SYSTEM_BUN := 1
 export REFLEX_TELEMETRY_ENABLED := false
 
-.PHONY: run test lint lock bench
+.PHONY: run test check lint lock bench
 
 run:
 	@scripts/setup.sh run
@@ -12,6 +12,10 @@ run:
 test:
 	@scripts/setup.sh test
 	@scripts/test.sh
+
+# The fast loop (under 3 minutes): lint, types and the tests that need no real stack, on SQLite.
+check:
+	@scripts/check.sh
 
 lint:
 	.venv/bin/ruff check .

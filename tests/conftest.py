@@ -84,3 +84,35 @@ def db(engine: Engine) -> Iterator[Session]:
     with Session(engine, expire_on_commit=False) as session:
         yield session
         session.rollback()
+
+
+# Folders whose every test needs the real stack (processes, Docker, Chromium); a test elsewhere
+# that does carries the marker itself (e.g. tests/api/test_end_to_end.py).
+_FOLDER_MARKERS = {"integration": "integration", "security": "integration", "browser": "browser"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by its folder, and run the real-stack journeys once: on PostgreSQL
+    when both databases are configured (the database behaviour itself is covered on both by
+    the service, API and control tests). A journey marked `every_database` runs on both:
+    the multi-process path on SQLite's file locking must stay tested too."""
+    tests_root = Path(__file__).parent
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(tests_root).parts
+        marker = _FOLDER_MARKERS.get(parts[0]) if len(parts) > 1 else None
+        if marker:
+            item.add_marker(getattr(pytest.mark, marker))
+    if len(BACKENDS) < 2:
+        return
+    once, kept = [], []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        real_stack = item.get_closest_marker("integration") or item.get_closest_marker("browser")
+        on_sqlite = callspec is not None and callspec.params.get("database_url") == "sqlite"
+        if real_stack and on_sqlite and not item.get_closest_marker("every_database"):
+            once.append(item)
+        else:
+            kept.append(item)
+    if once:
+        config.hook.pytest_deselected(items=once)
+        items[:] = kept

@@ -26,7 +26,7 @@ from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import stop_group, wait_for
 from tests.support.stack import RuntimeStack, make_agent, new_thread, runtime_stack, send, wait_run
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.every_database]  # the core path, on SQLite too
 REDIS_DB = 11
 PROVIDER_KEY = "sk-e2e-TOPSECRET-9f8e7d6c5b4a"
 

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The fast loop: lint, types and every test that needs no real stack (no Mosoo processes,
+# Docker sandboxes or Chromium), on SQLite. Redis must be running (scripts/setup.sh starts it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export MOSOO_TEST_DATABASES=sqlite REFLEX_USE_SYSTEM_BUN=1 REFLEX_TELEMETRY_ENABLED=false
+.venv/bin/ruff check .
+.venv/bin/mypy
+set +e
+.venv/bin/python -m pytest -p no:cacheprovider -q -m "not integration and not browser" "$@"
+status=$?
+set -e
+if [ "$status" -eq 5 ]; then echo "no tests ran" >&2; exit 1; fi
+exit "$status"
