@@ -27,6 +27,7 @@ from mosoo_core.identity._email_codes import (
     INVALID_CODE,
     CodeRequested,
     request_email_code,
+    send_sign_in_code,
     verify_email_code,
 )
 from mosoo_core.identity._sessions import (
@@ -83,6 +84,7 @@ __all__ = [
     "resolve_session",
     "revoke_access_token",
     "revoke_session",
+    "send_sign_in_code",
     "sign_in_identity",
     "start_device_authorization",
     "start_session",

@@ -11,13 +11,14 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, func, select
 
 from mosoo_core.clock import utcnow
-from mosoo_core.db import commit_refusal
+from mosoo_core.db import commit_refusal, session_scope
 from mosoo_core.errors import InvalidInput, RateLimited
 from mosoo_core.identity._accounts import normalize_email, sign_in_identity
 from mosoo_core.identity._secrets import code_digest, new_code
 from mosoo_core.identity.models import Account, EmailCode, SignInFailure
 from mosoo_core.mail import queue_email
 from mosoo_core.settings import get_settings
+from mosoo_core.tasks_client import enqueue_email_delivery
 
 WINDOW = timedelta(hours=1)
 # One message for every failure, so a guesser learns nothing about which check failed.
@@ -28,6 +29,12 @@ INVALID_CODE = "That code is wrong or has expired. Check the latest email or ask
 class CodeRequested:
     email: str
     outbound_email_id: str
+    ttl_minutes: int
+
+    @property
+    def notice(self) -> str:
+        """What the person is told after asking (the same for every address)."""
+        return f"We sent a 6-digit code to {self.email}. It expires in {self.ttl_minutes} minutes."
 
 
 def _retry_after(db: Session, created_at: Any, condition: Any, now: datetime) -> int:
@@ -94,7 +101,16 @@ def request_email_code(db: Session, *, email: str, ip: str = "", now: datetime |
         now=now,
     )
     db.flush()
-    return CodeRequested(email=email, outbound_email_id=outbound.id)
+    return CodeRequested(email=email, outbound_email_id=outbound.id, ttl_minutes=ttl)
+
+
+def send_sign_in_code(*, email: str, ip: str = "") -> CodeRequested:
+    """The whole use case for every front door: store the code and its email in one unit of
+    work, then hand delivery to the worker (after the commit, so it finds the row)."""
+    with session_scope() as db:
+        requested = request_email_code(db, email=email, ip=ip)
+    enqueue_email_delivery(requested.outbound_email_id)
+    return requested
 
 
 def _check_verify_throttle(db: Session, email: str, ip: str, now: datetime) -> None:

@@ -11,7 +11,6 @@ from pydantic import BaseModel
 from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError
-from mosoo_core.tasks_client import enqueue_email_delivery
 from mosoo_web.api._cookies import (
     clear_session_cookie,
     safe_next,
@@ -39,13 +38,7 @@ def client_ip(request: Request) -> str:
 @router.post("/email/start")
 async def email_start(body: EmailStart, request: Request) -> JSONResponse:
     """Ask for a sign-in code. The answer is the same for known and unknown addresses."""
-
-    def work() -> identity.CodeRequested:
-        with session_scope() as db:
-            return identity.request_email_code(db, email=body.email, ip=client_ip(request))
-
-    requested = await run_in_threadpool(work)
-    await run_in_threadpool(enqueue_email_delivery, requested.outbound_email_id)
+    await run_in_threadpool(lambda: identity.send_sign_in_code(email=body.email, ip=client_ip(request)))
     return JSONResponse({"ok": True, "message": "If the address can receive email, a code is on its way."})
 
 

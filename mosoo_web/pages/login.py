@@ -10,7 +10,6 @@ from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, RateLimited
 from mosoo_core.settings import get_settings
-from mosoo_core.tasks_client import enqueue_email_delivery
 from mosoo_web.api._cookies import safe_next
 from mosoo_web.api.google import google_sign_in_enabled
 from mosoo_web.components.layout import brand, field_error
@@ -52,17 +51,13 @@ class LoginState(rx.State):
     def request_code(self, form: dict[str, str]) -> None:
         self.error = ""
         try:
-            with session_scope() as db:
-                requested = identity.request_email_code(
-                    db, email=form.get("email", ""), ip=self.router.session.client_ip
-                )
+            requested = identity.send_sign_in_code(email=form.get("email", ""), ip=self.router.session.client_ip)
         except (InvalidInput, RateLimited) as error:
             self.error = error.message
             return
-        enqueue_email_delivery(requested.outbound_email_id)
         self.email = requested.email
         self.step = "code"
-        self.notice = f"We sent a 6-digit code to {requested.email}. It expires in 10 minutes."
+        self.notice = requested.notice
 
     @rx.event
     def verify_code(self, form: dict[str, str]) -> rx.event.EventSpec | None:
