@@ -5,7 +5,7 @@ functions (`store_secret`, `reveal_secret`, ...) and `reveal_provider_key` are i
 they are for other services and the model gateway, never for a page or an API route.
 """
 
-from mosoo_core.vault._connection import test_provider_connection
+from mosoo_core.vault._connection import check_provider_connection
 from mosoo_core.vault._credentials import (
     MASK,
     create_provider_credential,
@@ -47,6 +47,7 @@ __all__ = [
     "ProviderPreset",
     "RotationResult",
     "VaultError",
+    "check_provider_connection",
     "count_secrets_by_key",
     "create_key_file",
     "create_provider_credential",
@@ -62,6 +63,5 @@ __all__ = [
     "rotate_master_key",
     "set_default_provider_credential",
     "store_secret",
-    "test_provider_connection",
     "update_provider_credential",
 ]

@@ -25,7 +25,7 @@ def _model_ids(payload: object) -> list[str] | None:
     return [item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
 
 
-def test_provider_connection(db: Session, account_id: str, app_id: str, credential_id: str) -> ConnectionResult:
+def check_provider_connection(db: Session, account_id: str, app_id: str, credential_id: str) -> ConnectionResult:
     """List the provider's models (`GET {base_url}/models`) with the stored key, as the
     gateway would send it. Says whether the key works, how long the call took and which
     models the provider offers; changes nothing."""
@@ -75,7 +75,3 @@ def test_provider_connection(db: Session, account_id: str, app_id: str, credenti
         ok=result.ok, status=status, latency_ms=result.latency_ms,
     )
     return result
-
-
-# Its name starts with "test_": not a test for pytest, should a test module import it.
-test_provider_connection.__test__ = False  # type: ignore[attr-defined]

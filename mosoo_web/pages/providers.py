@@ -69,7 +69,7 @@ def _offered(models: list[str]) -> str:
 
 def _test_connection(account_id: str, app_id: str, credential_id: str) -> vault.ConnectionResult:
     with session_scope() as db:
-        return vault.test_provider_connection(db, account_id, app_id, credential_id)
+        return vault.check_provider_connection(db, account_id, app_id, credential_id)
 
 
 class ProvidersState(rx.State):

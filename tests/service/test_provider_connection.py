@@ -94,7 +94,7 @@ def test_connection_ok_lists_the_providers_models_using_the_stored_key(db: Sessi
     credential = _credential(db, account_id, app_id, base_url=provider.base_url)
 
     with capture_logs() as logs:
-        result = vault.test_provider_connection(db, account_id, app_id, credential.id)
+        result = vault.check_provider_connection(db, account_id, app_id, credential.id)
 
     assert result.ok, result.message
     assert result.models == ["gpt-4o-mini", "gpt-4o", "o3"]
@@ -112,7 +112,7 @@ def test_connection_ok_lists_the_providers_models_using_the_stored_key(db: Sessi
 def test_anthropic_is_tested_with_its_own_key_header_and_version(db: Session, provider: ScriptedOpenAIServer) -> None:
     account_id, app_id = _owner(db)
     credential = _credential(db, account_id, app_id, provider="anthropic", base_url=provider.base_url)
-    result = vault.test_provider_connection(db, account_id, app_id, credential.id)
+    result = vault.check_provider_connection(db, account_id, app_id, credential.id)
     assert result.ok, result.message
     (request,) = provider.requests
     assert request.headers["x-api-key"] == KEY
@@ -124,7 +124,7 @@ def test_a_refused_key_is_reported_without_the_key(db: Session, provider: Script
     account_id, app_id = _owner(db)
     credential = _credential(db, account_id, app_id, base_url=provider.base_url, api_key=WRONG_KEY)
     with capture_logs() as logs:
-        result = vault.test_provider_connection(db, account_id, app_id, credential.id)
+        result = vault.check_provider_connection(db, account_id, app_id, credential.id)
     assert not result.ok
     assert result.message == "The provider refused the key."
     assert result.models == []
@@ -137,7 +137,7 @@ def test_other_statuses_are_reported_by_their_code(db: Session, provider: Script
     account_id, app_id = _owner(db)
     # A base URL one level off: the server has no /models there.
     credential = _credential(db, account_id, app_id, base_url=provider.origin)
-    result = vault.test_provider_connection(db, account_id, app_id, credential.id)
+    result = vault.check_provider_connection(db, account_id, app_id, credential.id)
     assert not result.ok
     assert result.message == "The provider answered HTTP 404."
 
@@ -146,7 +146,7 @@ def test_an_unreachable_host_is_reported_by_its_host(db: Session) -> None:
     account_id, app_id = _owner(db)
     port = free_port()  # bound and released: nothing listens there
     credential = _credential(db, account_id, app_id, base_url=f"http://127.0.0.1:{port}/v1")
-    result = vault.test_provider_connection(db, account_id, app_id, credential.id)
+    result = vault.check_provider_connection(db, account_id, app_id, credential.id)
     assert not result.ok
     assert result.message == f"Could not reach 127.0.0.1:{port}."
     _assert_no_key(result, KEY)
@@ -157,7 +157,7 @@ def test_another_owners_credential_is_not_found_and_not_called(db: Session, prov
     stranger_id, stranger_app = _owner(db, "stranger@example.com")
     credential = _credential(db, account_id, app_id, base_url=provider.base_url)
     with pytest.raises(NotFound):
-        vault.test_provider_connection(db, stranger_id, stranger_app, credential.id)
+        vault.check_provider_connection(db, stranger_id, stranger_app, credential.id)
     with pytest.raises(NotFound):
-        vault.test_provider_connection(db, stranger_id, app_id, credential.id)
+        vault.check_provider_connection(db, stranger_id, app_id, credential.id)
     assert provider.requests == []
