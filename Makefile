@@ -20,6 +20,7 @@ check:
 lint:
 	.venv/bin/ruff check .
 	.venv/bin/mypy
+	.venv/bin/lint-imports
 
 lock:
 	.venv/bin/pip freeze --exclude-editable | grep -v '^-e ' > requirements.lock

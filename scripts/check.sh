@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 export MOSOO_TEST_DATABASES=sqlite REFLEX_USE_SYSTEM_BUN=1 REFLEX_TELEMETRY_ENABLED=false
 .venv/bin/ruff check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider -q -m "not integration and not browser" "$@"
 status=$?

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The whole suite: lint, then every test on SQLite and PostgreSQL.
+# The whole suite: lint, types, import contracts, then every test on SQLite and PostgreSQL
+# (the real-stack journeys once, on PostgreSQL: see tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export MOSOO_TEST_DATABASES="${MOSOO_TEST_DATABASES:-sqlite,postgresql}"
 export REFLEX_USE_SYSTEM_BUN=1 REFLEX_TELEMETRY_ENABLED=false
 .venv/bin/ruff check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 status=$?

@@ -22,8 +22,13 @@ from mosoo_core.db import session_scope
 from mosoo_core.files.models import StoredFile
 from mosoo_core.files.store import ObjectStore, get_store, iter_chunks
 from mosoo_core.logs import get_logger
-from mosoo_core.runtime.sandbox import ATTACHMENTS_DIR, SandboxBackend, SandboxError, SandboxRef
-from mosoo_core.runtime.sandbox._base import remove_read_only_tree
+from mosoo_core.runtime.sandbox import (
+    ATTACHMENTS_DIR,
+    SandboxBackend,
+    SandboxError,
+    SandboxRef,
+    remove_read_only_tree,
+)
 
 log = get_logger(__name__)
 

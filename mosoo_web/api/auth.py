@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError
-from mosoo_web.api._cookies import (
+from mosoo_web.api.cookies import (
     clear_session_cookie,
     safe_next,
     session_token,
@@ -84,13 +84,8 @@ async def finish(request: Request, ticket: str = "", next: str = "/") -> Respons
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
-    token = session_token(request)
-
-    def work() -> None:
-        with session_scope() as db:
-            identity.revoke_session(db, token)
-
-    await run_in_threadpool(work)
+    """Sign out: the session is revoked, and its open console tabs are told to leave."""
+    await run_in_threadpool(identity.sign_out, session_token(request))
     response = JSONResponse({"ok": True})
     clear_session_cookie(response)
     return response

@@ -1,6 +1,7 @@
 """`/api/files/{id}/content`: a file's bytes for the console, authenticated by the session
 cookie. Streamed; never rendered as a page of this origin (`nosniff`, `CSP: sandbox`, and
-`attachment` unless it is an image or a plain-text preview)."""
+`attachment` unless it is an image or a plain-text preview), never embedded by another
+origin's page (`Cross-Origin-Resource-Policy: same-origin`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from fastapi.responses import StreamingResponse
 from mosoo_core import files, identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Unauthenticated
-from mosoo_web.api._cookies import session_token
+from mosoo_web.api.cookies import session_token
 
 router = APIRouter(prefix="/api/files")
 
@@ -49,6 +50,8 @@ async def file_content(file_id: str, request: Request, download: int = 0) -> Str
         "Content-Length": str(view.size),
         "X-Content-Type-Options": "nosniff",
         "Content-Security-Policy": "sandbox",
+        # Another port's page (same site, so the cookie rides along) cannot embed the bytes.
+        "Cross-Origin-Resource-Policy": "same-origin",
         "Cache-Control": "private, no-store",
     }
     return StreamingResponse(chunks, media_type=media_type, headers=headers)

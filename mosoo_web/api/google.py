@@ -19,7 +19,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError
 from mosoo_core.logs import get_logger
 from mosoo_core.settings import Settings, get_settings
-from mosoo_web.api._cookies import safe_next, session_token, set_session_cookie
+from mosoo_web.api.cookies import safe_next, session_token, set_session_cookie
 
 try:  # Authlib's HTTP client is httpx2 when installed, else httpx
     from httpx2 import HTTPError

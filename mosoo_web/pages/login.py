@@ -10,7 +10,7 @@ from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, RateLimited
 from mosoo_core.settings import get_settings
-from mosoo_web.api._cookies import safe_next
+from mosoo_web.api.cookies import safe_next
 from mosoo_web.api.google import google_sign_in_enabled
 from mosoo_web.components.layout import brand, field_error
 from mosoo_web.state.session import SessionState, hard_navigate

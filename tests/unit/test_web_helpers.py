@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mosoo_web.api._cookies import safe_next
+from mosoo_web.api.cookies import safe_next
 from mosoo_web.pages.dev_mailbox import is_loopback
 from mosoo_web.state.session import cookie_value
 

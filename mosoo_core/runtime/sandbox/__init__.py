@@ -39,6 +39,7 @@ from mosoo_core.runtime.sandbox._base import (
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
+    remove_read_only_tree,
 )
 from mosoo_core.settings import Settings, get_settings
 
@@ -127,4 +128,5 @@ __all__ = [
     "SandboxRef",
     "SandboxSpec",
     "get_backend",
+    "remove_read_only_tree",
 ]
