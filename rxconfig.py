@@ -5,6 +5,7 @@ from urllib.parse import urlsplit
 import reflex as rx
 from reflex.plugins.sitemap import SitemapPlugin
 
+from mosoo_core.origins import allowed_origins
 from mosoo_core.settings import get_settings
 
 settings = get_settings()
@@ -18,6 +19,10 @@ config = rx.Config(
     telemetry_enabled=False,
     show_built_with_reflex=False,
     **({"api_url": _api_url} if _api_url else {}),
+    # python-socketio refuses a websocket handshake from any other page's Origin (pages of
+    # another port are the same site, so the session cookie alone proves nothing); Reflex's
+    # CORS middleware answers only these origins too.
+    cors_allowed_origins=list(allowed_origins(settings.public_url)),
     frontend_port=settings.web_port,
     backend_port=settings.web_port,
     plugins=[

@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -29,8 +29,9 @@ class Settings(BaseSettings):
     s3_access_key_id: str = ""
     s3_secret_access_key: str = ""
 
-    # The public origin of the console, used for links, OAuth redirects and cookie flags.
-    public_url: str = "http://localhost:3000"
+    # The public origin of the console, used for links, OAuth redirects, cookie flags and the
+    # Origin checks of the websocket and sign-in endpoints. Empty: http://localhost:<web_port>.
+    public_url: str = ""
     web_host: str = "0.0.0.0"
     web_port: int = 3000
     # Empty: data_dir / "run" / "control" / "control.sock". Must be named control.sock, in a
@@ -87,6 +88,13 @@ class Settings(BaseSettings):
     # stream sends a keep-alive comment (proxies close connections that stay silent).
     api_rate_limit_per_minute: int = 120
     api_sse_keepalive_seconds: float = 15.0
+
+    @model_validator(mode="after")
+    def _default_public_url(self) -> Settings:
+        # Follows the port, so `MOSOO_WEB_PORT=4000` alone still passes the Origin checks.
+        if not self.public_url:
+            self.public_url = f"http://localhost:{self.web_port}"
+        return self
 
     @property
     def is_development(self) -> bool:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from fastapi import FastAPI
 
+from mosoo_core.origins import allowed_origins
+from mosoo_core.settings import get_settings
 from mosoo_web.api import auth, cli_auth, files, google, health
+from mosoo_web.api._origin import OriginCheck
 from mosoo_web.api.errors import install_error_handlers
 from mosoo_web.api.v1 import PREFIX, build_v1
 
@@ -18,4 +21,6 @@ def build_api() -> FastAPI:
     api.include_router(files.router)
     google.install(api)
     api.mount(PREFIX, build_v1())
+    # Added last, so outermost: a refused request never reaches a route.
+    api.add_middleware(OriginCheck, allowed=allowed_origins(get_settings().public_url))
     return api

@@ -36,3 +36,10 @@ def test_secret_key_file_is_created_once_with_mode_0600(tmp_path: Path, monkeypa
     assert Settings().resolved_secret_key() == first and len(first) >= 40
     mode = stat.S_IMODE(os.stat(tmp_path / "d" / "secret.key").st_mode)
     assert mode == 0o600
+
+
+def test_the_public_url_follows_the_web_port_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOSOO_WEB_PORT", "4000")
+    assert Settings().public_url == "http://localhost:4000"
+    monkeypatch.setenv("MOSOO_PUBLIC_URL", "https://mosoo.example.com")
+    assert Settings().public_url == "https://mosoo.example.com"

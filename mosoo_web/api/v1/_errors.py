@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.security.utils import get_authorization_scheme_param
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mosoo_core.errors import MosooError
@@ -24,7 +25,7 @@ _HTTP_CODES = {
 
 DESCRIPTIONS = {
     400: "`invalid_request`: a parameter or body field is missing or invalid (`field` names it).",
-    401: "`unauthenticated`: no `Authorization: Bearer mst_…` header, or the token is unknown or revoked.",
+    401: "`unauthenticated`: no `Authorization: Bearer mst_…` header, or the token is unknown or revoked (the answer carries `WWW-Authenticate: Bearer`, RFC 6750).",
     404: "`not_found`: no such resource among the token owner's.",
     409: "A conflict with the resource's state (see the code).",
     413: "`payload_too_large`: the file is over 64 MiB.",
@@ -42,6 +43,13 @@ def error_responses(*statuses: int, conflicts: str = "") -> dict[int | str, dict
         if status == 409 and conflicts:
             description = conflicts
         entry: dict[str, Any] = {"model": ErrorResponse, "description": description}
+        if status == 401:
+            entry["headers"] = {
+                "WWW-Authenticate": {
+                    "description": '`Bearer`, plus `error="invalid_token"` when a token was sent but refused.',
+                    "schema": {"type": "string"},
+                }
+            }
         if status == 429:
             entry["headers"] = {
                 "Retry-After": {"description": "Seconds until the limit resets.", "schema": {"type": "integer"}}
@@ -57,6 +65,18 @@ def _error(status: int, code: str, message: str, field: str | None = None, **hea
     return JSONResponse({"error": body}, status_code=status, headers=headers or None)
 
 
+def _bearer_challenge(request: Request) -> str:
+    # RFC 6750: an error code only when a token was sent (malformed, unknown or revoked).
+    scheme, credentials = get_authorization_scheme_param(request.headers.get("authorization"))
+    return 'Bearer error="invalid_token"' if scheme.lower() == "bearer" and credentials else "Bearer"
+
+
+def _challenged(request: Request, response: JSONResponse) -> JSONResponse:
+    if response.status_code == 401 and "www-authenticate" not in response.headers:
+        response.headers["WWW-Authenticate"] = _bearer_challenge(request)
+    return response
+
+
 def _field_of(location: tuple[Any, ...] | list[Any]) -> str:
     parts = [str(part) for part in location]
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
@@ -67,8 +87,8 @@ def _field_of(location: tuple[Any, ...] | list[Any]) -> str:
 
 def install_v1_error_handlers(api: FastAPI) -> None:
     @api.exception_handler(MosooError)
-    async def _domain(_request: Request, error: MosooError) -> JSONResponse:
-        return error_response(error)
+    async def _domain(request: Request, error: MosooError) -> JSONResponse:
+        return _challenged(request, error_response(error))
 
     @api.exception_handler(RequestValidationError)
     async def _validation(_request: Request, error: RequestValidationError) -> JSONResponse:
@@ -84,10 +104,10 @@ def install_v1_error_handlers(api: FastAPI) -> None:
         return _error(400, "invalid_request", message, field or None)
 
     @api.exception_handler(StarletteHTTPException)
-    async def _http(_request: Request, error: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
         code = _HTTP_CODES.get(error.status_code, "invalid_request" if error.status_code < 500 else "internal_error")
         message = "No such endpoint." if error.status_code == 404 else str(error.detail)
-        return _error(error.status_code, code, message, **dict(error.headers or {}))
+        return _challenged(request, _error(error.status_code, code, message, **dict(error.headers or {})))
 
     @api.exception_handler(Exception)
     async def _unexpected(request: Request, error: Exception) -> JSONResponse:
