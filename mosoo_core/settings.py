@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import secrets
 from functools import lru_cache
@@ -32,6 +33,9 @@ class Settings(BaseSettings):
     # The public origin of the console, used for links, OAuth redirects, cookie flags and the
     # Origin checks of the websocket and sign-in endpoints. Empty: http://localhost:<web_port>.
     public_url: str = ""
+    # Comma-separated addresses of reverse proxies in front of the web port whose
+    # X-Forwarded-For names the client (per-IP limits count that client, not the proxy).
+    trusted_proxies: str = ""
     web_host: str = "0.0.0.0"
     web_port: int = 3000
     # Empty: data_dir / "run" / "control" / "control.sock". Must be named control.sock, in a
@@ -117,6 +121,12 @@ class Settings(BaseSettings):
     @property
     def resolved_master_key_file(self) -> Path:
         return (self.master_key_file or self.data_dir / "master.key").resolve()
+
+    @property
+    def trusted_proxy_addresses(self) -> frozenset[str]:
+        return frozenset(
+            str(ipaddress.ip_address(part.strip())) for part in self.trusted_proxies.split(",") if part.strip()
+        )
 
     @property
     def smtp_enabled(self) -> bool:

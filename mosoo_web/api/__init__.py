@@ -8,8 +8,11 @@ from mosoo_core.origins import allowed_origins
 from mosoo_core.settings import get_settings
 from mosoo_web.api import auth, cli_auth, files, google, health
 from mosoo_web.api._origin import OriginCheck
+from mosoo_web.api.body_limit import BodyLimit
 from mosoo_web.api.errors import install_error_handlers
 from mosoo_web.api.v1 import PREFIX, build_v1
+
+SIGN_IN_BODY_LIMIT = 64 * 1024
 
 
 def build_api() -> FastAPI:
@@ -21,6 +24,11 @@ def build_api() -> FastAPI:
     api.include_router(files.router)
     google.install(api)
     api.mount(PREFIX, build_v1())
+    # Sign-in bodies are a few fields; nobody unauthenticated gets to send megabytes.
+    api.add_middleware(
+        BodyLimit, limit=SIGN_IN_BODY_LIMIT, applies=lambda scope: scope["path"].startswith("/api/auth/"),
+        message="Sign-in requests are limited to 64 KiB.",
+    )
     # Added last, so outermost: a refused request never reaches a route.
     api.add_middleware(OriginCheck, allowed=allowed_origins(get_settings().public_url))
     return api

@@ -18,6 +18,7 @@ from mosoo_web.api.cookies import (
     set_session_cookie,
 )
 from mosoo_web.api.errors import error_response
+from mosoo_web.client_ip import request_client_ip
 
 router = APIRouter(prefix="/api/auth")
 
@@ -31,14 +32,10 @@ class EmailVerify(BaseModel):
     code: str
 
 
-def client_ip(request: Request) -> str:
-    return request.client.host if request.client else ""
-
-
 @router.post("/email/start")
 async def email_start(body: EmailStart, request: Request) -> JSONResponse:
     """Ask for a sign-in code. The answer is the same for known and unknown addresses."""
-    await run_in_threadpool(lambda: identity.send_sign_in_code(email=body.email, ip=client_ip(request)))
+    await run_in_threadpool(lambda: identity.send_sign_in_code(email=body.email, ip=request_client_ip(request)))
     return JSONResponse({"ok": True, "message": "If the address can receive email, a code is on its way."})
 
 
@@ -48,7 +45,7 @@ async def email_verify(body: EmailVerify, request: Request) -> Response:
 
     def work() -> identity.NewSession:
         with session_scope() as db:
-            account = identity.verify_email_code(db, email=body.email, code=body.code, ip=client_ip(request))
+            account = identity.verify_email_code(db, email=body.email, code=body.code, ip=request_client_ip(request))
             return identity.start_session(
                 db, account.id, method="email", user_agent=request.headers.get("user-agent", ""),
                 replaces=session_token(request),

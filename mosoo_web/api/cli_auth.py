@@ -19,8 +19,8 @@ from fastapi.responses import JSONResponse
 from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, MosooError
-from mosoo_web.api.auth import client_ip
 from mosoo_web.api.errors import error_response
+from mosoo_web.client_ip import request_client_ip
 
 router = APIRouter(prefix="/api/auth/cli")
 
@@ -58,7 +58,7 @@ async def start(request: Request) -> JSONResponse:
 
         def work() -> identity.DeviceStart:
             with session_scope() as db:
-                return identity.start_device_authorization(db, client_name=client_name, ip=client_ip(request))
+                return identity.start_device_authorization(db, client_name=client_name, ip=request_client_ip(request))
 
         started = await run_in_threadpool(work)
     except MosooError as error:

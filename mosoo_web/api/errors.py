@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mosoo_core.errors import (
     Conflict,
@@ -37,3 +39,10 @@ def install_error_handlers(api: FastAPI) -> None:
     @api.exception_handler(MosooError)
     async def _mosoo_error(_request: Request, error: MosooError) -> JSONResponse:
         return error_response(error)
+
+    @api.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, error: StarletteHTTPException) -> Response:
+        # A body refused while it streams (BodyLimit) speaks our envelope; the rest as FastAPI does.
+        if error.status_code == 413:
+            return error_response(PayloadTooLarge(str(error.detail)))
+        return await http_exception_handler(request, error)

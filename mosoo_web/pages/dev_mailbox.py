@@ -10,6 +10,7 @@ import reflex as rx
 from mosoo_core import mail
 from mosoo_core.db import session_scope
 from mosoo_core.settings import get_settings
+from mosoo_web.client_ip import tab_client_ip
 from mosoo_web.components.layout import brand
 
 
@@ -28,7 +29,7 @@ class DevMailboxState(rx.State):
     @rx.event
     def load(self) -> None:
         self.loaded = True
-        self.allowed = get_settings().is_development and is_loopback(self.router.session.client_ip)
+        self.allowed = get_settings().is_development and is_loopback(tab_client_ip(self.router))
         if not self.allowed:
             self.messages = []
             return

@@ -12,6 +12,7 @@ from mosoo_core.errors import InvalidInput, RateLimited
 from mosoo_core.settings import get_settings
 from mosoo_web.api.cookies import safe_next
 from mosoo_web.api.google import google_sign_in_enabled
+from mosoo_web.client_ip import tab_client_ip
 from mosoo_web.components.layout import brand, field_error
 from mosoo_web.state.session import SessionState, hard_navigate
 
@@ -51,7 +52,7 @@ class LoginState(rx.State):
     def request_code(self, form: dict[str, str]) -> None:
         self.error = ""
         try:
-            requested = identity.send_sign_in_code(email=form.get("email", ""), ip=self.router.session.client_ip)
+            requested = identity.send_sign_in_code(email=form.get("email", ""), ip=tab_client_ip(self.router))
         except (InvalidInput, RateLimited) as error:
             self.error = error.message
             return
@@ -65,7 +66,7 @@ class LoginState(rx.State):
         try:
             with session_scope() as db:
                 account = identity.verify_email_code(
-                    db, email=self.email, code=form.get("code", ""), ip=self.router.session.client_ip
+                    db, email=self.email, code=form.get("code", ""), ip=tab_client_ip(self.router)
                 )
                 ticket = identity.issue_login_ticket(db, account.id)
         except (InvalidInput, RateLimited) as error:
