@@ -20,13 +20,21 @@ from mosoo_web.pages.profile import profile_page
 from mosoo_web.pages.providers import ProvidersState, providers_page
 from mosoo_web.pages.threads import ThreadDetailState, ThreadsState, thread_page, threads_page
 from mosoo_web.pages.tokens import TokensState, tokens_page
-from mosoo_web.state.session import SessionState
+from mosoo_web.state.session import SessionState, handle_backend_exception
+from mosoo_web.state.signed_out_tabs import close_signed_out_tabs
 
 settings = get_settings()
 configure_logging("web", settings.log_level, settings.log_json)
 
 # Toasts at the top: at the bottom right they cover the chat composer's Send button.
-app = rx.App(api_transformer=build_api(), toaster=rx.toast.provider(position="top-right"))
+# A signed-out tab's action raises `SignedOut`; the handler sends the tab to /login.
+app = rx.App(
+    api_transformer=build_api(),
+    toaster=rx.toast.provider(position="top-right"),
+    backend_exception_handler=handle_backend_exception,
+)
+# Pushes the open tabs of a session that ended (sign-out elsewhere, expiry) to /login.
+app.register_lifespan_task(close_signed_out_tabs)
 
 app.add_page(index_page, route="/", title="Mosoo", on_load=SessionState.enter_console)
 app.add_page(login_page, route="/login", title="Sign in · Mosoo", on_load=LoginState.on_load)

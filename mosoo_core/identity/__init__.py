@@ -30,6 +30,14 @@ from mosoo_core.identity._email_codes import (
     send_sign_in_code,
     verify_email_code,
 )
+from mosoo_core.identity._revocations import (
+    ended_sessions,
+    publish_session_revoked,
+    revoked_channel,
+    revoked_sessions,
+    session_id_for_token,
+    sign_out,
+)
 from mosoo_core.identity._sessions import (
     NewSession,
     issue_login_ticket,
@@ -68,6 +76,7 @@ __all__ = [
     "create_app",
     "deny_device_authorization",
     "describe_device_authorization",
+    "ended_sessions",
     "get_account",
     "get_app",
     "get_organization",
@@ -76,6 +85,7 @@ __all__ = [
     "list_apps",
     "normalize_email",
     "poll_device_authorization",
+    "publish_session_revoked",
     "purge_expired_sign_in_records",
     "redeem_login_ticket",
     "rename_app",
@@ -84,8 +94,12 @@ __all__ = [
     "resolve_session",
     "revoke_access_token",
     "revoke_session",
+    "revoked_channel",
+    "revoked_sessions",
     "send_sign_in_code",
+    "session_id_for_token",
     "sign_in_identity",
+    "sign_out",
     "start_device_authorization",
     "start_session",
     "update_profile",

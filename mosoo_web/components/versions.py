@@ -95,8 +95,8 @@ class VersionsState(rx.State):
 
     @rx.event
     async def publish(self, form: dict[str, Any]) -> Any:
-        self.summary_error = ""
         account_id, app_id = await self._context()
+        self.summary_error = ""
         self.busy = True
         try:
             self._apply(

@@ -181,9 +181,9 @@ class AgentsState(rx.State):
 
     @rx.event
     async def create(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+        account_id = await current_account_id(self)  # first: a signed-out tab changes nothing
         self.name_error = self.form_error = ""
         session = await self.get_state(SessionState)
-        account_id = await current_account_id(self)
         app_id = session.current_app_id
         try:
             agent_id = await asyncio.to_thread(
@@ -249,11 +249,11 @@ class AgentsState(rx.State):
     async def confirm_delete(self) -> rx.event.EventSpec | None:
         # Background: removing sandboxes can take a while; the page stays responsive.
         async with self:
+            account_id, app_id = await self._ids()
             if self.deleting or not self.delete_id:
                 return None
             self.deleting = True
             agent_id, name = self.delete_id, self.delete_name
-            account_id, app_id = await self._ids()
         try:
             await asyncio.to_thread(delete_agent_everywhere, account_id, app_id, agent_id)
         except NotFound as error:
@@ -281,6 +281,7 @@ class AgentsState(rx.State):
 
     @rx.event
     async def import_package(self, files: list[rx.UploadFile]) -> None:
+        account_id, app_id = await self._ids()
         self.import_error = ""
         if len(files) != 1:
             self.import_error = "Choose one .agent file."
@@ -289,7 +290,6 @@ class AgentsState(rx.State):
         if len(data) > MAX_PACKAGE_BYTES:
             self.import_error = "This package cannot be imported: it is larger than 64 MiB."
             return
-        account_id, app_id = await self._ids()
         self.importing = True
         try:
             report, name = await asyncio.to_thread(_import, account_id, app_id, data)

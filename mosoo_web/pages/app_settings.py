@@ -23,9 +23,9 @@ class AppSettingsState(rx.State):
 
     @rx.event
     async def rename(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+        account_id = await current_account_id(self)
         self.error = ""
         session = await self.get_state(SessionState)
-        account_id = await current_account_id(self)
         try:
             with session_scope() as db:
                 app = identity.rename_app(db, account_id, session.current_app_id, name=form.get("name", ""))

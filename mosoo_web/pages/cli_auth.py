@@ -65,7 +65,8 @@ class CliAuthState(rx.State):
         return None
 
     @rx.event
-    def look_up(self, form: dict[str, str]) -> None:
+    async def look_up(self, form: dict[str, str]) -> None:
+        await current_account_id(self)  # only a signed-in tab may look requests up
         self._show(form.get("code", ""))
 
     async def _decide(self, approve: bool) -> None:

@@ -160,6 +160,7 @@ class FilesState(rx.State):
 
     @rx.event
     async def select(self, file_id: str) -> None:
+        account_id = await current_account_id(self)
         row = next((r for r in self.rows if r.id == file_id), None)
         if row is None:
             return
@@ -169,7 +170,6 @@ class FilesState(rx.State):
             if not row.preview:
                 self.preview_note = "No preview for this type of file. Download it to open it."
             return
-        account_id = await current_account_id(self)
         try:
             text, clipped = await asyncio.to_thread(_read_text, account_id, file_id)
         except (InvalidInput, NotFound) as error:

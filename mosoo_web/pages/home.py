@@ -17,8 +17,8 @@ class AppsState(rx.State):
 
     @rx.event
     async def create_app(self, form: dict[str, str]) -> rx.event.EventSpec | None:
-        self.create_error = ""
         account_id = await current_account_id(self)
+        self.create_error = ""
         try:
             with session_scope() as db:
                 app = identity.create_app(db, account_id, name=form.get("name", ""))

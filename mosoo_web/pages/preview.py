@@ -387,13 +387,14 @@ class PreviewState(ThreadChat, rx.State):
         """After the App guard: the agent's form, then the thread named in the URL (if any)."""
         self._reset_chat()
         self.thread_id = ""
-        account_id, app_id, session = await self._context()
         match = _AGENT_PATH.search(self.router.url.path or "")
         agent_id = match.group(2) if match else ""
         self.current_agent_id = agent_id
         self._chat_agent_id = agent_id
-        if session.app_missing or not app_id:
-            return None
+        session = await self.get_state(SessionState)
+        if session.app_missing or not session.current_app_id:
+            return None  # not found, or the guard has just sent the tab to /login
+        account_id, app_id, session = await self._context()
         try:
             form = await asyncio.to_thread(_load_agent, account_id, app_id, agent_id)
         except NotFound:
@@ -422,9 +423,11 @@ class PreviewState(ThreadChat, rx.State):
 
     async def _persist(self, field_name: str, work: Any, *args: Any) -> bool:
         """Run one save (`_save_fields` / `_save_option`) for the field the owner changed;
-        a refusal shows next to that field and the stored value stays as it was."""
-        error_var = FORM_ERROR_FIELDS.get(field_name, "name_error")
+        a refusal shows next to that field and the stored value stays as it was. The session
+        check comes before the save: what a handler showed before calling this (the value
+        picked, "Saving…") is the tab's own display, and a signed-out tab leaves for /login."""
         account_id, app_id, _session = await self._context()
+        error_var = FORM_ERROR_FIELDS.get(field_name, "name_error")
         try:
             saved: _Saved = await asyncio.to_thread(work, account_id, app_id, self.current_agent_id, *args)
         except InvalidInput as error:
@@ -607,11 +610,11 @@ class PreviewState(ThreadChat, rx.State):
     async def apply_pending(self) -> Any:
         """Recreate the Pet sandbox so the pending changes take effect (runtime.pets)."""
         async with self:
+            account_id, app_id, _session = await self._context()
             if self.applying:
                 return None
             self.applying = True
             self.apply_error = ""
-            account_id, app_id, _session = await self._context()
             agent_id = self.current_agent_id
         try:
             await asyncio.to_thread(pets.apply_pet_changes, account_id, app_id, agent_id)
@@ -639,11 +642,11 @@ class PreviewState(ThreadChat, rx.State):
     async def send(self, form: dict[str, Any]) -> Any:
         text = str(form.get("message", ""))
         async with self:
+            account_id, _app_id, _session = await self._context()
             if not self.can_send:
                 return None
             self.sending = True
             self.composer_error = ""
-            account_id, _app_id, _session = await self._context()
             agent_id, thread_id = self.current_agent_id, self.thread_id
             file_ids = self._take_attachment_ids()
         try:

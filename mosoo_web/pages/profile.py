@@ -17,8 +17,8 @@ class ProfileState(rx.State):
 
     @rx.event
     async def rename(self, form: dict[str, str]) -> rx.event.EventSpec | None:
-        self.error = ""
         account_id = await current_account_id(self)
+        self.error = ""
         try:
             with session_scope() as db:
                 account = identity.update_profile(db, account_id, name=form.get("name", ""))

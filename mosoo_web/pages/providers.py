@@ -138,10 +138,11 @@ class ProvidersState(rx.State):
     async def load(self) -> None:
         """After the App guard: the App's providers, and a fresh add form."""
         self._reset_form()
-        account_id, app_id, session = await self._app()
-        if session.app_missing or not app_id:
-            self.providers = []
+        session = await self.get_state(SessionState)
+        if session.app_missing or not session.current_app_id:
+            self.providers = []  # not found, or the guard has just sent the tab to /login
             return
+        account_id, app_id, session = await self._app()
         try:
             self._list(account_id, app_id)
         except NotFound:
@@ -182,8 +183,8 @@ class ProvidersState(rx.State):
     async def save(self, form: dict[str, str]) -> rx.event.EventSpec | None:
         """Add a provider, or save the one being edited (a blank key keeps the saved one).
         The key in `form` goes to the vault and nowhere else."""
-        self._clear_errors()
         account_id, app_id, session = await self._app()
+        self._clear_errors()
         data = vault.ProviderCredentialInput(
             name=form.get("name", ""),
             provider=self.preset,

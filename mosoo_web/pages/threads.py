@@ -25,7 +25,7 @@ from mosoo_web.components.downloads import download_link
 from mosoo_web.components.layout import console_shell, missing_card, page_header
 from mosoo_web.pages.agents import relative_time
 from mosoo_web.pages.app_settings import not_found_card
-from mosoo_web.state.session import SessionState, current_account_id
+from mosoo_web.state.session import SessionState, current_account_id, tab_signed_out
 from mosoo_web.state.thread_chat import (
     DISCONNECTED_GRACE_SECONDS,
     ThreadChat,
@@ -197,6 +197,10 @@ class ThreadsState(rx.State):
             async with self:
                 if self._follow_generation != generation or self.router.url.path != path:
                     return
+                # Stops with the session: quietly when the tab was already signed out,
+                # by raising SignedOut (the tab goes to /login) when it ended unnoticed.
+                if await tab_signed_out(self):
+                    return
             if await client_connected(token):
                 gone_since = None
             elif gone_since is None:
@@ -305,10 +309,10 @@ class ThreadDetailState(ThreadChat, rx.State):
         self.renaming, self.title_error, self.delete_open, self.deleting = False, "", False, False
         self.thread_files = []
         thread_id = str(self.router.page.params.get("thread_id", "") or "")
-        account_id, app_id = await self._ids()
         session = await self.get_state(SessionState)
-        if session.app_missing or not app_id:
-            return None
+        if session.app_missing or not session.current_app_id:
+            return None  # not found, or the guard has just sent the tab to /login
+        account_id, app_id = await self._ids()
         try:
             header = await asyncio.to_thread(_load_header, account_id, app_id, thread_id)
         except NotFound:
@@ -339,8 +343,8 @@ class ThreadDetailState(ThreadChat, rx.State):
 
     @rx.event
     async def rename(self, form: dict[str, Any]) -> Any:
-        self.title_error = ""
         account_id, _app_id = await self._ids()
+        self.title_error = ""
         try:
             header = await asyncio.to_thread(_change, account_id, self.thread_id, "rename", str(form.get("title", "")))
         except MosooError as error:  # the title's problem, or an archived thread: next to the field
@@ -380,10 +384,10 @@ class ThreadDetailState(ThreadChat, rx.State):
     async def confirm_delete(self) -> Any:
         # Background: stopping a run and removing a sandbox can take a while.
         async with self:
+            account_id, app_id = await self._ids()
             if self.deleting or not self.thread_id:
                 return None
             self.deleting = True
-            account_id, app_id = await self._ids()
             thread_id, name = self.thread_id, self.display_title
         try:
             await asyncio.to_thread(delete_thread_everywhere, account_id, thread_id)
@@ -402,11 +406,11 @@ class ThreadDetailState(ThreadChat, rx.State):
         """A follow-up message (with its attachments). An archived thread is unarchived."""
         text = str(form.get("message", ""))
         async with self:
+            account_id, app_id = await self._ids()
             if not self.can_send:
                 return None
             self.sending = True
             self.composer_error = ""
-            account_id, app_id = await self._ids()
             thread_id = self.thread_id
             file_ids = self._take_attachment_ids()
         try:

@@ -16,7 +16,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_web.components.layout import card_section, console_shell, field_error, page_header
 from mosoo_web.pages.agents import relative_time
-from mosoo_web.state.session import current_account_id
+from mosoo_web.state.session import SessionState, current_account_id
 
 SOURCE_LABELS = {"console": "Console", "cli": "CLI sign-in"}
 
@@ -61,16 +61,15 @@ class TokensState(rx.State):
     @rx.event
     async def load(self) -> None:
         self.new_secret = self.new_label = self.label_error = ""
-        account_id = await current_account_id(self)
-        if not account_id:
-            self.tokens = []
+        if not (await self.get_state(SessionState)).signed_in:
+            self.tokens = []  # the page guard has just sent the tab to /login
             return
-        self._list(account_id)
+        self._list(await current_account_id(self))
 
     @rx.event
     async def create(self, form: dict[str, str]) -> rx.event.EventSpec | None:
-        self.label_error = ""
         account_id = await current_account_id(self)
+        self.label_error = ""
         try:
             with session_scope() as db:
                 created = identity.create_access_token(db, account_id, form.get("label", ""))

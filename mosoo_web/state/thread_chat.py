@@ -30,7 +30,7 @@ from mosoo_core.logs import get_logger
 from mosoo_core.sessions import actions
 from mosoo_core.sessions.transcript import Transcript
 from mosoo_web.components.chat import ChatItem, chat_item, usage_text
-from mosoo_web.state.session import SessionState, current_account_id
+from mosoo_web.state.session import SessionState, SignedOut, current_account_id, tab_signed_out
 
 log = get_logger(__name__)
 
@@ -186,10 +186,10 @@ class ThreadChat(rx.State, mixin=True):
     @rx.event
     async def attach_files(self, uploads: list[rx.UploadFile]) -> None:
         """Store the chosen files; each becomes a removable chip until the message goes out."""
+        account_id = await current_account_id(self)
         if not uploads:
             return  # every file was refused by the widget: `reject_files` says why
         self.attach_error = ""
-        account_id = await current_account_id(self)
         app_id = (await self.get_state(SessionState)).current_app_id
         agent_id = self._chat_agent_id
         if not account_id or not agent_id:
@@ -220,11 +220,11 @@ class ThreadChat(rx.State, mixin=True):
 
     @rx.event
     async def remove_attachment(self, file_id: str) -> Any:
+        account_id = await current_account_id(self)
         if not any(chip.id == file_id for chip in self.attachments):
             return None
         self.attachments = [chip for chip in self.attachments if chip.id != file_id]
         self.attach_error = ""
-        account_id = await current_account_id(self)
         # Already gone (or bound elsewhere): the chip is what the owner removed.
         with contextlib.suppress(MosooError):
             await asyncio.to_thread(_discard_upload, account_id, file_id)
@@ -284,6 +284,9 @@ class ThreadChat(rx.State, mixin=True):
             reason = await _follow(self, feed, transcript, pushed, generation, token, page_key)
         except NotFound:
             reason = "thread_gone"
+        except SignedOut:
+            reason = "signed_out"
+            raise  # the app's exception handler sends the tab to /login
         except asyncio.CancelledError:  # Reflex ends a page-load chain when its tab reloads or leaves
             reason = "cancelled"
             raise
@@ -295,10 +298,10 @@ class ThreadChat(rx.State, mixin=True):
 
 async def _answer_permission(state: ThreadChat, request_id: str, decision: str) -> Any:
     async with state:
+        account_id = await current_account_id(state)
         if request_id in state.answered_requests:
             return None
         state.answered_requests = [*state.answered_requests, request_id]
-        account_id = await current_account_id(state)
         thread_id = state.thread_id
     try:
         await asyncio.to_thread(actions.answer_permission, account_id, thread_id, request_id, decision)
@@ -345,12 +348,16 @@ async def _push(state: ThreadChat, generation: int, transcript: Transcript, push
 
 
 async def _left_reason(state: ThreadChat, generation: int, page_key: str) -> str:
-    """Why this watcher should stop ("" while it is still wanted)."""
+    """Why this watcher should stop ("" while it is still wanted). Raises `SignedOut` when
+    the tab's session has ended unnoticed: the watcher ends and the tab goes to /login."""
     async with state:
         if state._watch_generation != generation:
             return "superseded"
         # Navigating to another console page leaves the state behind: stop with it.
-        return "" if state._chat_page_key() == page_key else "left_page"
+        if state._chat_page_key() != page_key:
+            return "left_page"
+        # A signed-out tab follows nothing, whatever it still shows.
+        return "signed_out" if await tab_signed_out(state) else ""
 
 
 async def _follow(
