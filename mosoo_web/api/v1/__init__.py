@@ -3,11 +3,16 @@ document (`/api/v1/openapi.json`), interactive docs (`/api/v1/docs`) and error e
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.routing import compile_path
 
 from mosoo_web.api.v1 import agents, events, files, threads
 from mosoo_web.api.v1._body_limit import BodyLimit
 from mosoo_web.api.v1._errors import install_v1_error_handlers
+from mosoo_web.api.v1.schemas import ErrorBody, ErrorResponse
 
 PREFIX = "/api/v1"
 
@@ -23,9 +28,9 @@ follow it with `GET /threads/{id}/events/stream` (Server-Sent Events, resumable 
 then continue with `POST /threads/{id}/events`.
 
 **Errors** are `{"error": {"code", "message"}}` (plus `field` for invalid input): `invalid_request` 400,
-`unauthenticated` 401, `forbidden` 403, `not_found` 404, `agent_not_published` / `readiness_blocked` /
-`idempotency_conflict` 409, `payload_too_large` 413, `rate_limited` 429 (see `Retry-After`),
-`internal_error` 500.
+`unauthenticated` 401, `not_found` 404, `method_not_allowed` 405 (see `Allow`), `agent_not_published` /
+`readiness_blocked` / `idempotency_conflict` 409, `payload_too_large` 413, `rate_limited` 429 (see
+`Retry-After`), `internal_error` 500.
 
 **Limits.** 120 requests a minute per token by default. Creating threads and posting events accept an
 `Idempotency-Key` header: a retry with the same key and body within 24 hours returns the first answer
@@ -51,7 +56,53 @@ def build_v1() -> FastAPI:
         openapi_url="/openapi.json",
     )
     install_v1_error_handlers(api)
+    api.add_exception_handler(405, _method_not_allowed)
     api.add_middleware(BodyLimit)
     for module in (agents, threads, events, files):
         api.include_router(module.router)
+    generate = api.openapi
+
+    def openapi() -> dict[str, Any]:
+        if api.openapi_schema is None:
+            api.openapi_schema = _as_served(generate())
+        return api.openapi_schema
+
+    api.openapi = openapi  # type: ignore[method-assign]
     return api
+
+
+async def _method_not_allowed(request: Request, error: Exception) -> JSONResponse:
+    # Starlette's `Allow` names the methods of the first route that matched the path only; the
+    # document has them all (FastAPI keeps one route per method, under included routers).
+    path = request.scope["path"].removeprefix(request.scope.get("root_path", "")) or "/"
+    allowed = sorted(
+        method.upper()
+        for template, item in request.app.openapi()["paths"].items()
+        if compile_path(template)[0].match(path)
+        for method in item
+    ) or [(getattr(error, "headers", None) or {}).get("Allow", "GET")]  # /docs, /openapi.json
+    body = ErrorResponse(
+        error=ErrorBody(
+            code="method_not_allowed", message=f"{request.method} is not allowed here; use {', '.join(allowed)}."
+        )
+    )
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=405, headers={"Allow": ", ".join(allowed)})
+
+
+def _as_served(document: dict[str, Any]) -> dict[str, Any]:
+    """What FastAPI documents but the server does not do: a 422 on every operation with parameters
+    (invalid input is a 400 here), and `null` for optional parameters (a query or header value is
+    text, so `?archived=null` is the string "null", refused like any other bad value)."""
+    for item in document.get("paths", {}).values():
+        for operation in item.values():
+            operation.get("responses", {}).pop("422", None)
+            for parameter in operation.get("parameters", []):
+                schema = parameter.get("schema", {})
+                choices = [choice for choice in schema.get("anyOf", []) if choice != {"type": "null"}]
+                if len(choices) == 1:
+                    del schema["anyOf"]
+                    schema.update(choices[0])
+    schemas = document.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    return document

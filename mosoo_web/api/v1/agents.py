@@ -10,7 +10,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.sessions import actions
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
-from mosoo_web.api.v1.schemas import Agent, AgentList
+from mosoo_web.api.v1.schemas import Agent, AgentId, AgentList
 
 router = APIRouter(tags=["Agents"])
 
@@ -34,7 +34,7 @@ async def list_agents(caller: CallerDep) -> AgentList:
     description="One agent of the token owner. (Added for the CLI, like `GET /agents`.)",
     responses=error_responses(404),
 )
-async def get_agent(agent_id: str, caller: CallerDep) -> Agent:
+async def get_agent(agent_id: AgentId, caller: CallerDep) -> Agent:
     def work() -> Agent:
         with session_scope() as db:
             return Agent.of(agents.agent_view(actions.account_agent(db, caller.account_id, agent_id)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, Query, Request
@@ -14,18 +15,25 @@ from mosoo_core.errors import InvalidInput
 from mosoo_core.sessions import actions
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
-from mosoo_web.api.v1._idempotency import HEADER, HEADER_DOC, answer_once
+from mosoo_web.api.v1._idempotency import answer_once
 from mosoo_web.api.v1.schemas import (
+    JSON_BODY_TOO_LARGE,
+    MAX_SEQ,
+    REPLAYED_DOC,
     Event,
     EventList,
+    IdempotencyKey,
     PermissionDecision,
     PostedEvent,
     PostEvent,
     Run,
+    ThreadId,
     UserInterrupt,
     UserMessage,
 )
 from mosoo_web.api.v1.sse import SSE_HEADERS, event_stream
+
+AfterSeq = Annotated[int, Query(ge=0, le=MAX_SEQ, description="Return events with a greater seq.")]
 
 router = APIRouter(tags=["Events"])
 
@@ -37,8 +45,7 @@ router = APIRouter(tags=["Events"])
     responses=error_responses(404),
 )
 async def list_events(
-    thread_id: str, caller: CallerDep,
-    after_seq: Annotated[int, Query(ge=0, description="Return events with a greater seq.")] = 0,
+    thread_id: ThreadId, caller: CallerDep, after_seq: AfterSeq = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> EventList:
     def work() -> EventList:
@@ -69,16 +76,20 @@ _POST_EXAMPLES = {
     description="`user_message` stores the message and starts a run (one active run per thread; attach "
     "uploaded files with `file_ids`). `permission_decision` answers a `tool.confirmation.required` event "
     "(`allow_once` or `reject_once`). `user_interrupt` stops the active run. The outcome arrives as events.",
-    responses=error_responses(
-        404, conflicts="`conflict`: a run is already active, or nothing awaits a decision. `thread_archived`: "
-        "unarchive the thread first. `readiness_blocked`: the agent version cannot run. "
-        "`idempotency_conflict`: see `Idempotency-Key`. `worker_unavailable`: no worker took the run.",
-    ),
+    responses={
+        202: {"headers": REPLAYED_DOC},
+        **error_responses(
+            404, conflicts="`conflict`: a run is already active, or nothing awaits a decision. `thread_archived`: "
+            "unarchive the thread first. `readiness_blocked`: the agent version cannot run. "
+            "`idempotency_conflict`: see `Idempotency-Key`. `worker_unavailable`: no worker took the run.",
+        ),
+        413: JSON_BODY_TOO_LARGE,
+    },
 )
 async def post_event(
-    thread_id: str, request: Request, caller: CallerDep,
+    thread_id: ThreadId, request: Request, caller: CallerDep,
     body: Annotated[PostEvent, Body(openapi_examples=_POST_EXAMPLES)],  # type: ignore[arg-type]
-    idempotency_key: Annotated[str | None, Header(alias=HEADER, description=HEADER_DOC, max_length=255)] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     def work() -> PostedEvent:
         if isinstance(body, UserMessage):
@@ -98,33 +109,66 @@ async def post_event(
     )
 
 
+# One Server-Sent Event, as OpenAPI 3.1 tools (and 3.2's `itemSchema`) read a `text/event-stream` schema:
+# its fields, with `data` the same Event JSON that `GET /threads/{id}/events` returns.
+_STREAM_EVENT = {
+    "type": "object",
+    "required": ["id", "event", "data"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[1-9][0-9]*$", "description": "The event's `seq`."},
+        "event": {"type": "string", "description": "The event's `type`."},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"$ref": "#/components/schemas/Event"},
+            "description": "The event as JSON, on one line.",
+        },
+    },
+}
+_STREAM_EXAMPLE = (
+    'id: 1\nevent: user.message\ndata: {"seq":1,"type":"user.message","run_id":"01JRUN","occurred_at":'
+    '"2025-01-01T00:00:00Z","payload":{"text":"Hello"}}\n\n: keep-alive\n\n'
+)
+_LAST_EVENT_ID = re.compile(r"[0-9]{1,19}")
+
+
 @router.get(
     "/threads/{thread_id}/events/stream", operation_id="streamEvents", summary="Stream events (SSE)",
-    description="Server-Sent Events: each event is `id: <seq>`, `event: <type>`, `data: <event JSON>`. "
-    "Stored events after `Last-Event-ID` (or `after_seq`) come first, then live ones, each exactly once and "
-    "in seq order; reconnect with the last `id` you received to resume without gaps or duplicates. "
-    "Comment lines (`: keep-alive`) keep idle connections open. The stream stays open until you close it.",
+    description="Server-Sent Events: each event is `id: <seq>`, `event: <type>`, `data: <event JSON>` (the "
+    "`Event` of `GET /threads/{id}/events`), then a blank line. Stored events after `Last-Event-ID` (or "
+    "`after_seq`) come first, then live ones, each exactly once and in seq order; reconnect with the last `id` "
+    "you received to resume without gaps or duplicates. Comment lines (`: keep-alive`) keep idle connections "
+    "open. The stream stays open until you close it.",
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "A `text/event-stream`.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "description": "A `text/event-stream` of events (the schema describes one event).",
+            "headers": {
+                "Cache-Control": {"required": True, "schema": {"type": "string", "const": "no-cache, no-transform"}},
+                "X-Accel-Buffering": {"required": True, "schema": {"type": "string", "const": "no"}},
+            },
+            "content": {"text/event-stream": {"schema": _STREAM_EVENT, "example": _STREAM_EXAMPLE}},
         },
         **error_responses(404),
     },
 )
 async def stream_events(
-    thread_id: str, request: Request, caller: CallerDep,
-    after_seq: Annotated[int, Query(ge=0, description="Start after this seq (`Last-Event-ID` wins).")] = 0,
+    thread_id: ThreadId, request: Request, caller: CallerDep,
+    after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ, description="Start after this seq (`Last-Event-ID` wins).")] = 0,
     last_event_id: Annotated[
-        str | None, Header(alias="Last-Event-ID", description="The last `id` received, to resume.")
+        str | None,
+        Header(
+            alias="Last-Event-ID", description="The last `id` received, to resume (blank: ignored).",
+            json_schema_extra={"pattern": "^[0-9]{0,19}$"},
+        ),
     ] = None,
 ) -> StreamingResponse:
     start = after_seq
     if last_event_id is not None and last_event_id.strip():
-        if not last_event_id.strip().isdigit():
+        value = last_event_id.strip()
+        if not _LAST_EVENT_ID.fullmatch(value):
             raise InvalidInput("Last-Event-ID must be the seq of an event.", field="Last-Event-ID")
-        start = int(last_event_id.strip())
+        start = min(int(value), MAX_SEQ)  # past any seq the database can hold: only the end of the log is left
 
     def check() -> None:
         with session_scope() as db:

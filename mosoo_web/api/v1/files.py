@@ -18,7 +18,7 @@ from mosoo_core.errors import InvalidInput, PayloadTooLarge
 from mosoo_core.sessions import actions
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
-from mosoo_web.api.v1.schemas import Deleted, File, FileList
+from mosoo_web.api.v1.schemas import AgentId, Deleted, File, FileId, FileList, Text, ThreadId
 
 router = APIRouter(tags=["Files"])
 
@@ -61,10 +61,10 @@ async def _limited(stream: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
     openapi_extra={"requestBody": _UPLOAD_BODY},
     responses=error_responses(404, 413),
 )
-async def upload_file(agent_id: str, request: Request, caller: CallerDep) -> File:
+async def upload_file(agent_id: AgentId, request: Request, caller: CallerDep) -> File:
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not (declared.isascii() and declared.isdigit()):
             raise InvalidInput("Content-Length must be a number of bytes.", field="Content-Length")
         if int(declared) > REQUEST_LIMIT:
             raise PayloadTooLarge(_TOO_LARGE)
@@ -106,8 +106,8 @@ async def upload_file(agent_id: str, request: Request, caller: CallerDep) -> Fil
     responses=error_responses(404),
 )
 async def list_thread_files(
-    thread_id: str, caller: CallerDep,
-    ids: Annotated[list[str] | None, Query(max_length=100, description="File ids (repeat the parameter).")] = None,
+    thread_id: ThreadId, caller: CallerDep,
+    ids: Annotated[list[Text] | None, Query(max_length=100, description="File ids (repeat the parameter).")] = None,
 ) -> FileList:
     def work() -> FileList:
         with session_scope() as db:
@@ -122,7 +122,7 @@ async def list_thread_files(
     summary="Delete a file of a thread", description="`not_found` unless the file belongs to this thread.",
     responses=error_responses(404),
 )
-async def delete_thread_file(thread_id: str, file_id: str, caller: CallerDep) -> Deleted:
+async def delete_thread_file(thread_id: ThreadId, file_id: FileId, caller: CallerDep) -> Deleted:
     def work() -> Deleted:
         with session_scope() as db:
             sessions.get_session(db, caller.account_id, thread_id)  # another owner's thread: not_found
@@ -136,7 +136,7 @@ async def delete_thread_file(thread_id: str, file_id: str, caller: CallerDep) ->
     "/files/{file_id}", response_model=File, operation_id="getFile", summary="Get a file",
     responses=error_responses(404),
 )
-async def get_file(file_id: str, caller: CallerDep) -> File:
+async def get_file(file_id: FileId, caller: CallerDep) -> File:
     def work() -> File:
         with session_scope() as db:
             return File.of(files.get_file(db, caller.account_id, file_id))
@@ -149,7 +149,7 @@ async def get_file(file_id: str, caller: CallerDep) -> File:
     description="Deletes the file record and, when nothing else uses the same content, its bytes.",
     responses=error_responses(404),
 )
-async def delete_file(file_id: str, caller: CallerDep) -> Deleted:
+async def delete_file(file_id: FileId, caller: CallerDep) -> Deleted:
     def work() -> Deleted:
         with session_scope() as db:
             files.delete_file(db, caller.account_id, file_id)
@@ -164,16 +164,31 @@ def content_disposition(name: str) -> str:
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
+# The download answers with the stored media type, whatever it is: `*/*` documents exactly that.
+_DOWNLOAD_RESPONSE = {
+    "description": "The file's bytes, streamed, with the file's `media_type` as `Content-Type` "
+    "(`application/octet-stream` when it is unknown).",
+    "headers": {
+        "Content-Disposition": {
+            "required": True,
+            "description": "`attachment`, with an ASCII `filename` and the exact UTF-8 `filename*` (RFC 6266).",
+            "schema": {"type": "string", "pattern": "^attachment; filename=\"[^\"]*\"; filename\\*=UTF-8''"},
+        },
+        "Content-Length": {"required": True, "description": "The file's `size`.", "schema": {"type": "integer", "minimum": 0}},
+        "X-Content-Type-Options": {"required": True, "schema": {"type": "string", "const": "nosniff"}},
+        "Cache-Control": {"required": True, "schema": {"type": "string", "const": "private, no-store"}},
+    },
+    "content": {"application/octet-stream": {}, "*/*": {}},
+}
+
+
 @router.get(
     "/files/{file_id}/content", operation_id="downloadFile", summary="Download a file",
-    description="The file's bytes, streamed, as an attachment.",
+    description="The file's bytes, streamed, as an attachment. `not_found` also while the file is not `ready`.",
     response_class=StreamingResponse,
-    responses={
-        200: {"description": "The file.", "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
-        **error_responses(404),
-    },
+    responses={200: _DOWNLOAD_RESPONSE, **error_responses(404)},
 )
-async def download_file(file_id: str, caller: CallerDep) -> StreamingResponse:
+async def download_file(file_id: FileId, caller: CallerDep) -> StreamingResponse:
     def work() -> tuple[files.FileView, IO[bytes]]:
         with session_scope() as db:
             return files.open_file(db, caller.account_id, file_id)
@@ -182,8 +197,9 @@ async def download_file(file_id: str, caller: CallerDep) -> StreamingResponse:
     body: Iterator[bytes] = files.iter_chunks(handle)
     return StreamingResponse(
         body,
-        media_type=view.media_type or "application/octet-stream",
         headers={
+            # Set as a header, not `media_type`, so no `charset` is claimed for text the server never decoded.
+            "Content-Type": view.media_type or "application/octet-stream",
             "Content-Disposition": content_disposition(view.name),
             "Content-Length": str(view.size),
             "X-Content-Type-Options": "nosniff",

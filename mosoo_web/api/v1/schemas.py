@@ -5,10 +5,40 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from fastapi import Header, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from mosoo_core.agents import AgentView
 from mosoo_core.sessions import RunView, SessionView, StoredEvent
+from mosoo_web.api.v1._idempotency import HEADER, HEADER_DOC, REPLAYED_HEADER
+
+# PostgreSQL text cannot hold NUL: refuse it at the door (400) rather than fail in the database (500).
+NO_NUL = r"^[^\x00]*$"
+# The largest seq a database integer holds; a greater `after_seq` or `Last-Event-ID` is refused (400).
+MAX_SEQ = 2**63 - 1
+
+AgentId = Annotated[str, Path(pattern=NO_NUL, description="An agent id (see `GET /agents`).")]
+ThreadId = Annotated[str, Path(pattern=NO_NUL, description="A thread id.")]
+FileId = Annotated[str, Path(pattern=NO_NUL, description="A file id.")]
+Text = Annotated[str, Field(pattern=NO_NUL)]
+# What `str.strip()` removes: a message of only these is refused ("Write a message first.").
+_SPACE = r"\t-\r\x1c- \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+# No NUL and something besides white space (leading spaces, then the first other character: no backtracking).
+MessageText = Annotated[str, Field(pattern=rf"^[{_SPACE}]*[^\x00{_SPACE}][^\x00]*$")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias=HEADER, description=HEADER_DOC, max_length=255,
+        # Documented, not enforced here: `idempotency.clean_key` refuses anything else with a clearer message.
+        json_schema_extra={"pattern": r"^[!-~]([ -~]*[!-~])?$"},
+    ),
+]
+REPLAYED_DOC = {
+    REPLAYED_HEADER: {
+        "description": "`true` when this is the stored answer to an earlier call with the same `Idempotency-Key`.",
+        "schema": {"type": "string", "const": "true"},
+    }
+}
 
 
 class _Request(BaseModel):
@@ -23,6 +53,12 @@ class ErrorBody(BaseModel):
 
 class ErrorResponse(BaseModel):
     error: ErrorBody
+
+
+# BodyLimit refuses a JSON body over 2 MiB before the route reads it.
+JSON_BODY_TOO_LARGE: dict[str, Any] = {
+    "model": ErrorResponse, "description": "`payload_too_large`: the JSON body is over 2 MiB.",
+}
 
 
 class Agent(BaseModel):
@@ -115,17 +151,32 @@ class ThreadList(BaseModel):
 
 
 class CreateThread(_Request):
-    message: str | None = Field(
+    model_config = ConfigDict(
+        # As the service checks it: files ride on a message, so a non-empty `file_ids` needs `message`.
+        json_schema_extra={
+            "dependentSchemas": {
+                "file_ids": {
+                    "anyOf": [
+                        {"properties": {"file_ids": {"maxItems": 0}}},
+                        {"required": ["message"], "properties": {"message": {"type": "string"}}},
+                    ]
+                }
+            }
+        }
+    )
+
+    message: MessageText | None = Field(
         default=None, min_length=1, max_length=100_000, description="The first user message; starts a run."
     )
-    file_ids: list[str] = Field(
+    file_ids: list[Text] = Field(
         default_factory=list, max_length=100,
-        description="Files uploaded with `POST /agents/{agent_id}/files` to attach to the first message.",
+        description="Files uploaded with `POST /agents/{agent_id}/files` to attach to the first message "
+        "(needs `message`).",
     )
-    end_user_id: str | None = Field(
+    end_user_id: Text | None = Field(
         default=None, min_length=1, max_length=200, description="Your identifier for the user this thread serves."
     )
-    title: str | None = Field(default=None, max_length=80)
+    title: Text | None = Field(default=None, max_length=80)
 
 
 class CreatedThread(BaseModel):
@@ -157,13 +208,13 @@ class EventList(BaseModel):
 
 class UserMessage(_Request):
     type: Literal["user_message"]
-    text: str = Field(min_length=1, max_length=100_000)
-    file_ids: list[str] = Field(default_factory=list, max_length=100)
+    text: MessageText = Field(min_length=1, max_length=100_000)
+    file_ids: list[Text] = Field(default_factory=list, max_length=100)
 
 
 class PermissionDecision(_Request):
     type: Literal["permission_decision"]
-    request_id: str = Field(min_length=1, max_length=200, description="From the `tool.confirmation.required` event.")
+    request_id: Text = Field(min_length=1, max_length=200, description="From the `tool.confirmation.required` event.")
     decision: Literal["allow_once", "reject_once"]
 
 

@@ -10,7 +10,6 @@ the database now and then, because publishing to Redis is best effort.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,6 +20,7 @@ from mosoo_core.errors import NotFound
 from mosoo_core.event_feed import ThreadFeed
 from mosoo_core.logs import get_logger
 from mosoo_core.settings import get_settings
+from mosoo_web.api.v1.schemas import Event
 
 log = get_logger(__name__)
 
@@ -34,8 +34,9 @@ REDIS_DOWN_POLL_SECONDS = 1.0
 
 
 def format_event(event: dict[str, Any]) -> bytes:
-    data = json.dumps(event, separators=(",", ":"), ensure_ascii=False)
-    return f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n".encode()
+    # Through the same model as `GET /threads/{id}/events`, so `data` is that endpoint's JSON to the byte.
+    shaped = Event.model_validate(event)
+    return f"id: {shaped.seq}\nevent: {shaped.type}\ndata: {shaped.model_dump_json()}\n\n".encode()
 
 
 class _Cursor:

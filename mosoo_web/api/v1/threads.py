@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
@@ -15,20 +15,25 @@ from mosoo_core.sessions import actions
 from mosoo_core.sessions import threads as inbox
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
-from mosoo_web.api.v1._idempotency import HEADER, HEADER_DOC, answer_once
+from mosoo_web.api.v1._idempotency import answer_once
 from mosoo_web.api.v1.schemas import (
+    JSON_BODY_TOO_LARGE,
+    NO_NUL,
+    REPLAYED_DOC,
+    AgentId,
     CreatedThread,
     CreateThread,
     Deleted,
+    IdempotencyKey,
     Run,
+    Text,
     Thread,
     ThreadDetail,
+    ThreadId,
     ThreadList,
 )
 
 router = APIRouter(tags=["Threads"])
-
-IdempotencyKey = Annotated[str | None, Header(alias=HEADER, description=HEADER_DOC, max_length=255)]
 
 
 def _thread(account_id: str, thread_id: str) -> Thread:
@@ -42,14 +47,18 @@ def _thread(account_id: str, thread_id: str) -> Thread:
     description="Starts a thread on the agent's published version (the thread keeps that version). With "
     "`message`, the first run starts at once: follow it on `GET /threads/{id}/events/stream`. `file_ids` "
     "attaches files uploaded with `POST /agents/{agent_id}/files` to that message.",
-    responses=error_responses(
-        404, conflicts="`agent_not_published`: the agent has no published version. `readiness_blocked`: the "
-        "published version cannot run (e.g. its provider key was deleted). `idempotency_conflict`: see "
-        "`Idempotency-Key`. `worker_unavailable`: the message was stored but no worker took the run.",
-    ),
+    responses={
+        201: {"headers": REPLAYED_DOC},
+        **error_responses(
+            404, conflicts="`agent_not_published`: the agent has no published version. `readiness_blocked`: the "
+            "published version cannot run (e.g. its provider key was deleted). `idempotency_conflict`: see "
+            "`Idempotency-Key`. `worker_unavailable`: the message was stored but no worker took the run.",
+        ),
+        413: JSON_BODY_TOO_LARGE,
+    },
 )
 async def create_thread(
-    agent_id: str, request: Request, caller: CallerDep, body: CreateThread | None = None,
+    agent_id: AgentId, request: Request, caller: CallerDep, body: CreateThread | None = None,
     idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     wanted = body or CreateThread()
@@ -75,13 +84,15 @@ async def create_thread(
     responses=error_responses(404),
 )
 async def list_threads(
-    agent_id: str, caller: CallerDep,
-    end_user_id: Annotated[str | None, Query(max_length=200)] = None,
+    agent_id: AgentId, caller: CallerDep,
+    end_user_id: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
     status: Literal["idle", "running", "rescheduling", "terminated"] | None = None,
     archived: bool | None = None,
-    ids: Annotated[list[str] | None, Query(max_length=100, description="Thread ids (repeat the parameter).")] = None,
+    ids: Annotated[list[Text] | None, Query(max_length=100, description="Thread ids (repeat the parameter).")] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    cursor: Annotated[str | None, Query(max_length=26, description="`next_cursor` of the previous page.")] = None,
+    cursor: Annotated[
+        str | None, Query(max_length=26, pattern=NO_NUL, description="`next_cursor` of the previous page.")
+    ] = None,
 ) -> ThreadList:
     def work() -> ThreadList:
         with session_scope() as db:
@@ -99,7 +110,7 @@ async def list_threads(
     description="The thread and its latest run (poll `latest_run.status` if you do not stream).",
     responses=error_responses(404),
 )
-async def get_thread(thread_id: str, caller: CallerDep) -> ThreadDetail:
+async def get_thread(thread_id: ThreadId, caller: CallerDep) -> ThreadDetail:
     def work() -> ThreadDetail:
         with session_scope() as db:
             thread = sessions.get_session(db, caller.account_id, thread_id)
@@ -114,7 +125,7 @@ async def get_thread(thread_id: str, caller: CallerDep) -> ThreadDetail:
     description="Archived threads are read-only until unarchived. Refused while a run is active.",
     responses=error_responses(404, conflicts="`thread_active`: a run is active; stop it or wait."),
 )
-async def archive_thread(thread_id: str, caller: CallerDep) -> Thread:
+async def archive_thread(thread_id: ThreadId, caller: CallerDep) -> Thread:
     def work() -> Thread:
         with session_scope() as db:
             inbox.archive_thread(db, caller.account_id, thread_id)
@@ -127,7 +138,7 @@ async def archive_thread(thread_id: str, caller: CallerDep) -> Thread:
     "/threads/{thread_id}/unarchive", response_model=Thread, operation_id="unarchiveThread",
     summary="Unarchive a thread", responses=error_responses(404),
 )
-async def unarchive_thread(thread_id: str, caller: CallerDep) -> Thread:
+async def unarchive_thread(thread_id: ThreadId, caller: CallerDep) -> Thread:
     def work() -> Thread:
         with session_scope() as db:
             inbox.unarchive_thread(db, caller.account_id, thread_id)
@@ -142,7 +153,7 @@ async def unarchive_thread(thread_id: str, caller: CallerDep) -> Thread:
     "sandbox. An active run is stopped first.",
     responses=error_responses(404),
 )
-async def delete_thread(thread_id: str, caller: CallerDep) -> Deleted:
+async def delete_thread(thread_id: ThreadId, caller: CallerDep) -> Deleted:
     def work() -> Deleted:
         delete_thread_everywhere(caller.account_id, thread_id)
         return Deleted(id=thread_id)
