@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from fastapi import FastAPI
+from starlette.routing import Mount
 
 from mosoo_core.origins import allowed_origins
 from mosoo_core.settings import get_settings
@@ -15,6 +18,15 @@ from mosoo_web.api.v1 import PREFIX, build_v1
 SIGN_IN_BODY_LIMIT = 64 * 1024
 
 
+def _match_line_breaks(api: FastAPI, prefix: str) -> None:
+    """Starlette compiles a mount's `{path:path}` to `.*`, which stops at a line break, so an id
+    with an encoded newline (`%0A`) fell out of the mount to this app's bare 404. Recompiled with
+    DOTALL, every path under the prefix reaches the public API and its error envelope."""
+    for route in api.router.routes:
+        if isinstance(route, Mount) and route.path == prefix:
+            route.path_regex = re.compile(route.path_regex.pattern, re.DOTALL)
+
+
 def build_api() -> FastAPI:
     api = FastAPI(title="Mosoo", docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(api)
@@ -24,6 +36,7 @@ def build_api() -> FastAPI:
     api.include_router(files.router)
     google.install(api)
     api.mount(PREFIX, build_v1())
+    _match_line_breaks(api, PREFIX)
     # Sign-in bodies are a few fields; nobody unauthenticated gets to send megabytes.
     api.add_middleware(
         BodyLimit, limit=SIGN_IN_BODY_LIMIT, applies=lambda scope: scope["path"].startswith("/api/auth/"),
