@@ -10,6 +10,7 @@ from mosoo_core.errors import InvalidInput
 
 MAX_NAME_BYTES = 255
 DEFAULT_MEDIA_TYPE = "application/octet-stream"
+MAX_MEDIA_TYPE = 200  # the column's size (RFC 6838 would allow 127 + 1 + 127)
 # Bidi embeddings/overrides and isolates: they make "evil\u202egpj.exe" read as "evilexe.jpg".
 _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)}
 # Zero-width characters hide differences between names that look the same.
@@ -59,7 +60,7 @@ def media_type_for(name: str, given: str | None) -> str:
     """The caller's type when it is a valid `type/subtype`, else a guess from the name."""
     if given:
         candidate = given.split(";", 1)[0].strip().lower()
-        if _MEDIA_TYPE.match(candidate):
+        if len(candidate) <= MAX_MEDIA_TYPE and _MEDIA_TYPE.match(candidate):
             return candidate
     guessed, _ = mimetypes.guess_type(name, strict=False)
     return guessed or DEFAULT_MEDIA_TYPE

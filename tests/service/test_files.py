@@ -114,6 +114,8 @@ def test_a_1000_character_name_is_cut_to_255_bytes_keeping_its_extension(db: Ses
         ("photo.png", "not a type", "image/png"),
         ("data.unknownext", None, "application/octet-stream"),
         ("data.bin", "Application/JSON", "application/json"),
+        # Valid by RFC 6838 (127 + 1 + 127) but longer than the column holds (PostgreSQL refused it).
+        ("photo.png", "a" * 127 + "/" + "b" * 127, "image/png"),
     ],
 )
 def test_media_type_comes_from_a_valid_given_type_else_the_name(
