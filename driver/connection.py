@@ -177,7 +177,7 @@ class ControlConnection:
     ) -> None:
         message = CommandUpdate(
             command_id=command_id,
-            status=status,  # type: ignore[arg-type]
+            status=status,
             result=result,
             error=error[:4096] if error is not None else None,
         )
@@ -188,7 +188,7 @@ class ControlConnection:
         """Queue a log line for control (best effort, bounded, never re-sent)."""
         if len(self._pending_logs) >= MAX_PENDING_LOG_LINES:
             return
-        line = LogLine(level=level if level in ("debug", "info", "warning", "error") else "error", message=message[:8192], at=utc_now())  # type: ignore[arg-type]
+        line = LogLine(level=level if level in ("debug", "info", "warning", "error") else "error", message=message[:8192], at=utc_now())
         if not self._pending_logs:
             self._queue(_FLUSH_LOGS)
         self._pending_logs.append(line)
@@ -384,7 +384,7 @@ class ControlConnection:
         size = 0
         self._outgoing.appendleft(item)
         while self._outgoing and isinstance(self._outgoing[0], str) and len(parts) < MAX_EVENTS_PER_BATCH:
-            encoded = self._unacked.get(self._outgoing[0])  # type: ignore[arg-type]
+            encoded = self._unacked.get(self._outgoing[0])
             if encoded is None:  # acknowledged meanwhile
                 self._outgoing.popleft()
                 continue

@@ -29,4 +29,5 @@ def configure_logging(process: str, level: str = "INFO", json: bool = True) -> N
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger(name)
+    logger: structlog.typing.FilteringBoundLogger = structlog.get_logger(name)
+    return logger

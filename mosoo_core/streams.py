@@ -35,7 +35,10 @@ def event_fields(event: StoredEvent) -> dict[Any, Any]:
 
 def decode_event(fields: dict[Any, Any]) -> dict[str, Any]:
     raw = fields.get(b"event") or fields.get("event")
-    return json.loads(raw)  # type: ignore[arg-type]
+    if raw is None:
+        raise ValueError("a stream entry without an event")
+    event: dict[str, Any] = json.loads(raw)
+    return event
 
 
 def sync_client() -> redis.Redis:

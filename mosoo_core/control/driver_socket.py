@@ -228,7 +228,7 @@ class DriverConnection:
             listener.cancel()
             with contextlib.suppress(Exception):
                 await pubsub.unsubscribe()
-                await pubsub.aclose()
+                await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it unannotated
 
     async def _listen(self, pubsub: Any) -> None:
         async for item in pubsub.listen():

@@ -120,7 +120,7 @@ def _check_start_rate(ip: str) -> None:
 
 
 def _purge_stale(db: Session, now: datetime) -> None:
-    db.exec(  # type: ignore[call-overload]
+    db.exec(
         sa.delete(DeviceAuthorization).where(col(DeviceAuthorization.expires_at) < now - _KEEP_AFTER_EXPIRY)
     )
 
@@ -204,7 +204,7 @@ def _decide(db: Session, account_id: str, user_code: str, status: str, now: date
         raise NotFound("Account not found.")
     row = _by_user_code(db, user_code, now)
     # Conditional update: of two concurrent decisions, exactly one wins.
-    changed = db.exec(  # type: ignore[call-overload]
+    changed = db.exec(
         sa.update(DeviceAuthorization)
         .where(col(DeviceAuthorization.id) == row.id, col(DeviceAuthorization.status) == PENDING)
         .values(status=status, account_id=account_id, decided_at=now)
@@ -269,7 +269,7 @@ def poll_device_authorization(
     db.add(row)
     db.flush()
     # Conditional update: two racing polls cannot both receive a token.
-    claimed = db.exec(  # type: ignore[call-overload]
+    claimed = db.exec(
         sa.update(DeviceAuthorization)
         .where(col(DeviceAuthorization.id) == row.id, col(DeviceAuthorization.status) == AUTHORIZED)
         .values(status=CONSUMED)

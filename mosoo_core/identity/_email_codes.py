@@ -135,7 +135,7 @@ def _check_verify_throttle(db: Session, email: str, ip: str, now: datetime) -> N
 def _claim_try(db: Session, pending: EmailCode, now: datetime) -> bool:
     """Use up one try of a live code before comparing it. One conditional UPDATE, so
     concurrent guesses cannot share a try (a read-then-write counter loses increments)."""
-    claimed = db.exec(  # type: ignore[call-overload]
+    claimed = db.exec(
         sa.update(EmailCode)
         .where(
             col(EmailCode.id) == pending.id,
@@ -175,7 +175,7 @@ def verify_email_code(
         db.add(SignInFailure(email=email, ip=ip[:64], created_at=now))
         commit_refusal(db, InvalidInput(INVALID_CODE, field="code"))
     # Conditional: of two requests racing with the right code, one signs in.
-    used = db.exec(  # type: ignore[call-overload]
+    used = db.exec(
         sa.update(EmailCode)
         .where(col(EmailCode.id) == pending.id, col(EmailCode.consumed_at).is_(None))
         .values(consumed_at=now)

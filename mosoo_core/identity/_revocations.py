@@ -24,10 +24,10 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from datetime import datetime
+from urllib.parse import parse_qs, urlsplit
 
 import redis
 import redis.asyncio as aioredis
-from redis.connection import parse_url
 from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
@@ -47,8 +47,17 @@ _IN_BATCH = 500  # ids per IN (...) query, well under SQLite's bound-parameter l
 
 def revoked_channel(redis_url: str | None = None) -> str:
     """The Pub/Sub channel of revoked session ids for this installation's Redis database."""
-    database = parse_url(redis_url or get_settings().redis_url).get("db", 0)
-    return f"identity:sessions:revoked:{database}"
+    return f"identity:sessions:revoked:{_database_number(redis_url or get_settings().redis_url)}"
+
+
+def _database_number(url: str) -> int:
+    """The database of a Redis URL: `?db=N`, else the path of a `redis(s)://host/N` URL, else 0."""
+    parts = urlsplit(url)
+    from_query = parse_qs(parts.query).get("db")
+    if from_query and from_query[0].isdigit():
+        return int(from_query[0])
+    path = parts.path.strip("/")
+    return int(path) if parts.scheme in ("redis", "rediss") and path.isdigit() else 0
 
 
 def session_id_for_token(db: Session, token: str | None) -> str | None:

@@ -14,11 +14,11 @@ from mosoo_core.db import UTCDateTime
 from mosoo_core.ids import new_id
 
 
-def _id_field() -> str:
+def _id_field() -> Any:  # a Field, typed Any so it can stand for the column's value type
     return Field(default_factory=new_id, primary_key=True, max_length=26)
 
 
-def _timestamp() -> datetime:
+def _timestamp() -> Any:
     return Field(default_factory=utcnow, sa_type=UTCDateTime, nullable=False)
 
 

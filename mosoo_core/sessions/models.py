@@ -17,11 +17,11 @@ ACTIVE_RUN_STATUSES = ("queued", "booting", "running", "waiting_input")
 TERMINAL_RUN_STATUSES = ("completed", "failed", "cancelled", "expired")
 
 
-def _id() -> str:
+def _id() -> Any:  # a Field, typed Any so it can stand for the column's value type
     return Field(default_factory=new_id, primary_key=True, max_length=26)
 
 
-def _now() -> datetime:
+def _now() -> Any:
     return Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 

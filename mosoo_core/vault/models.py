@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
@@ -14,11 +15,11 @@ from mosoo_core.db import UTCDateTime
 from mosoo_core.ids import new_id
 
 
-def _id_field() -> str:
+def _id_field() -> Any:  # a Field, typed Any so it can stand for the column's value type
     return Field(default_factory=new_id, primary_key=True, max_length=26)
 
 
-def _timestamp() -> datetime:
+def _timestamp() -> Any:
     return Field(default_factory=utcnow, sa_type=UTCDateTime, nullable=False)
 
 

@@ -51,8 +51,8 @@ def _docker_client() -> object | None:
     try:
         import docker
 
-        client = docker.from_env(timeout=120)
-        client.ping()
+        client: object = docker.from_env(timeout=120)
+        client.ping()  # type: ignore[attr-defined]  # docker ships no type hints
         return client
     except Exception:
         return None
@@ -86,7 +86,7 @@ def _make_backend(settings: Settings) -> SandboxBackend:
             from mosoo_core.runtime.sandbox.docker_backend import DockerBackend
 
             return DockerBackend(
-                client,  # type: ignore[arg-type]
+                client,
                 image=settings.sandbox_image,
                 base_image=settings.sandbox_base_image,
                 limits=limits,
