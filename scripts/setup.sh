@@ -38,13 +38,21 @@ fi
 # --- Python environment ----------------------------------------------------------------
 python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
   || { echo "Mosoo needs Python 3.11 or newer" >&2; exit 1; }
-stamp=".venv/.installed-$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)"
-if [ ! -f "$stamp" ]; then
-  log "creating the virtualenv (.venv)"
+# What runs is requirements.lock; what tests is requirements-dev.lock (the runtime set plus the
+# dev tools). Both are compiled from pyproject.toml with hashes by `make lock`, and pip checks
+# every file it installs against them. The stamp names the set installed and the inputs it came
+# from: a change to either lock or to pyproject.toml reinstalls, a run-only venv gets the dev set
+# on `make test`, and a test venv already holds everything `make run` needs.
+lock=requirements.lock
+[ "$mode" = test ] && lock=requirements-dev.lock
+inputs="$(cat requirements.lock requirements-dev.lock pyproject.toml | sha256sum | cut -c1-16)"
+stamp=".venv/.installed-$mode-$inputs"
+if [ ! -f "$stamp" ] && ! { [ "$mode" = run ] && [ -f ".venv/.installed-test-$inputs" ]; }; then
+  log "installing the virtualenv (.venv) from $lock"
   [ -x .venv/bin/python ] || python3 -m venv .venv
   # pip's own chatter goes to a log; it is printed only when the install fails.
   { .venv/bin/pip install -q --upgrade pip \
-      && .venv/bin/pip install -q -r requirements.lock \
+      && .venv/bin/pip install -q --require-hashes -r "$lock" \
       && .venv/bin/pip install -q --no-deps -e . ; } >data/log/pip.log 2>&1 \
     || { tail -n 40 data/log/pip.log >&2; exit 1; }
   rm -f .venv/.installed-*
