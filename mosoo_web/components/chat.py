@@ -13,6 +13,7 @@ import reflex as rx
 
 from mosoo_core.sessions.transcript import TranscriptItem, Usage
 from mosoo_web.components.downloads import download_link
+from mosoo_web.components.icons import icon_tile
 
 OUTPUT_DISPLAY_CHARS = 6_000
 INPUT_DISPLAY_CHARS = 4_000
@@ -184,14 +185,7 @@ def _markdown(text: rx.Var | str) -> rx.Component:
 
 def _assistant_text(text: rx.Var | str, streaming: bool = False) -> rx.Component:
     return rx.hstack(
-        rx.box(
-            rx.icon("sparkles", size=14, color=rx.color("accent", 11)),
-            background=rx.color("accent", 3),
-            border_radius="999px",
-            padding="6px",
-            display="flex",
-            margin_top="2px",
-        ),
+        icon_tile("sparkles", 14, "6px", margin_top="2px"),
         rx.box(
             _markdown(text),
             rx.cond(streaming, rx.box(class_name="mosoo-caret"), rx.fragment()),
@@ -582,4 +576,41 @@ def transcript_view(
         spacing="4",
         width="100%",
         data_testid="chat-transcript",
+    )
+
+
+def thread_transcript(state: Any, empty: rx.Component) -> rx.Component:
+    """The live transcript of a page's `ThreadChat` state, kept scrolled to the newest, or
+    `empty` until the thread has something to show."""
+    return rx.auto_scroll(
+        rx.cond(
+            (state.items.length() > 0) | (state.live_kind != ""),
+            transcript_view(
+                state.items,
+                state.live_kind,
+                state.live_text,
+                state.run_active & ~state.needs_approval,
+                state.answered_requests,
+                state.allow_once,
+                state.reject,
+            ),
+            empty,
+        ),
+        flex="1",
+        min_height="0",
+        width="100%",
+        padding="20px",
+    )
+
+
+def chat_card(*children: rx.Component, height: str, min_height: str) -> rx.Component:
+    """The card a chat fills: `children` top to bottom (transcript, composer, ...)."""
+    return rx.card(
+        rx.vstack(*children, spacing="0", height="100%", width="100%"),
+        padding="0",
+        height=height,
+        min_height=min_height,
+        flex="1",
+        min_width="0",
+        data_testid="chat-panel",
     )

@@ -10,12 +10,9 @@ import reflex as rx
 from reflex.vars import ArrayVar, ObjectVar
 
 from mosoo_core.files import MAX_FILE_BYTES
+from mosoo_web.components.forms import error_text
 
 MAX_FILES_PER_PICK = 20
-
-
-def _error(message: rx.Var, test_id: str) -> rx.Component:
-    return rx.cond(message != "", rx.text(message, color_scheme="red", size="1", data_testid=test_id), rx.fragment())
 
 
 def _chip(state: Any, chip: rx.Var) -> rx.Component:
@@ -87,7 +84,7 @@ def chat_composer(
     `message` and sends `state.attachments` with it."""
     disabled = ~enabled if isinstance(enabled, rx.Var) else not enabled
     return rx.vstack(
-        _error(state.composer_error, "chat-error"),
+        error_text(state.composer_error, "chat-error", size="1"),
         rx.form(
             rx.box(
                 rx.cond(
@@ -114,7 +111,7 @@ def chat_composer(
                     disabled=disabled,
                     data_testid="chat-input",
                 ),
-                _error(state.attach_error, "attach-error"),
+                error_text(state.attach_error, "attach-error", size="1"),
                 rx.hstack(
                     _attach_button(state, upload_id, disabled),
                     footer_note or rx.fragment(),

@@ -1,4 +1,6 @@
-"""The console shell: sidebar with the App switcher and the App's sections, content on the right."""
+"""The console shell (sidebar with the App switcher and the App's sections, content on the
+right) and what pages are built of: the page's column (`app_page` for a page inside an App,
+with its not-found cards), its header, card sections, back links and the empty state."""
 
 from __future__ import annotations
 
@@ -6,18 +8,13 @@ from collections.abc import Callable
 
 import reflex as rx
 
+from mosoo_web.components.icons import icon_tile
 from mosoo_web.state.session import SessionState
 
 
 def brand() -> rx.Component:
     return rx.hstack(
-        rx.box(
-            rx.icon("box", size=18, color="white"),
-            background=rx.color("accent", 9),
-            border_radius="8px",
-            padding="5px",
-            display="flex",
-        ),
+        icon_tile("box", 18, "5px", radius="8px", solid=True),
         rx.heading("Mosoo", size="5", weight="bold"),
         align="center",
         spacing="2",
@@ -164,6 +161,73 @@ def missing_card(title: str, back_label: str, back_href: rx.Var | str, test_id: 
     )
 
 
+def not_found_card() -> rx.Component:
+    """An App page's card for an App id that is not there (or not the viewer's)."""
+    return missing_card("App not found", "Back to your Apps", "/apps", "app-not-found")
+
+
+def page_column(*children: rx.Component, spacing: str = "4") -> rx.Component:
+    """A page's content, top to bottom."""
+    return rx.vstack(*children, width="100%", spacing=spacing)
+
+
+def app_page(
+    *children: rx.Component,
+    spacing: str = "4",
+    item_missing: rx.Var[bool] | None = None,
+    item_missing_card: rx.Component | None = None,
+) -> rx.Component:
+    """The content of a page inside an App (`/apps/[app_id]/...`): the App's not-found card
+    when the App is missing; for a page about one item (an Agent, a thread),
+    `item_missing_card` while `item_missing`; else `children`."""
+    content = page_column(*children, spacing=spacing)
+    if item_missing is not None and item_missing_card is not None:
+        content = rx.cond(item_missing, item_missing_card, content)
+    return rx.cond(SessionState.app_missing, not_found_card(), content)
+
+
+def empty_state(icon: str, *children: rx.Component, test_id: str) -> rx.Component:
+    """What a list shows when it has nothing: an icon over a few words (and a way on)."""
+    return rx.card(
+        rx.vstack(
+            rx.icon(icon, size=28, color=rx.color("gray", 9)),
+            *children,
+            align="center",
+            spacing="2",
+            padding_y="24px",
+        ),
+        width="100%",
+        data_testid=test_id,
+    )
+
+
+def empty_note(*text: rx.Var | str, max_width: str = "420px") -> rx.Component:
+    """The explanation in an empty state."""
+    return rx.text(*text, size="2", color_scheme="gray", text_align="center", max_width=max_width)
+
+
+def back_link(label: str, href: rx.Var | str, test_id: str = "") -> rx.Component:
+    """"← Agents" over an item's page: back to the list it came from."""
+    return rx.link(
+        rx.hstack(rx.icon("arrow-left", size=14), rx.text(label, size="2"), align="center", spacing="1"),
+        href=href,
+        color_scheme="gray",
+        underline="none",
+        **({"data_testid": test_id} if test_id else {}),
+    )
+
+
+def side_by_side(*children: rx.Component) -> rx.Component:
+    """Columns next to each other on a wide screen, stacked on a narrow one."""
+    return rx.flex(
+        *children,
+        direction=rx.breakpoints(initial="column", md="row"),
+        gap="16px",
+        width="100%",
+        align="start",
+    )
+
+
 def page_header(title: rx.Var | str, subtitle: rx.Var | str = "") -> rx.Component:
     return rx.vstack(
         rx.heading(title, size="7", weight="bold", data_testid="page-title"),
@@ -184,50 +248,4 @@ def card_section(title: str, description: str, *children: rx.Component) -> rx.Co
         ),
         width="100%",
         size="3",
-    )
-
-
-def field_error(message: rx.Var) -> rx.Component:
-    return rx.cond(
-        message != "",
-        rx.text(message, color_scheme="red", size="2", data_testid="field-error"),
-        rx.fragment(),
-    )
-
-
-def name_form(
-    *,
-    field: str,
-    label: str,
-    value: rx.Var,
-    on_submit: rx.event.EventType,
-    error: rx.Var,
-    saving: rx.Var,
-    test_id: str,
-    button: str = "Save",
-) -> rx.Component:
-    """A one-field form with a clear error next to the field."""
-    return rx.form(
-        rx.vstack(
-            rx.text(label, size="2", weight="medium", as_="label"),
-            rx.hstack(
-                rx.input(
-                    name=field,
-                    default_value=value,
-                    key=value,
-                    max_length=200,
-                    width="100%",
-                    size="3",
-                    data_testid=f"{test_id}-input",
-                ),
-                rx.button(button, type="submit", size="3", loading=saving, data_testid=f"{test_id}-submit"),
-                width="100%",
-            ),
-            field_error(error),
-            width="100%",
-            spacing="2",
-        ),
-        on_submit=on_submit,
-        reset_on_submit=False,
-        width="100%",
     )

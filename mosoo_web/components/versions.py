@@ -15,6 +15,8 @@ import reflex as rx
 from mosoo_core import agents
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
+from mosoo_web.components.dialogs import confirm_dialog, form_dialog
+from mosoo_web.components.forms import error_text
 from mosoo_web.state.session import SessionState, current_account_id
 
 
@@ -124,75 +126,36 @@ class VersionsState(rx.State):
 
 
 def _publish_dialog(blocked: rx.Var[bool]) -> rx.Component:
-    return rx.dialog.root(
-        rx.dialog.trigger(
-            rx.button(rx.icon("rocket", size=14), "Publish", size="2", disabled=blocked, data_testid="publish-agent"),
+    return form_dialog(
+        rx.button(rx.icon("rocket", size=14), "Publish", size="2", disabled=blocked, data_testid="publish-agent"),
+        "Publish a new version",
+        "Freezes the saved configuration as version " + (VersionsState.versions.length() + 1).to_string()
+        + ". Threads started outside Preview run it; threads already running keep their version."
+        " Kind and runtime are locked after the first publish.",
+        rx.text("Summary (optional)", size="2", weight="medium", as_="label"),
+        rx.input(
+            name="summary", placeholder="What changed", max_length=200, width="100%", auto_focus=True,
+            data_testid="publish-summary",
         ),
-        rx.dialog.content(
-            rx.dialog.title("Publish a new version"),
-            rx.dialog.description(
-                "Freezes the saved configuration as version " + (VersionsState.versions.length() + 1).to_string()
-                + ". Threads started outside Preview run it; threads already running keep their version."
-                " Kind and runtime are locked after the first publish.",
-                size="2",
-                color_scheme="gray",
-                margin_bottom="16px",
-            ),
-            rx.form(
-                rx.vstack(
-                    rx.text("Summary (optional)", size="2", weight="medium", as_="label"),
-                    rx.input(
-                        name="summary", placeholder="What changed", max_length=200, width="100%", auto_focus=True,
-                        data_testid="publish-summary",
-                    ),
-                    rx.cond(
-                        VersionsState.summary_error != "",
-                        rx.text(VersionsState.summary_error, color_scheme="red", size="1"),
-                        rx.fragment(),
-                    ),
-                    rx.hstack(
-                        rx.dialog.close(rx.button("Cancel", variant="soft", color_scheme="gray", type="button")),
-                        rx.button("Publish", type="submit", loading=VersionsState.busy, data_testid="publish-submit"),
-                        justify="end",
-                        spacing="3",
-                        width="100%",
-                    ),
-                    spacing="2",
-                    width="100%",
-                ),
-                on_submit=VersionsState.publish,
-                reset_on_submit=True,
-                width="100%",
-            ),
-            max_width="480px",
-        ),
+        error_text(VersionsState.summary_error, size="1"),
+        submit=rx.button("Publish", type="submit", loading=VersionsState.busy, data_testid="publish-submit"),
+        on_submit=VersionsState.publish,
         open=VersionsState.dialog_open,
         on_open_change=VersionsState.open_dialog,
+        reset_on_submit=True,
+        spacing="2",
+        max_width="480px",
     )
 
 
 def _unpublish_button() -> rx.Component:
-    return rx.alert_dialog.root(
-        rx.alert_dialog.trigger(
-            rx.button("Unpublish", size="2", variant="soft", color_scheme="gray", data_testid="unpublish-agent"),
-        ),
-        rx.alert_dialog.content(
-            rx.alert_dialog.title("Unpublish this agent?"),
-            rx.alert_dialog.description(
-                "The API stops starting threads with it. Its versions are kept; Preview keeps working.",
-                size="2",
-            ),
-            rx.hstack(
-                rx.alert_dialog.cancel(rx.button("Cancel", variant="soft", color_scheme="gray")),
-                rx.alert_dialog.action(
-                    rx.button("Unpublish", color_scheme="red", on_click=VersionsState.unpublish),
-                ),
-                justify="end",
-                spacing="3",
-                margin_top="16px",
-            ),
-            max_width="440px",
-        ),
+    return confirm_dialog(
+        "Unpublish this agent?",
+        "The API stops starting threads with it. Its versions are kept; Preview keeps working.",
+        confirm="Unpublish",
+        on_confirm=VersionsState.unpublish,
+        trigger=rx.button("Unpublish", size="2", variant="soft", color_scheme="gray", data_testid="unpublish-agent"),
+        max_width="440px",
     )
 
 

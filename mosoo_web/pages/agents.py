@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
-from datetime import datetime
 
 import reflex as rx
 
@@ -15,8 +14,17 @@ from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.runtime.runs import delete_agent_everywhere
-from mosoo_web.components.layout import console_shell, page_header
-from mosoo_web.pages.app_settings import not_found_card
+from mosoo_web.components.dialogs import confirm_dialog, dialog, dialog_buttons, form_dialog
+from mosoo_web.components.formatting import relative_time
+from mosoo_web.components.forms import error_text, labelled
+from mosoo_web.components.icons import icon_tile
+from mosoo_web.components.layout import (
+    app_page,
+    console_shell,
+    empty_note,
+    empty_state,
+    page_header,
+)
 from mosoo_web.state.session import SessionState, current_account_id
 
 KIND_LABELS = {"pet": "Assistant", "cattle": "Task"}
@@ -38,21 +46,6 @@ class AgentRow:
     status_label: str = "Draft"
     published: bool = False
     last_activity: str = ""
-
-
-def relative_time(when: datetime, now: datetime) -> str:
-    """"just now", "5 min ago", "3 h ago", "2 days ago", then the date."""
-    seconds = max(0, int((now - when).total_seconds()))
-    if seconds < 60:
-        return "just now"
-    if seconds < 3600:
-        return f"{seconds // 60} min ago"
-    if seconds < 86_400:
-        return f"{seconds // 3600} h ago"
-    days = seconds // 86_400
-    if days < 30:
-        return "1 day ago" if days == 1 else f"{days} days ago"
-    return when.strftime("%Y-%m-%d")
 
 
 def _status_label(view: agents.AgentView) -> str:
@@ -303,11 +296,6 @@ class AgentsState(rx.State):
         await self._reload()
 
 
-
-def _error(message: rx.Var, test_id: str) -> rx.Component:
-    return rx.cond(message != "", rx.text(message, color_scheme="red", size="2", data_testid=test_id), rx.fragment())
-
-
 def _runtime_choices() -> rx.Component:
     items = []
     for runtime in agents.RUNTIMES.values():
@@ -370,64 +358,29 @@ def _kind_choices() -> rx.Component:
 
 
 def _create_dialog() -> rx.Component:
-    return rx.dialog.root(
-        rx.dialog.trigger(
-            rx.button(rx.icon("plus", size=16), "New agent", size="3", data_testid="new-agent"),
-        ),
-        rx.dialog.content(
-            rx.dialog.title("New agent"),
-            rx.dialog.description(
-                "Name it and pick how it runs. You configure the model and instructions next, beside a live test chat.",
-                size="2",
-                color_scheme="gray",
-                margin_bottom="16px",
-            ),
-            rx.form(
-                rx.vstack(
-                    rx.vstack(
-                        rx.text("Name", size="2", weight="medium", as_="label"),
-                        rx.input(
-                            name="name",
-                            placeholder="e.g. Support triage",
-                            max_length=80,
-                            size="3",
-                            width="100%",
-                            auto_focus=True,
-                            data_testid="new-agent-name",
-                        ),
-                        _error(AgentsState.name_error, "new-agent-name-error"),
-                        spacing="1",
-                        width="100%",
-                    ),
-                    rx.vstack(
-                        rx.text("Runtime", size="2", weight="medium"),
-                        _runtime_choices(),
-                        spacing="1",
-                        width="100%",
-                    ),
-                    rx.vstack(
-                        rx.text("Kind", size="2", weight="medium"),
-                        _kind_choices(),
-                        spacing="1",
-                        width="100%",
-                    ),
-                    _error(AgentsState.form_error, "new-agent-error"),
-                    rx.hstack(
-                        rx.dialog.close(rx.button("Cancel", variant="soft", color_scheme="gray", type="button")),
-                        rx.button("Create agent", type="submit", data_testid="new-agent-submit"),
-                        justify="end",
-                        spacing="3",
-                        width="100%",
-                    ),
-                    spacing="4",
-                    width="100%",
-                ),
-                on_submit=AgentsState.create,
-                reset_on_submit=False,
+    return form_dialog(
+        rx.button(rx.icon("plus", size=16), "New agent", size="3", data_testid="new-agent"),
+        "New agent",
+        "Name it and pick how it runs. You configure the model and instructions next, beside a live test chat.",
+        labelled(
+            "Name",
+            rx.input(
+                name="name",
+                placeholder="e.g. Support triage",
+                max_length=80,
+                size="3",
                 width="100%",
+                auto_focus=True,
+                data_testid="new-agent-name",
             ),
-            max_width="520px",
+            error=AgentsState.name_error,
+            test_id="new-agent-name",
         ),
+        labelled("Runtime", _runtime_choices()),
+        labelled("Kind", _kind_choices()),
+        error_text(AgentsState.form_error, "new-agent-error"),
+        submit=rx.button("Create agent", type="submit", data_testid="new-agent-submit"),
+        on_submit=AgentsState.create,
         open=AgentsState.dialog_open,
         on_open_change=AgentsState.open_dialog,
     )
@@ -463,13 +416,7 @@ def _agent_card(row: rx.Var[AgentRow]) -> rx.Component:
         rx.hstack(
             rx.link(
                 rx.hstack(
-                    rx.box(
-                        rx.icon("bot", size=20, color=rx.color("accent", 11)),
-                        background=rx.color("accent", 3),
-                        border_radius="10px",
-                        padding="8px",
-                        display="flex",
-                    ),
+                    icon_tile("bot", 20, "8px", radius="10px"),
                     rx.vstack(
                         rx.hstack(
                             rx.text(row.name, size="3", weight="bold", data_testid="agent-name"),
@@ -525,34 +472,23 @@ def _agent_card(row: rx.Var[AgentRow]) -> rx.Component:
 
 
 def _delete_dialog() -> rx.Component:
-    return rx.alert_dialog.root(
-        rx.alert_dialog.content(
-            rx.alert_dialog.title("Delete " + AgentsState.delete_name + "?"),
-            rx.alert_dialog.description(
-                "This deletes the agent with its ",
-                rx.cond(
-                    AgentsState.delete_threads == 1,
-                    "1 thread",
-                    AgentsState.delete_threads.to_string() + " threads",
-                ),
-                ", files and sandboxes, and its published versions. This cannot be undone.",
-                size="2",
-                data_testid="agent-delete-summary",
-            ),
-            rx.hstack(
-                rx.alert_dialog.cancel(rx.button("Cancel", variant="soft", color_scheme="gray", disabled=AgentsState.deleting)),
-                rx.button(
-                    "Delete agent", color_scheme="red", loading=AgentsState.deleting,
-                    on_click=AgentsState.confirm_delete, data_testid="agent-delete-confirm",
-                ),
-                justify="end",
-                spacing="3",
-                margin_top="16px",
-            ),
-            max_width="480px",
+    return confirm_dialog(
+        "Delete " + AgentsState.delete_name + "?",
+        "This deletes the agent with its ",
+        rx.cond(
+            AgentsState.delete_threads == 1,
+            "1 thread",
+            AgentsState.delete_threads.to_string() + " threads",
         ),
+        ", files and sandboxes, and its published versions. This cannot be undone.",
+        description_test_id="agent-delete-summary",
+        confirm="Delete agent",
+        on_confirm=AgentsState.confirm_delete,
+        confirm_test_id="agent-delete-confirm",
         open=AgentsState.delete_open,
         on_open_change=AgentsState.close_delete,
+        busy=AgentsState.deleting,
+        max_width="480px",
     )
 
 
@@ -591,16 +527,13 @@ def _import_report() -> rx.Component:
             ),
             rx.fragment(),
         ),
-        rx.hstack(
-            rx.dialog.close(rx.button("Close", variant="soft", color_scheme="gray")),
+        dialog_buttons(
             rx.link(
                 rx.button(rx.icon("play", size=14), "Open in Preview"),
                 href="/apps/" + SessionState.current_app_id + "/agents/" + AgentsState.imported_id,
                 data_testid="import-open-preview",
             ),
-            justify="end",
-            spacing="3",
-            width="100%",
+            cancel="Close",
         ),
         spacing="3",
         width="100%",
@@ -633,80 +566,51 @@ def _import_form() -> rx.Component:
             data_testid="import-upload",
         ),
         rx.cond(AgentsState.importing, rx.hstack(rx.spinner(size="2"), rx.text("Importing…", size="2")), rx.fragment()),
-        _error(AgentsState.import_error, "import-error"),
-        rx.hstack(
-            rx.dialog.close(rx.button("Cancel", variant="soft", color_scheme="gray", type="button")),
-            justify="end",
-            width="100%",
-        ),
+        error_text(AgentsState.import_error, "import-error"),
+        dialog_buttons(),
         spacing="3",
         width="100%",
     )
 
 
 def _import_dialog() -> rx.Component:
-    return rx.dialog.root(
-        rx.dialog.trigger(
-            rx.button(rx.icon("file-up", size=16), "Import", size="3", variant="soft", data_testid="import-agent"),
-        ),
-        rx.dialog.content(
-            rx.dialog.title("Import an agent"),
-            rx.dialog.description(
-                "A .agent package exported from Mosoo becomes a new draft agent in this App.",
-                size="2",
-                color_scheme="gray",
-                margin_bottom="16px",
-            ),
-            rx.cond(AgentsState.imported_id != "", _import_report(), _import_form()),
-            max_width="520px",
-        ),
+    return dialog(
+        rx.button(rx.icon("file-up", size=16), "Import", size="3", variant="soft", data_testid="import-agent"),
+        "Import an agent",
+        "A .agent package exported from Mosoo becomes a new draft agent in this App.",
+        rx.cond(AgentsState.imported_id != "", _import_report(), _import_form()),
         open=AgentsState.import_open,
         on_open_change=AgentsState.open_import,
     )
 
 
 def _empty() -> rx.Component:
-    return rx.card(
-        rx.vstack(
-            rx.icon("bot", size=28, color=rx.color("gray", 9)),
-            rx.text("No agents yet", size="3", weight="bold"),
-            rx.text(
-                "An agent is a model with instructions and tools, running in its own sandbox. Create one and try it in Preview.",
-                size="2",
-                color_scheme="gray",
-                text_align="center",
-                max_width="420px",
-            ),
-            align="center",
-            spacing="2",
-            padding_y="24px",
+    return empty_state(
+        "bot",
+        rx.text("No agents yet", size="3", weight="bold"),
+        empty_note(
+            "An agent is a model with instructions and tools, running in its own sandbox. Create one and try it in Preview."
         ),
-        width="100%",
-        data_testid="agents-empty",
+        test_id="agents-empty",
     )
 
 
 def _content() -> rx.Component:
-    return rx.cond(
-        SessionState.app_missing,
-        not_found_card(),
-        rx.vstack(
-            rx.hstack(
-                page_header("Agents", SessionState.current_app_name),
-                rx.spacer(),
-                rx.hstack(_import_dialog(), _create_dialog(), spacing="2"),
-                align="start",
-                width="100%",
-            ),
-            rx.cond(
-                AgentsState.agents.length() > 0,
-                rx.vstack(rx.foreach(AgentsState.agents, _agent_card), width="100%", spacing="2"),
-                rx.cond(AgentsState.loaded, _empty(), rx.fragment()),
-            ),
-            _delete_dialog(),
+    return app_page(
+        rx.hstack(
+            page_header("Agents", SessionState.current_app_name),
+            rx.spacer(),
+            rx.hstack(_import_dialog(), _create_dialog(), spacing="2"),
+            align="start",
             width="100%",
-            spacing="2",
         ),
+        rx.cond(
+            AgentsState.agents.length() > 0,
+            rx.vstack(rx.foreach(AgentsState.agents, _agent_card), width="100%", spacing="2"),
+            rx.cond(AgentsState.loaded, _empty(), rx.fragment()),
+        ),
+        _delete_dialog(),
+        spacing="2",
     )
 
 

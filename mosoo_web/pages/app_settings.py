@@ -7,13 +7,8 @@ import reflex as rx
 from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
-from mosoo_web.components.layout import (
-    card_section,
-    console_shell,
-    missing_card,
-    name_form,
-    page_header,
-)
+from mosoo_web.components.forms import name_form
+from mosoo_web.components.layout import app_page, card_section, console_shell, page_header
 from mosoo_web.state.session import SessionState, current_account_id
 
 
@@ -39,36 +34,18 @@ class AppSettingsState(rx.State):
         return rx.toast.success("App renamed.")
 
 
-def not_found_card() -> rx.Component:
-    return missing_card("App not found", "Back to your Apps", "/apps", "app-not-found")
-
-
 def _content() -> rx.Component:
-    return rx.cond(
-        SessionState.app_missing,
-        not_found_card(),
-        rx.vstack(
-            page_header(SessionState.current_app_name, "App settings"),
-            card_section(
-                "Name",
-                "Shown in the console and in the App switcher.",
-                name_form(
-                    field="name",
-                    label="App name",
-                    value=SessionState.current_app_name,
-                    on_submit=AppSettingsState.rename,
-                    error=AppSettingsState.error,
-                    saving=AppSettingsState.saving,
-                    test_id="app-name",
-                ),
-            ),
-            card_section(
-                "App ID",
-                "Use it to address this App from the API and the CLI.",
-                rx.code(SessionState.current_app_id, size="3", data_testid="app-id"),
-            ),
-            width="100%",
-            spacing="4",
+    return app_page(
+        page_header(SessionState.current_app_name, "App settings"),
+        card_section(
+            "Name",
+            "Shown in the console and in the App switcher.",
+            name_form("App name", SessionState.current_app_name, AppSettingsState, "app-name"),
+        ),
+        card_section(
+            "App ID",
+            "Use it to address this App from the API and the CLI.",
+            rx.code(SessionState.current_app_id, size="3", data_testid="app-id"),
         ),
     )
 

@@ -11,7 +11,8 @@ import reflex as rx
 from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, NotFound
-from mosoo_web.components.layout import card_section, console_shell, field_error, page_header
+from mosoo_web.components.forms import inline_form
+from mosoo_web.components.layout import card_section, console_shell, page_column, page_header
 from mosoo_web.state.session import SessionState, current_account_id
 
 STATUS_MESSAGES = {
@@ -99,25 +100,16 @@ class CliAuthState(rx.State):
 
 
 def _code_form() -> rx.Component:
-    return rx.form(
-        rx.vstack(
-            rx.text("Code", size="2", weight="medium", as_="label"),
-            rx.hstack(
-                rx.input(
-                    name="code", default_value=CliAuthState.code, placeholder="XXXX-XXXX", max_length=20,
-                    width="100%", size="3", auto_complete="off", data_testid="cli-code-input",
-                ),
-                rx.button("Continue", type="submit", size="3", data_testid="cli-code-submit"),
-                width="100%",
-            ),
-            field_error(CliAuthState.error),
-            width="100%",
-            spacing="2",
+    return inline_form(
+        "Code",
+        rx.input(
+            name="code", default_value=CliAuthState.code, placeholder="XXXX-XXXX", max_length=20,
+            width="100%", size="3", auto_complete="off", data_testid="cli-code-input",
         ),
-        key=CliAuthState.form_version,
+        rx.button("Continue", type="submit", size="3", data_testid="cli-code-submit"),
+        CliAuthState.error,
         on_submit=CliAuthState.look_up,
-        reset_on_submit=False,
-        width="100%",
+        key=CliAuthState.form_version,
     )
 
 
@@ -181,15 +173,13 @@ def _request() -> rx.Component:
 
 
 def _content() -> rx.Component:
-    return rx.vstack(
+    return page_column(
         page_header("Sign in the CLI", "Confirm the code that mosoo login printed in your terminal."),
         card_section(
             "Device sign-in",
             "Codes are valid for 10 minutes and work once.",
             rx.cond(CliAuthState.status == "", _code_form(), _request()),
         ),
-        width="100%",
-        spacing="4",
     )
 
 

@@ -14,11 +14,15 @@ from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_web.components.downloads import download_link
-from mosoo_web.components.layout import console_shell, page_header
-from mosoo_web.pages.agents import relative_time
-from mosoo_web.pages.app_settings import not_found_card
+from mosoo_web.components.formatting import relative_time, size_text
+from mosoo_web.components.layout import (
+    app_page,
+    console_shell,
+    empty_note,
+    empty_state,
+    page_header,
+)
 from mosoo_web.state.session import SessionState, current_account_id
-from mosoo_web.state.thread_chat import size_text
 
 ALL = "all"
 PREVIEW_BYTES = 256 * 1024
@@ -340,57 +344,45 @@ def _preview_panel() -> rx.Component:
 
 def _empty() -> rx.Component:
     filtered = (FilesState.query != "") | (FilesState.thread_filter != ALL) | (FilesState.kind_filter != ALL)
-    return rx.card(
-        rx.vstack(
-            rx.icon("folder-open", size=28, color=rx.color("gray", 9)),
-            rx.cond(
-                filtered,
-                rx.text("No files match. Change the search or the filters.", size="2", color_scheme="gray"),
-                rx.text(
-                    "No files yet. Attach files to a message in Preview or a thread; "
-                    "files an agent writes under outputs/ appear here too.",
-                    size="2", color_scheme="gray", text_align="center", max_width="440px",
-                ),
+    return empty_state(
+        "folder-open",
+        rx.cond(
+            filtered,
+            rx.text("No files match. Change the search or the filters.", size="2", color_scheme="gray"),
+            empty_note(
+                "No files yet. Attach files to a message in Preview or a thread; "
+                "files an agent writes under outputs/ appear here too.",
+                max_width="440px",
             ),
-            align="center",
-            spacing="2",
-            padding_y="24px",
         ),
-        width="100%",
-        data_testid="files-empty",
+        test_id="files-empty",
     )
 
 
 def _content() -> rx.Component:
-    return rx.cond(
-        SessionState.app_missing,
-        not_found_card(),
-        rx.vstack(
-            page_header("Files", SessionState.current_app_name),
-            _toolbar(),
-            _preview_panel(),
-            rx.cond(
-                FilesState.rows.length() > 0,
-                rx.table.root(
-                    rx.table.header(
-                        rx.table.row(
-                            rx.table.column_header_cell("Name"),
-                            rx.table.column_header_cell("Kind"),
-                            rx.table.column_header_cell("Thread"),
-                            rx.table.column_header_cell("Size"),
-                            rx.table.column_header_cell("Added"),
-                            rx.table.column_header_cell(""),
-                        )
-                    ),
-                    rx.table.body(rx.foreach(FilesState.rows, _file_row)),
-                    width="100%",
-                    variant="surface",
-                    data_testid="files-table",
+    return app_page(
+        page_header("Files", SessionState.current_app_name),
+        _toolbar(),
+        _preview_panel(),
+        rx.cond(
+            FilesState.rows.length() > 0,
+            rx.table.root(
+                rx.table.header(
+                    rx.table.row(
+                        rx.table.column_header_cell("Name"),
+                        rx.table.column_header_cell("Kind"),
+                        rx.table.column_header_cell("Thread"),
+                        rx.table.column_header_cell("Size"),
+                        rx.table.column_header_cell("Added"),
+                        rx.table.column_header_cell(""),
+                    )
                 ),
-                rx.cond(FilesState.loaded, _empty(), rx.fragment()),
+                rx.table.body(rx.foreach(FilesState.rows, _file_row)),
+                width="100%",
+                variant="surface",
+                data_testid="files-table",
             ),
-            width="100%",
-            spacing="4",
+            rx.cond(FilesState.loaded, _empty(), rx.fragment()),
         ),
     )
 

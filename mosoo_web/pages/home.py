@@ -7,7 +7,8 @@ import reflex as rx
 from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput
-from mosoo_web.components.layout import console_shell, field_error, page_header
+from mosoo_web.components.forms import inline_form
+from mosoo_web.components.layout import console_shell, page_column, page_header
 from mosoo_web.state.session import SessionState, current_account_id
 
 
@@ -52,29 +53,23 @@ def _app_card(app: rx.Var) -> rx.Component:
 
 
 def _apps_content() -> rx.Component:
-    return rx.vstack(
+    return page_column(
         page_header("Your Apps", SessionState.organization_name),
         rx.vstack(rx.foreach(SessionState.apps, _app_card), width="100%", spacing="2"),
         rx.card(
-            rx.form(
-                rx.vstack(
-                    rx.text("New App", size="2", weight="medium"),
-                    rx.hstack(
-                        rx.input(name="name", placeholder="App name", size="3", width="100%", max_length=200, data_testid="new-app-name"),
-                        rx.button("Create App", type="submit", size="3", data_testid="new-app-submit"),
-                        width="100%",
-                    ),
-                    field_error(AppsState.create_error),
-                    width="100%",
-                ),
+            inline_form(
+                "New App",
+                rx.input(name="name", placeholder="App name", size="3", width="100%", max_length=200, data_testid="new-app-name"),
+                rx.button("Create App", type="submit", size="3", data_testid="new-app-submit"),
+                AppsState.create_error,
                 on_submit=AppsState.create_app,
+                spacing="3",
                 reset_on_submit=True,
-                width="100%",
             ),
             width="100%",
             margin_top="16px",
         ),
-        width="100%",
+        spacing="3",
     )
 
 

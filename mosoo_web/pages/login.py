@@ -13,7 +13,8 @@ from mosoo_core.settings import get_settings
 from mosoo_web.api.cookies import safe_next
 from mosoo_web.api.google import google_sign_in_enabled
 from mosoo_web.client_ip import tab_client_ip
-from mosoo_web.components.layout import brand, field_error
+from mosoo_web.components.forms import field_error
+from mosoo_web.components.layout import brand
 from mosoo_web.state.session import SessionState, hard_navigate
 
 QUERY_ERRORS = {

@@ -7,7 +7,8 @@ import reflex as rx
 from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput
-from mosoo_web.components.layout import card_section, console_shell, name_form, page_header
+from mosoo_web.components.forms import name_form
+from mosoo_web.components.layout import card_section, console_shell, page_column, page_header
 from mosoo_web.state.session import SessionState, current_account_id
 
 
@@ -31,23 +32,13 @@ class OrganizationState(rx.State):
 
 
 def _content() -> rx.Component:
-    return rx.vstack(
+    return page_column(
         page_header("Organization", "Your account, billing and tenant shell. Apps live inside it."),
         card_section(
             "Name",
             "One owner per Organization in this version.",
-            name_form(
-                field="name",
-                label="Organization name",
-                value=SessionState.organization_name,
-                on_submit=OrganizationState.rename,
-                error=OrganizationState.error,
-                saving=OrganizationState.saving,
-                test_id="org-name",
-            ),
+            name_form("Organization name", SessionState.organization_name, OrganizationState, "org-name"),
         ),
-        width="100%",
-        spacing="4",
     )
 
 

@@ -7,7 +7,8 @@ import reflex as rx
 from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput
-from mosoo_web.components.layout import card_section, console_shell, name_form, page_header
+from mosoo_web.components.forms import name_form
+from mosoo_web.components.layout import card_section, console_shell, page_column, page_header
 from mosoo_web.state.session import SessionState, current_account_id
 
 
@@ -31,28 +32,14 @@ class ProfileState(rx.State):
 
 
 def _content() -> rx.Component:
-    return rx.vstack(
+    return page_column(
         page_header("Profile", SessionState.email),
-        card_section(
-            "Your name",
-            "How Mosoo greets you.",
-            name_form(
-                field="name",
-                label="Name",
-                value=SessionState.name,
-                on_submit=ProfileState.rename,
-                error=ProfileState.error,
-                saving=ProfileState.saving,
-                test_id="profile-name",
-            ),
-        ),
+        card_section("Your name", "How Mosoo greets you.", name_form("Name", SessionState.name, ProfileState, "profile-name")),
         card_section(
             "Email",
             "Sign in with a code sent here, or with Google using the same address.",
             rx.text(SessionState.email, weight="medium"),
         ),
-        width="100%",
-        spacing="4",
     )
 
 

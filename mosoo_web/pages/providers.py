@@ -16,8 +16,9 @@ import reflex as rx
 from mosoo_core import vault
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
-from mosoo_web.components.layout import card_section, console_shell, page_header
-from mosoo_web.pages.app_settings import not_found_card
+from mosoo_web.components.dialogs import confirm_dialog, trash_button
+from mosoo_web.components.forms import error_text, labelled
+from mosoo_web.components.layout import app_page, card_section, console_shell, page_header
 from mosoo_web.state.session import SessionState, current_account_id
 
 FORM_FIELDS = ("name", "provider", "base_url", "api_key", "models")
@@ -270,46 +271,14 @@ class ProvidersState(rx.State):
         return rx.toast.error("That provider no longer exists.")
 
 
-def _error(message: rx.Var, test_id: str) -> rx.Component:
-    return rx.cond(
-        message != "",
-        rx.text(message, color_scheme="red", size="2", data_testid=test_id),
-        rx.fragment(),
-    )
-
-
-def _labelled(label: str, control: rx.Component, error: rx.Var, test_id: str, hint: rx.Component | None = None) -> rx.Component:
-    return rx.vstack(
-        rx.text(label, size="2", weight="medium", as_="label"),
-        control,
-        hint or rx.fragment(),
-        _error(error, f"{test_id}-error"),
-        width="100%",
-        spacing="1",
-    )
-
-
 def _delete_button(row: rx.Var[ProviderRow]) -> rx.Component:
-    return rx.alert_dialog.root(
-        rx.alert_dialog.trigger(
-            rx.button(rx.icon("trash-2", size=14), "Delete", size="1", variant="soft", color_scheme="red", data_testid="provider-delete"),
-        ),
-        rx.alert_dialog.content(
-            rx.alert_dialog.title("Delete " + row.name + "?"),
-            rx.alert_dialog.description(
-                "Its key is destroyed. Agents that use this provider stop working until you choose another.",
-                size="2",
-            ),
-            rx.hstack(
-                rx.alert_dialog.cancel(rx.button("Cancel", variant="soft", color_scheme="gray")),
-                rx.alert_dialog.action(
-                    rx.button("Delete", color_scheme="red", on_click=ProvidersState.delete(row.id), data_testid="provider-delete-confirm"),
-                ),
-                justify="end",
-                spacing="3",
-                margin_top="16px",
-            ),
-        ),
+    return confirm_dialog(
+        "Delete " + row.name + "?",
+        "Its key is destroyed. Agents that use this provider stop working until you choose another.",
+        confirm="Delete",
+        on_confirm=ProvidersState.delete(row.id),
+        confirm_test_id="provider-delete-confirm",
+        trigger=trash_button("Delete", "provider-delete"),
     )
 
 
@@ -352,7 +321,7 @@ def _provider_card(row: rx.Var[ProviderRow]) -> rx.Component:
                 rx.text(rx.cond(row.models != "", row.models, "none listed"), size="2", data_testid="provider-models"),
                 align="center",
             ),
-            _error(row.delete_error, "provider-delete-error"),
+            error_text(row.delete_error, "provider-delete-error"),
             rx.cond(
                 row.test_message != "",
                 rx.vstack(
@@ -389,7 +358,7 @@ def _form_buttons() -> rx.Component:
 def _provider_form() -> rx.Component:
     return rx.form(
         rx.vstack(
-            _labelled(
+            labelled(
                 "Provider",
                 rx.select.root(
                     rx.select.trigger(width="100%", data_testid="provider-preset"),
@@ -399,19 +368,19 @@ def _provider_form() -> rx.Component:
                     value=ProvidersState.preset,
                     on_change=ProvidersState.choose_preset,
                 ),
-                ProvidersState.provider_error,
-                "provider",
+                error=ProvidersState.provider_error,
+                test_id="provider",
             ),
-            _labelled(
+            labelled(
                 "Name",
                 rx.input(
                     name="name", default_value=ProvidersState.form_name, placeholder="e.g. OpenAI production",
                     max_length=80, width="100%", data_testid="provider-name-input",
                 ),
-                ProvidersState.name_error,
-                "provider-name",
+                error=ProvidersState.name_error,
+                test_id="provider-name",
             ),
-            _labelled(
+            labelled(
                 "Base URL",
                 rx.input(
                     name="base_url",
@@ -423,10 +392,10 @@ def _provider_form() -> rx.Component:
                     width="100%",
                     data_testid="provider-base-url-input",
                 ),
-                ProvidersState.base_url_error,
-                "provider-base-url",
+                error=ProvidersState.base_url_error,
+                test_id="provider-base-url",
             ),
-            _labelled(
+            labelled(
                 "API key",
                 rx.input(
                     name="api_key",
@@ -440,19 +409,19 @@ def _provider_form() -> rx.Component:
                     width="100%",
                     data_testid="provider-key-input",
                 ),
-                ProvidersState.api_key_error,
-                "provider-key",
-                rx.text("Stored encrypted; shown afterwards only by its last four characters.", size="1", color_scheme="gray"),
+                error=ProvidersState.api_key_error,
+                test_id="provider-key",
+                hint=rx.text("Stored encrypted; shown afterwards only by its last four characters.", size="1", color_scheme="gray"),
             ),
-            _labelled(
+            labelled(
                 "Models",
                 rx.input(
                     name="models", default_value=ProvidersState.form_models, placeholder="gpt-4o-mini, gpt-4o",
                     width="100%", data_testid="provider-models-input",
                 ),
-                ProvidersState.models_error,
-                "provider-models",
-                rx.text("Comma separated; the first is the default model.", size="1", color_scheme="gray"),
+                error=ProvidersState.models_error,
+                test_id="provider-models",
+                hint=rx.text("Comma separated; the first is the default model.", size="1", color_scheme="gray"),
             ),
             rx.checkbox(
                 "Make this the App's default provider", name="is_default", default_checked=ProvidersState.form_is_default,
@@ -471,27 +440,21 @@ def _provider_form() -> rx.Component:
 
 
 def _content() -> rx.Component:
-    return rx.cond(
-        SessionState.app_missing,
-        not_found_card(),
-        rx.vstack(
-            page_header("Providers", SessionState.current_app_name),
-            card_section(
-                "Model providers",
-                "The keys your Agents use to call models. Keys stay on the server: Agents get a short-lived grant, never the key.",
-                rx.cond(
-                    ProvidersState.providers.length() > 0,
-                    rx.vstack(rx.foreach(ProvidersState.providers, _provider_card), width="100%", spacing="2"),
-                    rx.text("No providers yet. Add one below.", color_scheme="gray", size="2", data_testid="providers-empty"),
-                ),
+    return app_page(
+        page_header("Providers", SessionState.current_app_name),
+        card_section(
+            "Model providers",
+            "The keys your Agents use to call models. Keys stay on the server: Agents get a short-lived grant, never the key.",
+            rx.cond(
+                ProvidersState.providers.length() > 0,
+                rx.vstack(rx.foreach(ProvidersState.providers, _provider_card), width="100%", spacing="2"),
+                rx.text("No providers yet. Add one below.", color_scheme="gray", size="2", data_testid="providers-empty"),
             ),
-            card_section(
-                ProvidersState.form_title,  # type: ignore[arg-type]
-                "Pick a preset or any OpenAI-compatible endpoint.",
-                _provider_form(),
-            ),
-            width="100%",
-            spacing="4",
+        ),
+        card_section(
+            ProvidersState.form_title,  # type: ignore[arg-type]
+            "Pick a preset or any OpenAI-compatible endpoint.",
+            _provider_form(),
         ),
     )
 

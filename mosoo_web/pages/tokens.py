@@ -14,8 +14,10 @@ from mosoo_core import identity
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
-from mosoo_web.components.layout import card_section, console_shell, field_error, page_header
-from mosoo_web.pages.agents import relative_time
+from mosoo_web.components.dialogs import confirm_dialog, trash_button
+from mosoo_web.components.formatting import relative_time
+from mosoo_web.components.forms import inline_form
+from mosoo_web.components.layout import card_section, console_shell, page_column, page_header
 from mosoo_web.state.session import SessionState, current_account_id
 
 SOURCE_LABELS = {"console": "Console", "cli": "CLI sign-in"}
@@ -137,48 +139,27 @@ def _new_secret_callout() -> rx.Component:
 
 
 def _create_form() -> rx.Component:
-    return rx.form(
-        rx.vstack(
-            rx.text("Label", size="2", weight="medium", as_="label"),
-            rx.hstack(
-                rx.input(
-                    name="label", placeholder="e.g. Support backend", max_length=80, width="100%", size="3",
-                    data_testid="token-label-input",
-                ),
-                rx.button("Create token", type="submit", size="3", data_testid="token-create"),
-                width="100%",
-            ),
-            field_error(TokensState.label_error),
-            width="100%",
-            spacing="2",
+    return inline_form(
+        "Label",
+        rx.input(
+            name="label", placeholder="e.g. Support backend", max_length=80, width="100%", size="3",
+            data_testid="token-label-input",
         ),
-        key=TokensState.form_version,
+        rx.button("Create token", type="submit", size="3", data_testid="token-create"),
+        TokensState.label_error,
         on_submit=TokensState.create,
-        reset_on_submit=False,
-        width="100%",
+        key=TokensState.form_version,
     )
 
 
 def _revoke_button(row: rx.Var[TokenRow]) -> rx.Component:
-    return rx.alert_dialog.root(
-        rx.alert_dialog.trigger(
-            rx.button(rx.icon("trash-2", size=14), "Revoke", size="1", variant="soft", color_scheme="red", data_testid="token-revoke"),
-        ),
-        rx.alert_dialog.content(
-            rx.alert_dialog.title("Revoke “" + row.label + "”?"),
-            rx.alert_dialog.description(
-                "It stops working at once. Scripts and CLIs using it will have to sign in again.", size="2"
-            ),
-            rx.hstack(
-                rx.alert_dialog.cancel(rx.button("Cancel", variant="soft", color_scheme="gray")),
-                rx.alert_dialog.action(
-                    rx.button("Revoke", color_scheme="red", on_click=TokensState.revoke(row.id), data_testid="token-revoke-confirm"),
-                ),
-                justify="end",
-                spacing="3",
-                margin_top="16px",
-            ),
-        ),
+    return confirm_dialog(
+        "Revoke “" + row.label + "”?",
+        "It stops working at once. Scripts and CLIs using it will have to sign in again.",
+        confirm="Revoke",
+        on_confirm=TokensState.revoke(row.id),
+        confirm_test_id="token-revoke-confirm",
+        trigger=trash_button("Revoke", "token-revoke"),
     )
 
 
@@ -196,7 +177,7 @@ def _token_row(row: rx.Var[TokenRow]) -> rx.Component:
 
 
 def _content() -> rx.Component:
-    return rx.vstack(
+    return page_column(
         page_header("Access tokens", "Personal tokens for the public API and the mosoo CLI."),
         card_section(
             "Create a token",
@@ -222,8 +203,6 @@ def _content() -> rx.Component:
                 rx.text("No tokens yet.", color_scheme="gray", size="2", data_testid="tokens-empty"),
             ),
         ),
-        width="100%",
-        spacing="4",
     )
 
 

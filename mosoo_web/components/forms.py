@@ -1,0 +1,85 @@
+"""Form pieces every page uses: an error under a field, a labelled field, a one-field form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import reflex as rx
+
+
+def error_text(message: rx.Var, test_id: str | None = None, size: str = "2") -> rx.Component:
+    """`message` in red, or nothing while it is empty."""
+    test_props = {"data_testid": test_id} if test_id else {}
+    return rx.cond(message != "", rx.text(message, color_scheme="red", size=size, **test_props), rx.fragment())
+
+
+def field_error(message: rx.Var) -> rx.Component:
+    return error_text(message, "field-error")
+
+
+def labelled(
+    label: str,
+    control: rx.Component,
+    *,
+    error: rx.Var | None = None,
+    test_id: str = "",
+    hint: rx.Component | None = None,
+    error_size: str = "2",
+    **props: Any,
+) -> rx.Component:
+    """A label over its control, an optional hint, and the field's error (`<test_id>-error`)."""
+    return rx.vstack(
+        rx.text(label, size="2", weight="medium", as_="label"),
+        control,
+        hint or rx.fragment(),
+        error_text(error, f"{test_id}-error", error_size) if error is not None else rx.fragment(),
+        spacing="1",
+        width="100%",
+        **props,
+    )
+
+
+def inline_form(
+    label: str,
+    control: rx.Component,
+    button: rx.Component,
+    error: rx.Var,
+    *,
+    on_submit: rx.event.EventType,
+    spacing: str = "2",
+    reset_on_submit: bool = False,
+    **props: Any,
+) -> rx.Component:
+    """One field and its button on a line, the label above and a clear error below."""
+    return rx.form(
+        rx.vstack(
+            rx.text(label, size="2", weight="medium", as_="label"),
+            rx.hstack(control, button, width="100%"),
+            field_error(error),
+            width="100%",
+            spacing=spacing,
+        ),
+        on_submit=on_submit,
+        reset_on_submit=reset_on_submit,
+        width="100%",
+        **props,
+    )
+
+
+def name_form(label: str, value: rx.Var, state: Any, test_id: str) -> rx.Component:
+    """The form that renames something: `state` has the `rename` handler, `error` and `saving`."""
+    return inline_form(
+        label,
+        rx.input(
+            name="name",
+            default_value=value,
+            key=value,
+            max_length=200,
+            width="100%",
+            size="3",
+            data_testid=f"{test_id}-input",
+        ),
+        rx.button("Save", type="submit", size="3", loading=state.saving, data_testid=f"{test_id}-submit"),
+        state.error,
+        on_submit=state.rename,
+    )

@@ -1,0 +1,184 @@
+"""The `mosoo_core` calls Preview makes, each run in a worker thread (`asyncio.to_thread`),
+and the plain rows they hand back to the state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mosoo_core import agents, sessions, vault
+from mosoo_core.db import session_scope
+from mosoo_core.errors import NotFound
+from mosoo_core.logs import get_logger
+from mosoo_core.runtime import pets
+from mosoo_core.runtime.sandbox import SandboxError
+from mosoo_core.sessions import actions
+from mosoo_web.pages.preview.fields import (
+    DEFAULT_EFFORT,
+    DEFAULT_ENVIRONMENT,
+    FIELD_LABELS,
+    FIELD_TARGETS,
+    NO_PROVIDER,
+)
+
+log = get_logger(__name__)
+
+
+@dataclass
+class ProviderOption:
+    id: str = ""
+    name: str = ""
+    models: list[str] = field(default_factory=list)
+    is_default: bool = False
+
+
+@dataclass
+class BlockerRow:
+    code: str = ""
+    label: str = ""
+    message: str = ""
+    target: str = ""  # the id of the field that fixes it
+
+
+@dataclass(frozen=True)
+class AgentForm:
+    """What the form shows for the Agent when the page loads."""
+
+    name: str
+    description: str
+    temperature: str
+    max_tokens: str
+    reasoning_effort: str
+    runtime_label: str
+    kind: str
+    provider_id: str
+    model: str
+    system_prompt: str
+    tools: dict[str, str]
+    providers: list[ProviderOption]
+    blockers: list[BlockerRow]
+    warnings: list[BlockerRow]
+    runtime: str
+    capabilities: list[str]
+    environment_id: str
+    skills: list[str]
+    mcp_servers: list[str]
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What the form shows after one autosave: the cleaned value and fresh readiness."""
+
+    agent: agents.AgentView
+    blockers: list[BlockerRow]
+    warnings: list[BlockerRow]
+
+
+def readiness_rows(items: list[agents.Blocker]) -> list[BlockerRow]:
+    return [
+        BlockerRow(
+            code=b.code, label=FIELD_LABELS.get(b.field, b.field), message=b.message,
+            target=FIELD_TARGETS.get(b.field, ""),
+        )
+        for b in items
+    ]
+
+
+def load_agent_form(account_id: str, app_id: str, agent_id: str) -> AgentForm:
+    with session_scope() as db:
+        agent = agents.get_agent(db, account_id, app_id, agent_id)
+        credentials = vault.list_provider_credentials(db, account_id, app_id)
+        readiness = agents.readiness(db, agent)
+    runtime = agents.RUNTIMES.get(agent.runtime)
+    options = agent.provider_options
+    effort = options.get("reasoning_effort")
+    return AgentForm(
+        name=agent.name,
+        description=agent.description,
+        temperature="" if options.get("temperature") is None else str(options["temperature"]),
+        max_tokens="" if options.get("max_tokens") is None else str(options["max_tokens"]),
+        reasoning_effort=effort if effort in agents.REASONING_EFFORTS else DEFAULT_EFFORT,
+        runtime_label=runtime.label if runtime else agent.runtime,
+        kind=agent.kind,
+        provider_id=agent.provider_credential_id or NO_PROVIDER,
+        model=agent.model,
+        system_prompt=agent.system_prompt,
+        tools={tool: agent.tools.get(tool, "off") for tool in agents.BUILTIN_TOOLS},
+        providers=[
+            ProviderOption(id=c.id, name=c.name, models=list(c.models), is_default=c.is_default) for c in credentials
+        ],
+        blockers=readiness_rows(readiness.blockers),
+        warnings=readiness_rows(readiness.warnings),
+        runtime=agent.runtime,
+        capabilities=sorted(runtime.capabilities) if runtime else [],
+        environment_id=agent.environment_id or DEFAULT_ENVIRONMENT,
+        skills=list(agent.skills),
+        mcp_servers=list(agent.mcp_servers),
+    )
+
+
+def _saved(db: Any, agent: agents.AgentView) -> Saved:
+    readiness = agents.readiness(db, agent)
+    return Saved(agent=agent, blockers=readiness_rows(readiness.blockers), warnings=readiness_rows(readiness.warnings))
+
+
+def save_fields(account_id: str, app_id: str, agent_id: str, changes: dict[str, Any]) -> Saved:
+    """One autosave: `update_agent` with the changed field(s), then readiness."""
+    with session_scope() as db:
+        return _saved(db, agents.update_agent(db, account_id, app_id, agent_id, **changes))
+
+
+def save_option(account_id: str, app_id: str, agent_id: str, key: str, value: Any) -> Saved:
+    """Set one provider option (None removes it); the Agent's other options stay."""
+    with session_scope() as db:
+        current = agents.get_agent(db, account_id, app_id, agent_id).provider_options
+        return _saved(
+            db, agents.update_agent(db, account_id, app_id, agent_id, provider_options={**current, key: value})
+        )
+
+
+def parse_option(key: str, raw: str) -> tuple[Any, str]:
+    """The typed value of a provider option field (None: empty, use the provider's default)
+    and an error when it does not parse. Ranges are checked by `update_agent`."""
+    text = (raw or "").strip()
+    if not text:
+        return None, ""
+    try:
+        return (float(text) if key == "temperature" else int(text)), ""
+    except ValueError:
+        if key == "temperature":
+            return None, "Temperature is a number from 0 to 2."
+        return None, f"Max tokens is a whole number from 1 to {agents.MAX_TOKENS_LIMIT:,}."
+
+
+def pet_status(account_id: str, app_id: str, agent_id: str) -> list[str] | None:
+    """The labels of the changes pending for the Agent's Pet sandbox, or None when it has
+    none. A sandbox backend that cannot be asked counts as no sandbox (logged)."""
+    try:
+        status = pets.pet_sandbox_status(account_id, app_id, agent_id)
+    except (SandboxError, OSError) as error:
+        log.warning("preview.pet_status_failed", agent_id=agent_id, error=str(error)[:300])
+        return None
+    if not status.exists:
+        return None
+    return [FIELD_LABELS.get(name, name) for name in status.pending]
+
+
+def thread_of_agent(account_id: str, agent_id: str, thread_id: str) -> bool:
+    with session_scope() as db:
+        try:
+            return sessions.get_session(db, account_id, thread_id).agent_id == agent_id
+        except NotFound:
+            return False
+
+
+def send_message(
+    account_id: str, agent_id: str, thread_id: str, text: str, file_ids: list[str] | None = None
+) -> str:
+    """Store the message (starting a Preview thread, which runs the draft, when there is
+    none), then hand the run to the worker. Returns the thread id."""
+    if thread_id:
+        actions.send_and_dispatch(account_id, thread_id, text, file_ids=file_ids or ())
+        return thread_id
+    started = actions.start_thread(account_id, agent_id, purpose="preview", message=text, file_ids=file_ids or ())
+    return started.thread.id

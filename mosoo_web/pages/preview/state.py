@@ -1,0 +1,458 @@
+"""The Preview page's state: the Agent's form, where every field saves on its own
+(autosave), the Pet sandbox's pending changes, and the test chat.
+
+The chat itself (the thread's live transcript, Stop, permissions, attachments) comes from
+`ThreadChat` in `mosoo_web/state/thread_chat.py`, which Preview shares with the Threads
+page. The thread id sits in the URL (`?thread=`) so a reload re-opens it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import reflex as rx
+
+from mosoo_core import agents
+from mosoo_core.errors import InvalidInput, MosooError, NotFound
+from mosoo_core.runtime import pets
+from mosoo_web.components.versions import VersionsState
+from mosoo_web.pages.preview.fields import (
+    DEFAULT_EFFORT,
+    DEFAULT_ENVIRONMENT,
+    ERROR_FIELDS,
+    FIELD_TARGETS,
+    NO_PROVIDER,
+    TOOL_DESCRIPTIONS,
+    TOOL_POLICIES,
+)
+from mosoo_web.pages.preview.services import (
+    AgentForm,
+    BlockerRow,
+    ProviderOption,
+    Saved,
+    load_agent_form,
+    parse_option,
+    pet_status,
+    save_fields,
+    save_option,
+    send_message,
+    thread_of_agent,
+)
+from mosoo_web.state.session import SessionState, current_account_id
+from mosoo_web.state.thread_chat import ThreadChat, thread_url_script
+
+_AGENT_PATH = re.compile(r"/apps/([^/]+)/agents/([^/?#]+)")
+
+
+class PreviewState(ThreadChat, rx.State):
+    # --- the agent form ---
+    current_agent_id: str = ""
+    agent_missing: bool = False
+    agent_name: str = ""
+    runtime_label: str = ""
+    form_version: int = 0  # bumped on load: uncontrolled fields re-mount with saved values
+    form_name: str = ""
+    form_system_prompt: str = ""
+    form_description: str = ""
+    form_temperature: str = ""
+    form_max_tokens: str = ""
+    reasoning_effort: str = DEFAULT_EFFORT
+    provider_id: str = NO_PROVIDER
+    model: str = ""
+    kind: str = "cattle"
+    tools: dict[str, str] = {}
+    providers: list[ProviderOption] = []
+    blockers: list[BlockerRow] = []
+    warnings: list[BlockerRow] = []
+    runtime: str = ""
+    capabilities: list[str] = []
+    environment_id: str = DEFAULT_ENVIRONMENT
+    skills: list[str] = []
+    mcp_servers: list[str] = []
+    model_version: int = 0  # bumped when a model is picked from the list: the model field re-mounts
+    save_state: str = ""  # "" (nothing saved yet), "saving", "saved"
+    # The Pet sandbox: whether there is one, the changes waiting for Apply, Apply's progress.
+    has_pet_sandbox: bool = False
+    pending_changes: list[str] = []
+    applying: bool = False
+    apply_error: str = ""
+    # Why the last change of a field was refused, by field (`ERROR_FIELDS`); no key: saved.
+    field_errors: dict[str, str] = {}
+
+    @rx.var
+    def ready(self) -> bool:
+        return not self.blockers
+
+    @rx.var
+    def status(self) -> str:
+        if self.needs_approval:
+            return "Needs approval"
+        if self.run_active:
+            return "Working"
+        if self.blockers:
+            return "Setup required"
+        if self.last_run_status == "cancelled":
+            return "Stopped"
+        return "Ready"
+
+    @rx.var
+    def can_send(self) -> bool:
+        return not self.blockers and not self.run_active and not self.sending and not self.agent_missing
+
+    @rx.var
+    def can_think(self) -> bool:
+        return "thinking_stream" in self.capabilities
+
+    @rx.var
+    def can_ask(self) -> bool:
+        return "permission_requests" in self.capabilities
+
+    @rx.var
+    def save_label(self) -> str:
+        """The form header's indicator: the first field left unsaved wins over "Saved"."""
+        if self.save_state == "saving":
+            return "Saving…"
+        first = next((self.field_errors[name] for name in ERROR_FIELDS if self.field_errors.get(name)), "")
+        if first:
+            return "Not saved: " + first
+        return "Saved" if self.save_state == "saved" else ""
+
+    @rx.var
+    def provider_models(self) -> list[str]:
+        for option in self.providers:
+            if option.id == self.provider_id:
+                return list(option.models)
+        return []
+
+    # --- loading ---
+
+    async def _context(self) -> tuple[str, str, SessionState]:
+        session = await self.get_state(SessionState)
+        return await current_account_id(self), session.current_app_id, session
+
+    def _apply_form(self, form: AgentForm) -> None:
+        self.agent_name = form.name
+        self.runtime_label = form.runtime_label
+        self.form_name = form.name
+        self.form_system_prompt = form.system_prompt
+        self.form_description = form.description
+        self.form_temperature = form.temperature
+        self.form_max_tokens = form.max_tokens
+        self.reasoning_effort = form.reasoning_effort
+        self.provider_id = form.provider_id
+        self.model = form.model
+        self.kind = form.kind
+        self.tools = form.tools
+        self.providers = form.providers
+        self.blockers = form.blockers
+        self.warnings = form.warnings
+        self.runtime = form.runtime
+        self.capabilities = form.capabilities
+        self.environment_id = form.environment_id
+        self.skills = form.skills
+        self.mcp_servers = form.mcp_servers
+        self.save_state = ""
+        self.apply_error = ""
+        self.form_version += 1
+        self.field_errors = {}
+
+    def _show_error(self, field_name: str, message: str) -> None:
+        """`message` next to the field ("" clears it). A refusal for a field the form has no
+        place for shows next to the name."""
+        key = field_name if field_name in ERROR_FIELDS else "name"
+        errors = {name: error for name, error in self.field_errors.items() if name != key}
+        if message:
+            errors[key] = message
+        if errors != self.field_errors:
+            self.field_errors = errors
+
+    @rx.event
+    async def load(self) -> Any:
+        """After the App guard: the agent's form, then the thread named in the URL (if any)."""
+        self._reset_chat()
+        self.thread_id = ""
+        match = _AGENT_PATH.search(self.router.url.path or "")
+        agent_id = match.group(2) if match else ""
+        self.current_agent_id = agent_id
+        self._chat_agent_id = agent_id
+        session = await self.get_state(SessionState)
+        if session.app_missing or not session.current_app_id:
+            return None  # not found, or the guard has just sent the tab to /login
+        account_id, app_id, session = await self._context()
+        try:
+            form = await asyncio.to_thread(load_agent_form, account_id, app_id, agent_id)
+        except NotFound:
+            self.agent_missing = True
+            return None
+        self.agent_missing = False
+        self._apply_form(form)
+        await self._refresh_pet(account_id, app_id, agent_id)
+        versions = await self.get_state(VersionsState)
+        await versions.refresh(account_id, app_id, agent_id)
+        thread_id = str(self.router.url.query_parameters.get("thread", "") or "")
+        if thread_id:
+            if await asyncio.to_thread(thread_of_agent, account_id, agent_id, thread_id):
+                self.thread_id = thread_id
+                return PreviewState.watch
+            self.thread_missing = True
+            return thread_url_script("")
+        return None
+
+    # --- the form: every field saves on its own (autosave) ---
+
+    async def _refresh_pet(self, account_id: str, app_id: str, agent_id: str) -> None:
+        pending = await asyncio.to_thread(pet_status, account_id, app_id, agent_id)
+        self.has_pet_sandbox = pending is not None
+        self.pending_changes = pending or []
+
+    async def _persist(self, field_name: str, work: Any, *args: Any) -> bool:
+        """Run one save (`save_fields` / `save_option`) for the field the owner changed;
+        a refusal shows next to that field and the stored value stays as it was. The session
+        check comes before the save: what a handler showed before calling this (the value
+        picked, "Saving…") is the tab's own display, and a signed-out tab leaves for /login."""
+        account_id, app_id, _session = await self._context()
+        try:
+            saved: Saved = await asyncio.to_thread(work, account_id, app_id, self.current_agent_id, *args)
+        except InvalidInput as error:
+            self._show_error(field_name, error.message)
+            self.save_state = "saved" if self.save_state == "saving" else self.save_state
+            return False
+        except NotFound:
+            self.agent_missing = True
+            return False
+        except MosooError as error:
+            self._show_error(field_name, error.message)
+            self.save_state = "saved" if self.save_state == "saving" else self.save_state
+            return False
+        self._show_error(field_name, "")
+        if field_name == "provider_credential_id":
+            self._show_error("model", "")  # the provider pick may also have filled in the model
+        self.blockers = saved.blockers
+        self.warnings = saved.warnings
+        self.agent_name = saved.agent.name
+        self.save_state = "saved"
+        if field_name in ("kind", "environment_id", "skills"):
+            await self._refresh_pet(account_id, app_id, self.current_agent_id)
+        return True
+
+    async def _save_text(self, field_name: str, value: str) -> Any:
+        self.save_state = "saving"
+        yield
+        await self._persist(field_name, save_fields, {field_name: value})
+
+    @rx.event
+    async def save_name(self, value: str) -> Any:
+        async for update in self._save_text("name", value):
+            yield update
+
+    @rx.event
+    async def save_description(self, value: str) -> Any:
+        async for update in self._save_text("description", value):
+            yield update
+
+    @rx.event
+    async def save_system_prompt(self, value: str) -> Any:
+        async for update in self._save_text("system_prompt", value):
+            yield update
+
+    @rx.event
+    async def save_model(self, value: str) -> Any:
+        self.save_state = "saving"
+        yield
+        if await self._persist("model", save_fields, {"model": value}):
+            self.model = value.strip()
+
+    @rx.event
+    async def set_model(self, value: str) -> Any:
+        """A model picked from the provider's list: saved at once, the field shows it."""
+        previous = self.model
+        self.model = value
+        self.model_version += 1
+        self.save_state = "saving"
+        yield
+        if not await self._persist("model", save_fields, {"model": value}):
+            self.model = previous
+
+    async def _save_option_text(self, key: str, raw: str) -> Any:
+        value, error = parse_option(key, raw)
+        if error:
+            self._show_error(key, error)  # not saved: the stored option stays
+            return
+        self.save_state = "saving"
+        yield
+        if await self._persist(key, save_option, key, value):
+            setattr(self, "form_" + key, (raw or "").strip())
+
+    @rx.event
+    async def save_temperature(self, value: str) -> Any:
+        async for update in self._save_option_text("temperature", value):
+            yield update
+
+    @rx.event
+    async def save_max_tokens(self, value: str) -> Any:
+        async for update in self._save_option_text("max_tokens", value):
+            yield update
+
+    @rx.event
+    async def set_reasoning_effort(self, value: str) -> Any:
+        if value != DEFAULT_EFFORT and value not in agents.REASONING_EFFORTS:
+            return
+        previous = self.reasoning_effort
+        self.reasoning_effort = value
+        self.save_state = "saving"
+        yield
+        option = None if value == DEFAULT_EFFORT else value
+        if not await self._persist("reasoning_effort", save_option, "reasoning_effort", option):
+            self.reasoning_effort = previous
+
+    @rx.event
+    async def choose_provider(self, value: str) -> Any:
+        previous_provider, previous_model = self.provider_id, self.model
+        self.provider_id = value
+        changes: dict[str, Any] = {"provider_credential_id": None if value == NO_PROVIDER else value}
+        models = self.provider_models
+        if models and not self.model:
+            self.model = models[0]
+            self.model_version += 1
+            changes["model"] = self.model
+        self.save_state = "saving"
+        yield
+        if not await self._persist("provider_credential_id", save_fields, changes):
+            self.provider_id, self.model = previous_provider, previous_model
+            self.model_version += 1
+
+    async def _save_choice(self, field_name: str, value: Any, previous: Any) -> Any:
+        """A select or switch: shown at once, saved at once, put back if refused."""
+        setattr(self, field_name, value)
+        self.save_state = "saving"
+        yield
+        stored = None if field_name == "environment_id" and value == DEFAULT_ENVIRONMENT else value
+        if not await self._persist(field_name, save_fields, {field_name: stored}):
+            setattr(self, field_name, previous)
+
+    @rx.event
+    async def set_kind(self, value: str | list[str]) -> Any:
+        if isinstance(value, str) and value in ("pet", "cattle") and value != self.kind:
+            async for update in self._save_choice("kind", value, self.kind):
+                yield update
+
+    @rx.event
+    async def set_runtime(self, value: str) -> Any:
+        runtime = agents.RUNTIMES.get(value)
+        if runtime is None or value == self.runtime:
+            return
+        async for update in self._save_choice("runtime", value, self.runtime):
+            yield update
+        if self.runtime == value:
+            self.runtime_label = runtime.label
+            self.capabilities = sorted(runtime.capabilities)
+
+    @rx.event
+    async def set_tool_policy(self, tool: str, value: str | list[str]) -> Any:
+        if tool not in TOOL_DESCRIPTIONS or not isinstance(value, str) or value not in TOOL_POLICIES:
+            return
+        previous = dict(self.tools)
+        self.tools = {**self.tools, tool: value}
+        self.save_state = "saving"
+        yield
+        enabled = {name: policy for name, policy in self.tools.items() if policy != "off"}
+        if not await self._persist("tools", save_fields, {"tools": enabled}):
+            self.tools = previous
+
+    @rx.event
+    async def choose_environment(self, value: str) -> Any:
+        if value != self.environment_id:
+            async for update in self._save_choice("environment_id", value, self.environment_id):
+                yield update
+
+    @rx.event
+    async def remove_skill(self, skill_id: str) -> Any:
+        async for update in self._save_choice("skills", [s for s in self.skills if s != skill_id], self.skills):
+            yield update
+
+    @rx.event
+    async def remove_mcp_server(self, server_id: str) -> Any:
+        remaining = [s for s in self.mcp_servers if s != server_id]
+        async for update in self._save_choice("mcp_servers", remaining, self.mcp_servers):
+            yield update
+
+    @rx.event
+    def focus_field(self, target: str) -> Any:
+        """Scroll to the field a blocker names and put the cursor in it."""
+        if target not in FIELD_TARGETS.values():
+            return None
+        return rx.call_script(
+            f"(() => {{ const el = document.getElementById({target!r}); if (!el) return;"
+            " el.scrollIntoView({behavior: 'smooth', block: 'center'});"
+            " const control = el.querySelector('input, textarea, button, [role=combobox]');"
+            " if (control) control.focus({preventScroll: true}); })()"
+        )
+
+    @rx.event(background=True)
+    async def apply_pending(self) -> Any:
+        """Recreate the Pet sandbox so the pending changes take effect (runtime.pets)."""
+        async with self:
+            account_id, app_id, _session = await self._context()
+            if self.applying:
+                return None
+            self.applying = True
+            self.apply_error = ""
+            agent_id = self.current_agent_id
+        try:
+            await asyncio.to_thread(pets.apply_pet_changes, account_id, app_id, agent_id)
+        except MosooError as error:
+            async with self:
+                self.applying = False
+                self.apply_error = error.message
+            return None
+        pending = await asyncio.to_thread(pet_status, account_id, app_id, agent_id)
+        async with self:
+            self.applying = False
+            self.has_pet_sandbox = pending is not None
+            self.pending_changes = pending or []
+        return rx.toast.success("Applied. The next message starts a fresh sandbox with your workspace restored.")
+
+    # --- the chat ---
+
+    @rx.event
+    def new_chat(self) -> Any:
+        self._reset_chat()
+        self.thread_id = ""
+        return thread_url_script("")
+
+    @rx.event(background=True)
+    async def send(self, form: dict[str, Any]) -> Any:
+        text = str(form.get("message", ""))
+        async with self:
+            account_id, _app_id, _session = await self._context()
+            if not self.can_send:
+                return None
+            self.sending = True
+            self.composer_error = ""
+            agent_id, thread_id = self.current_agent_id, self.thread_id
+            file_ids = self._take_attachment_ids()
+        try:
+            sent_thread = await asyncio.to_thread(
+                send_message, account_id, agent_id, thread_id, text, file_ids
+            )
+        except MosooError as error:
+            async with self:
+                self.sending = False
+                self.composer_error = error.message
+            return None
+        new_thread = False
+        async with self:
+            self.sending = False
+            self.composer_version += 1
+            self.attachments = []
+            self.attach_error = ""
+            if self.thread_id != sent_thread:
+                new_thread = True
+                self._reset_chat()
+                self.thread_id = sent_thread
+            self.run_active = True  # until the watcher has the events
+        if new_thread:
+            return [thread_url_script(sent_thread), PreviewState.watch]
+        return None
