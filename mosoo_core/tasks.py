@@ -90,11 +90,14 @@ def dispatch_run(run_id: str) -> str:
     return dispatch(run_id)
 
 
-@app.task(name="mosoo.finish_run")
-def finish_run(run_id: str) -> str:
-    from mosoo_core.runtime.runs import finish_run_sandbox
+@app.task(name="mosoo.finish_run", bind=True, max_retries=40)
+def finish_run(self: Any, run_id: str) -> str:
+    from mosoo_core.runtime.runs import DISPATCHING_MARK_SECONDS, finish_run_sandbox
 
-    return finish_run_sandbox(run_id)
+    status = finish_run_sandbox(run_id)
+    if status == "deferred":  # its dispatcher releases the sandbox; look again in case it dies first
+        raise self.retry(countdown=DISPATCHING_MARK_SECONDS)
+    return status
 
 
 @app.task(name="mosoo.sweep_sandboxes")

@@ -6,17 +6,26 @@ run and restored for the next run of the same thread. Pet: one sandbox per Agent
 its threads (one driver per thread inside it), kept between runs.
 Every step is safe to run twice: a task re-delivered after a worker died finds the run past
 `queued` and cleans up instead of booting a second sandbox.
+
+A run stopped while its sandbox boots is cancelled at once (sessions.cancel_active_run); its
+dispatcher sees that while it waits for the driver and releases what it booted itself. The
+teardown the stop asks for stands aside while that dispatcher is alive (`run:{id}:dispatching`
+in Redis) and does the work when it is not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import secrets
+import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import IO, Literal, cast
+from typing import IO, Any, Literal, cast
 
-from sqlmodel import Session, select
+import redis
+from sqlmodel import Session, col, select
 
 from driver.protocol import BootPayload, ExecutionSpec, GatewayGrant
 from mosoo_core import agents, files, sessions, streams
@@ -24,6 +33,7 @@ from mosoo_core.agents.models import Agent
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.files import get_store, iter_chunks
+from mosoo_core.files.models import StoredFile
 from mosoo_core.files.store import ChunkReader
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox import (
@@ -44,6 +54,10 @@ from mosoo_core.vault.models import ProviderCredential, ProviderKind
 
 log = get_logger(__name__)
 READY_TIMEOUT_SECONDS = 60.0
+# How often the wait for the driver's ready looks whether the run was stopped meanwhile.
+STOP_CHECK_SECONDS = 0.25
+# How long a dispatcher's mark on its run outlives it (renewed every third of it).
+DISPATCHING_MARK_SECONDS = 15
 # Inside the sandbox; not PROTOCOL.md's /run/mosoo/control.sock: the socket's directory is
 # mounted so that a restarted control is reachable again (see sandbox/_base.py CONTROL_DIR).
 CONTROL_URL = f"unix://{CONTROL_SOCKET}"  # unix:///run/mosoo/control/control.sock
@@ -171,7 +185,7 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
     mcp_servers = agents.existing_mcp_servers(db, run.app_id, profile.mcp_servers)
     spec = ExecutionSpec(
         app_id=run.app_id, agent_id=agent.id, session_id=session.id, runtime=profile.runtime, model=profile.model,
-        system_prompt=profile.system_prompt, tools=dict(profile.tools),  # type: ignore[arg-type]
+        system_prompt=profile.system_prompt, tools=dict(profile.tools),
         provider_options=dict(profile.provider_options),
         gateway=GatewayGrant(grant=grant, api_style=openai_api_style(db, profile.provider_credential_id)),
         skills=[{"id": skill_id} for skill_id in skills],
@@ -217,11 +231,11 @@ def _sandbox_for(backend: SandboxBackend, plan: BootPlan) -> SandboxRef:
     )
     ref = backend.create(spec)
     if plan.kind == "pet":
-        _restore_pet_workspace(backend, ref, plan)
+        _restore_pet_workspace(backend, ref, plan)  # even for a stopped run: later runs reuse this sandbox
     if plan.kind == "cattle":
         store = get_store()
         key = checkpoint_key(plan.app_id, plan.session_id)
-        if store.exists(key):
+        if store.exists(key) and _still_wanted(plan.run_id):  # a stopped run needs no workspace
             backend.put_archive(ref, WORKSPACE, iter_chunks(store.open(key)))
     return ref
 
@@ -243,18 +257,94 @@ def _restore_pet_workspace(backend: SandboxBackend, ref: SandboxRef, plan: BootP
     store.delete(key)
 
 
-def _wait_ready(instance_id: str, timeout: float) -> bool:
+def dispatching_key(run_id: str) -> str:
+    return f"run:{run_id}:dispatching"
+
+
+class _DispatchingMark:
+    """A Redis key saying that a live dispatcher is booting the run (renewed by a thread, so a
+    long step such as an image build keeps it; gone DISPATCHING_MARK_SECONDS after the
+    dispatcher died). Without Redis there is no mark, and a teardown just goes ahead."""
+
+    def __init__(self, run_id: str) -> None:
+        self.key = dispatching_key(run_id)
+        self.token = secrets.token_hex(8)
+        self.client = streams.sync_client()
+        self.ended = threading.Event()
+        self.renewer: threading.Thread | None = None
+
+    def start(self) -> None:
+        try:
+            self.client.set(self.key, self.token, ex=DISPATCHING_MARK_SECONDS)
+        except redis.RedisError as error:
+            log.warning("run.dispatching_mark_failed", key=self.key, error=type(error).__name__)
+            return
+        self.renewer = threading.Thread(target=self._renew, name=f"renew {self.key}", daemon=True)
+        self.renewer.start()
+
+    def _renew(self) -> None:
+        while not self.ended.wait(DISPATCHING_MARK_SECONDS / 3):
+            # On failure it lapses: a teardown may then run beside this dispatcher, which is safe.
+            with contextlib.suppress(redis.RedisError):
+                self.client.expire(self.key, DISPATCHING_MARK_SECONDS)
+
+    def end(self) -> None:
+        """Idempotent; removes the key only while it is still this dispatcher's."""
+        self.ended.set()
+        if self.renewer is not None:
+            self.renewer.join(timeout=5)
+            self.renewer = None
+            with contextlib.suppress(redis.RedisError):
+                if self.client.get(self.key) == self.token.encode():
+                    self.client.delete(self.key)
+
+
+def _dispatcher_alive(run_id: str) -> bool:
+    try:
+        return bool(streams.sync_client().exists(dispatching_key(run_id)))
+    except redis.RedisError:
+        return False
+
+
+def _still_wanted(run_id: str) -> bool:
+    """Whether the run is still waiting for its driver (not stopped, its thread not deleted)."""
+    with session_scope() as db:
+        run = db.get(SessionRun, run_id)
+        return run is not None and run.status in ACTIVE_RUN_STATUSES
+
+
+def _wait_ready(run_id: str, instance_id: str, timeout: float) -> Literal["ready", "stopped", "timeout"]:
+    """Wait for the driver's ready (a Redis key control sets), and end the wait as soon as the
+    run is stopped or its thread deleted (the database says so; looked at every 0.25 s)."""
     client = streams.sync_client()
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    next_check = 0.0
+    while (now := time.monotonic()) < deadline:
         if client.get(streams.ready_key(instance_id)):
-            return True
+            return "ready"
+        if now >= next_check:
+            if not _still_wanted(run_id):
+                return "stopped"
+            next_check = now + STOP_CHECK_SECONDS
         time.sleep(0.05)
-    return False
+    return "timeout"
 
 
 def dispatch_run(run_id: str, backend: SandboxBackend | None = None) -> str:
-    """Boot a sandbox and driver for a queued run and give it the input. Returns the run's status."""
+    """Boot a sandbox and driver for a queued run and give it the input. Returns the run's
+    status. A run stopped during the boot has what the boot made released before this returns:
+    its Cattle sandbox removed, or (Pet) its driver stopped and its attachments taken out."""
+    mark = _DispatchingMark(run_id)
+    mark.start()
+    try:
+        return _dispatch(run_id, backend, mark)
+    finally:
+        mark.end()
+
+
+def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMark) -> str:
+    plan: BootPlan | None = None
+    events: list[sessions.StoredEvent] = []
     with session_scope() as db:
         run = db.get(SessionRun, run_id)
         if run is not None and run.status == "booting":
@@ -262,40 +352,83 @@ def dispatch_run(run_id: str, backend: SandboxBackend | None = None) -> str:
             events = _abandon_boot(db, run, backend)
             streams.publish_events(events)
             return "failed"
-        plan, events = plan_boot(db, run_id)
+        # A worker died while booting this run, which was stopped meanwhile: release its boot.
+        stopped_boot = (
+            run is not None and run.status not in ACTIVE_RUN_STATUSES and run.driver_instance_id is not None
+            and run.started_at is None
+        )
+        if not stopped_boot:
+            plan, events = plan_boot(db, run_id)
     streams.publish_events(events)
+    if stopped_boot:
+        _release_run_sandbox(run_id, backend)
+        return _status(run_id)
     if plan is None:
         return "skipped"
     backend = backend or get_backend()
     started = time.monotonic()
     ref = None
+    attachments: list[dict[str, Any]] = []
     try:
         ref = _sandbox_for(backend, plan)
-        if plan.kind == "pet":
-            files.remove_stale_attachments(backend, ref)
-        # Before input.start: the driver names them in the user message, so they must be there.
-        attachments = files.deliver_attachments(backend, ref, run_id)
-        backend.put_file(ref, BOOT_PAYLOAD, plan.payload_json.encode(), mode=0o600)
-        backend.start_driver(ref)
+        # Looked at between the steps: once the run is stopped, nothing more goes in.
+        stopped = not _still_wanted(run_id)
+        if not stopped:
+            if plan.kind == "pet":
+                files.remove_stale_attachments(backend, ref)
+            # Before input.start: the driver names them in the user message, so they must be there.
+            attachments = files.deliver_attachments(backend, ref, run_id)
+            stopped = not _still_wanted(run_id)
+        if not stopped:
+            backend.put_file(ref, BOOT_PAYLOAD, plan.payload_json.encode(), mode=0o600)
+            backend.start_driver(ref)
     except SandboxError as error:
         log.warning("run.sandbox_failed", run_id=run_id, error=str(error)[:300])
         if ref is not None and plan.kind == "pet":
             files.remove_attachments(backend, ref, _attachment_ids(run_id))
         _teardown(backend, plan.instance_id, plan.kind)
         return _fail_by_id(run_id, "sandbox_failed", f"The sandbox could not start: {error.message[:300]}", True)
-    if not _wait_ready(plan.instance_id, READY_TIMEOUT_SECONDS):
+    outcome = "stopped" if stopped else _wait_ready(run_id, plan.instance_id, READY_TIMEOUT_SECONDS)
+    if outcome == "timeout":
         _teardown(backend, plan.instance_id, plan.kind)
         return _fail_by_id(run_id, "driver_boot_timeout", "The driver did not report ready within 60 seconds.", True)
-    with session_scope() as db:
-        run = db.get(SessionRun, run_id)
-        if run is None or run.status not in ACTIVE_RUN_STATUSES:
-            return run.status if run else "missing"
-        sessions.enqueue_command(
-            db, plan.instance_id, "input.start", {"run_id": run_id, "text": run.input_text, "attachments": attachments}
-        )
+    if outcome == "ready":
+        with session_scope() as db:
+            run = db.get(SessionRun, run_id)
+            if run is not None and run.status in ACTIVE_RUN_STATUSES:
+                sessions.enqueue_command(
+                    db, plan.instance_id, "input.start",
+                    {"run_id": run_id, "text": run.input_text, "attachments": attachments},
+                )
+            else:
+                outcome = "stopped"
+    if outcome == "stopped":
+        return _release_stopped_boot(backend, plan, started)
+    mark.end()  # before the driver hears of its input, so the run's own teardown never waits for us
     streams.notify_driver(plan.instance_id)
     log.info("run.dispatched", run_id=run_id, instance_id=plan.instance_id, seconds=round(time.monotonic() - started, 3))
     return "booting"
+
+
+def _release_stopped_boot(backend: SandboxBackend, plan: BootPlan, boot_started: float) -> str:
+    """The run was stopped (or its thread deleted) while its sandbox booted: release what the
+    boot made now, as after any run (what a failure leaves, `sweep_sandboxes` removes)."""
+    try:
+        if _release_run_sandbox(plan.run_id, backend) == "skipped":  # the run went with its thread
+            _teardown(backend, plan.instance_id, plan.kind)
+    except SandboxError as error:
+        log.warning("run.boot_release_failed", run_id=plan.run_id, error=str(error)[:300])
+    log.info(
+        "run.boot_stopped", run_id=plan.run_id, instance_id=plan.instance_id,
+        seconds=round(time.monotonic() - boot_started, 3),
+    )
+    return _status(plan.run_id)
+
+
+def _status(run_id: str) -> str:
+    with session_scope() as db:
+        run = db.get(SessionRun, run_id)
+        return run.status if run is not None else "missing"
 
 
 def _attachment_ids(run_id: str) -> list[str]:
@@ -315,23 +448,54 @@ def _fail_by_id(run_id: str, code: str, message: str, retryable: bool) -> str:
 def _abandon_boot(db: Session, run: SessionRun, backend: SandboxBackend | None) -> list[sessions.StoredEvent]:
     instance = db.get(DriverInstance, run.driver_instance_id) if run.driver_instance_id else None
     if instance is not None:
-        kind = run.snapshot.get("kind", "cattle")
-        _teardown(backend or get_backend(), instance.id, kind)
-        sessions.mark_stopped(db, instance.id)
+        if run.snapshot.get("kind", "cattle") == "pet":
+            _stop_driver(db, instance.id, "boot abandoned")
+        else:
+            _remove_sandboxes_of(backend or get_backend(), instance.id)
+            sessions.mark_stopped(db, instance.id)
     return _fail(db, run, "dispatch_interrupted", "The worker stopped while starting the sandbox. Send the message again.", True)
 
 
 def _teardown(backend: SandboxBackend, instance_id: str, kind: str) -> None:
+    """Release what one driver's boot made: its Cattle sandbox, or only the driver in a Pet's."""
     if kind == "pet":
-        return  # the Agent's sandbox outlives one driver
+        with session_scope() as db:
+            live = _stop_driver(db, instance_id, "boot abandoned")
+        if live:
+            streams.notify_driver(instance_id)
+        return
+    _remove_sandboxes_of(backend, instance_id)
+
+
+def _remove_sandboxes_of(backend: SandboxBackend, instance_id: str) -> None:
     for ref in backend.list_by_label({LABEL_DRIVER_INSTANCE: instance_id}):
         backend.remove(ref)
+
+
+def _stop_driver(db: Session, instance_id: str, reason: str) -> bool:
+    """Stop one driver and nothing else (the Pet sandbox it runs in outlives it): a connected
+    driver is told `session.stop`, one still booting is refused at hello. False when it was
+    already stopped (nothing is queued twice)."""
+    instance = db.get(DriverInstance, instance_id)
+    if instance is None or instance.status == "stopped":
+        return False
+    sessions.enqueue_command(db, instance_id, "session.stop", {"reason": reason})
+    sessions.mark_stopped(db, instance_id)
+    return True
 
 
 def finish_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> str:
     """After a run ends: its outputs become artifacts; Cattle checkpoints `/workspace` (when
     the run completed) and removes its sandbox; Pet keeps its sandbox but loses the run's
-    attachments (they are mounted for one message only). Safe to run twice."""
+    attachments (they are mounted for one message only) and, when the run never started on
+    it (stopped while booting), the run's driver. "deferred" while the run's dispatcher is
+    still alive: it releases what it booted itself. Safe to run twice."""
+    if _dispatcher_alive(run_id):
+        return "deferred"
+    return _release_run_sandbox(run_id, backend)
+
+
+def _release_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> str:
     with session_scope() as db:
         run = db.get(SessionRun, run_id)
         if run is None or run.status in ACTIVE_RUN_STATUSES or not run.driver_instance_id:
@@ -339,18 +503,34 @@ def finish_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> st
         instance_id, kind, status = run.driver_instance_id, run.snapshot.get("kind", "cattle"), run.status
         app_id, session_id = run.app_id, run.session_id
         attached = [str(item.get("file_id", "")) for item in run.attachments]
+        # A file a newer message of the thread named again is that run's now (Pet: it stays).
+        rebound = set(db.exec(
+            select(StoredFile.id).where(col(StoredFile.id).in_(attached), StoredFile.run_id != run_id)
+        ).all()) if attached else set()
+        attached = [file_id for file_id in attached if file_id not in rebound]
+        started = run.started_at is not None  # a run that never started wrote nothing
         instance = db.get(DriverInstance, instance_id)
         subject = instance.subject if instance is not None else ""
+        released = instance is None or instance.status == "stopped"
+    if kind == "pet" and not started and released:
+        # Its boot was released already (attachments out, then the driver stopped): what its
+        # attachments folder holds now may be a newer run's, the thread's next message.
+        return "kept"
     backend = backend or get_backend()
     if kind == "pet":
         pets = backend.list_by_label({LABEL_SUBJECT: subject, **installation_label()}) if subject else []
         for ref in pets[:1]:
-            if ref.state == "running":
+            if ref.state == "running" and started:
                 _record_outputs(backend, ref, run_id)
             files.remove_attachments(backend, ref, attached)
+        if not started:
+            with session_scope() as db:
+                live = _stop_driver(db, instance_id, "run stopped before it started")
+            if live:
+                streams.notify_driver(instance_id)
         return "kept"
     refs = backend.list_by_label({LABEL_DRIVER_INSTANCE: instance_id})
-    for ref in refs[:1]:
+    for ref in refs[:1] if started else []:
         _record_outputs(backend, ref, run_id)
     if status == "completed":
         for ref in refs[:1]:

@@ -5,6 +5,7 @@ driver. Each function is one unit of work of its own (it commits before it publi
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -128,15 +129,22 @@ def send_and_dispatch(
 
 
 def stop_run(account_id: str, thread_id: str) -> list[StoredEvent]:
-    """Stop the active run: cancelled at once when no driver has it, else the driver is told.
-    Returns the events stored now (none when the driver will report the cancellation)."""
+    """Stop the active run: cancelled at once when no driver has it yet, and a sandbox still
+    booting for it is released now (not at the next sweep); else the driver is told. Returns
+    the events stored now (none when the driver will report the cancellation)."""
     with session_scope() as db:
         service.owned_session(db, account_id, thread_id)
         run = service.active_run(db, thread_id)
+        run_id = run.id if run is not None else ""
         instance_id = run.driver_instance_id if run is not None else None
         events = service.cancel_active_run(db, account_id, thread_id)
     streams.publish_events(events)
-    if instance_id and not events:
+    if instance_id and events:
+        # Its dispatcher, while alive, sees the stop and releases the boot itself; this
+        # teardown is for a dispatcher that died (the sandbox sweep is the last resort).
+        with contextlib.suppress(Exception):  # logged by tasks_client
+            tasks_client.enqueue_run_finish(run_id)
+    elif instance_id:
         streams.notify_driver(instance_id)
     return events
 
