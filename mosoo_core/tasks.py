@@ -1,37 +1,22 @@
-"""The Celery app and thin task wrappers that call services (safe to run twice)."""
+"""Thin task wrappers that call services (safe to run twice), registered on the Celery app
+(`mosoo_core.celery_app`, re-exported here for `celery -A mosoo_core.tasks`)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from typing import Any
 
-from celery import Celery
 from celery.signals import setup_logging, worker_ready, worker_shutdown
 
-from mosoo_core import idempotency, identity, mail
+from mosoo_core import files, idempotency, identity, mail
+from mosoo_core.celery_app import app
 from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
+from mosoo_core.runtime.runs import DISPATCHING_MARK_SECONDS, finish_run_sandbox, sweep_stuck_boots
+from mosoo_core.runtime.runs import dispatch_run as dispatch
+from mosoo_core.runtime.runs import sweep_sandboxes as sweep
 from mosoo_core.settings import get_settings
 
-settings = get_settings()
-app = Celery("mosoo", broker=settings.redis_url)
-app.conf.update(
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    task_ignore_result=True,
-    broker_connection_retry_on_startup=True,
-    worker_hijack_root_logger=False,
-    # A web request must not hang on a dead broker: the outbox sweep retries later.
-    task_publish_retry_policy={"max_retries": 2, "interval_start": 0, "interval_step": 0.5},
-    beat_schedule={
-        "sweep-pending-email": {"task": "mosoo.sweep_pending_email", "schedule": 60.0},
-        "purge-sign-in-records": {"task": "mosoo.purge_sign_in_records", "schedule": 3600.0},
-        "sweep-sandboxes": {"task": "mosoo.sweep_sandboxes", "schedule": 60.0},
-        "sweep-files": {"task": "mosoo.sweep_files", "schedule": 3600.0},
-    },
-    beat_schedule_filename=str((settings.data_dir / "run" / "celerybeat-schedule").resolve()),
-)
 log = get_logger(__name__)
 
 
@@ -85,15 +70,11 @@ def purge_sign_in_records() -> int:
 
 @app.task(name="mosoo.dispatch_run")
 def dispatch_run(run_id: str) -> str:
-    from mosoo_core.runtime.runs import dispatch_run as dispatch
-
     return dispatch(run_id)
 
 
 @app.task(name="mosoo.finish_run", bind=True, max_retries=40)
 def finish_run(self: Any, run_id: str) -> str:
-    from mosoo_core.runtime.runs import DISPATCHING_MARK_SECONDS, finish_run_sandbox
-
     status = finish_run_sandbox(run_id)
     if status == "deferred":  # its dispatcher releases the sandbox; look again in case it dies first
         raise self.retry(countdown=DISPATCHING_MARK_SECONDS)
@@ -102,15 +83,13 @@ def finish_run(self: Any, run_id: str) -> str:
 
 @app.task(name="mosoo.sweep_sandboxes")
 def sweep_sandboxes() -> int:
-    from mosoo_core.runtime.runs import sweep_sandboxes as sweep
-    from mosoo_core.runtime.runs import sweep_stuck_boots
-
     return sweep_stuck_boots() + sweep()
 
 
 @app.task(name="mosoo.sweep_files")
 def sweep_files() -> int:
-    from mosoo_core import files
-
     with session_scope() as db:
         return files.sweep_files(db)
+
+
+__all__ = ["app"]

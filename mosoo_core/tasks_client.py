@@ -1,4 +1,4 @@
-"""How front doors hand work to the worker without importing Celery at module level."""
+"""How front doors hand work to the worker (by task name, without importing the tasks)."""
 
 from __future__ import annotations
 
@@ -12,19 +12,19 @@ def enqueue_email_delivery(email_id: str) -> None:
     """Ask the worker to send a queued email now; the beat sweep retries if Redis is down."""
     if not get_settings().smtp_enabled:
         return
-    from mosoo_core.tasks import deliver_email
-
     try:
-        deliver_email.delay(email_id)
-    except Exception as error:  # the outbox row stays pending and the sweep picks it up
-        log.warning("email.enqueue_failed", email_id=email_id, error=type(error).__name__)
+        _send("mosoo.deliver_email", email_id)
+    except Exception:  # logged; the outbox row stays pending and the sweep picks it up
+        log.warning("email.enqueue_failed", email_id=email_id)
 
 
 def _send(task_name: str, *args: str) -> None:
-    from mosoo_core.tasks import app
+    # Imported here: Celery (and kombu) cost about 0.2 s to import, which a web process
+    # that never sends a task, or `mosoo --help`, should not pay.
+    from mosoo_core.celery_app import configured_app
 
     try:
-        app.send_task(task_name, args=args)
+        configured_app().send_task(task_name, args=args)
     except Exception as error:
         log.warning("task.enqueue_failed", task=task_name, error=type(error).__name__)
         raise

@@ -1,11 +1,13 @@
 """Agents: profile, runtime catalog, readiness, published versions."""
 
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, Runtime
+from mosoo_core.agents.models import UNSET, AgentChanges, ProviderOptionChanges, Unset
 from mosoo_core.agents.packages import ImportReport, export_agent, import_agent
 from mosoo_core.agents.service import (
     DEFAULT_TOOLS,
     MAX_BINDINGS,
     MAX_TOKENS_LIMIT,
+    PROVIDER_OPTION_RULES,
     REASONING_EFFORTS,
     SANDBOX_FIELDS,
     AgentView,
@@ -24,10 +26,12 @@ from mosoo_core.agents.service import (
     last_activity_by_agent,
     list_agents,
     owned_agent,
+    parse_provider_option,
     pending_sandbox_fields,
     readiness,
     sandbox_fingerprint,
     update_agent,
+    update_provider_options,
 )
 from mosoo_core.agents.versions import (
     VersionView,
@@ -43,15 +47,20 @@ __all__ = [
     "DEFAULT_TOOLS",
     "MAX_BINDINGS",
     "MAX_TOKENS_LIMIT",
+    "PROVIDER_OPTION_RULES",
     "REASONING_EFFORTS",
     "RUNTIMES",
     "SANDBOX_FIELDS",
+    "UNSET",
+    "AgentChanges",
     "AgentView",
     "Blocker",
     "DeletedAgent",
     "ImportReport",
+    "ProviderOptionChanges",
     "Readiness",
     "Runtime",
+    "Unset",
     "VersionView",
     "agent_view",
     "count_threads",
@@ -69,6 +78,7 @@ __all__ = [
     "list_agents",
     "list_versions",
     "owned_agent",
+    "parse_provider_option",
     "pending_sandbox_fields",
     "publish_agent",
     "readiness",
@@ -76,4 +86,5 @@ __all__ = [
     "thread_profile",
     "unpublish_agent",
     "update_agent",
+    "update_provider_options",
 ]

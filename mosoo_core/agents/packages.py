@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from sqlmodel import Session, col, select
 
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, TOOL_POLICIES
-from mosoo_core.agents.models import Agent
+from mosoo_core.agents.models import Agent, AgentChanges
 from mosoo_core.agents.service import create_agent, owned_agent, update_agent
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput
@@ -194,7 +194,7 @@ def import_agent(db: Session, account_id: str, app_id: str, data: bytes) -> Impo
     if credential is not None:
         changes["provider_credential_id"] = credential.id
     try:
-        update_agent(db, account_id, app_id, created.id, **changes)
+        update_agent(db, account_id, app_id, created.id, AgentChanges(**changes))
     except InvalidInput:
         # The checks above mirror the service's; should the service be stricter, leave nothing behind.
         db.delete(db.get(Agent, created.id))

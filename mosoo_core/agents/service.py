@@ -6,14 +6,15 @@ import copy
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
 from sqlmodel import Session, col, func, or_, select
 
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, TOOL_POLICIES
-from mosoo_core.agents.models import Agent, AgentVersion
+from mosoo_core.agents.models import Agent, AgentChanges, AgentVersion, ProviderOptionChanges
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.identity import get_app
@@ -114,26 +115,49 @@ def _clean_tools(tools: dict[str, str]) -> dict[str, str]:
     return cleaned
 
 
-def _clean_provider_options(options: Any) -> dict[str, Any]:
-    """Check the options the console edits (temperature, max_tokens, reasoning_effort); a
-    None value removes that key. Other keys are kept as they are."""
-    if not isinstance(options, dict):
-        raise InvalidInput("Provider options must be an object.", field="provider_options")
+# The options the console edits, each with the message that names its range.
+PROVIDER_OPTION_RULES = {
+    "temperature": "Temperature is a number from 0 to 2.",
+    "max_tokens": f"Max tokens is a whole number from 1 to {MAX_TOKENS_LIMIT:,}.",
+    "reasoning_effort": "Reasoning effort is none, low, medium or high.",
+}
+
+
+def _option_in_range(key: str, value: Any) -> bool:
+    if key == "temperature":
+        return not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= 2
+    if key == "max_tokens":
+        return not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= MAX_TOKENS_LIMIT
+    return value in REASONING_EFFORTS
+
+
+def _clean_provider_options(options: Any, field_name: str | None) -> dict[str, Any]:
+    """Check the options the console edits (PROVIDER_OPTION_RULES); a None value removes
+    that key, other keys are kept as they are. A refusal names `field_name`, or the option
+    itself when it is None."""
+    if not isinstance(options, Mapping):
+        raise InvalidInput("Provider options must be an object.", field=field_name or "provider_options")
     cleaned = {key: value for key, value in options.items() if value is not None}
-    temperature = cleaned.get("temperature")
-    if temperature is not None and (
-        isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 2
-    ):
-        raise InvalidInput("Temperature is a number from 0 to 2.", field="provider_options")
-    max_tokens = cleaned.get("max_tokens")
-    if max_tokens is not None and (
-        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 1 <= max_tokens <= MAX_TOKENS_LIMIT
-    ):
-        raise InvalidInput(f"Max tokens is a whole number from 1 to {MAX_TOKENS_LIMIT:,}.", field="provider_options")
-    effort = cleaned.get("reasoning_effort")
-    if effort is not None and effort not in REASONING_EFFORTS:
-        raise InvalidInput("Reasoning effort is none, low, medium or high.", field="provider_options")
+    for key, message in PROVIDER_OPTION_RULES.items():
+        if key in cleaned and not _option_in_range(key, cleaned[key]):
+            raise InvalidInput(message, field=field_name or key)
     return cleaned
+
+
+def parse_provider_option(key: str, text: str) -> ProviderOptionChanges:
+    """The change a text field for the option `key` asks for: empty removes the option,
+    anything else is read as its type (ranges are checked by `update_provider_options`).
+    Text that does not parse is refused with the option's message, the option named."""
+    if key not in PROVIDER_OPTION_RULES:
+        raise InvalidInput(f"Unknown provider option {key!r}.", field="provider_options")
+    clean = (text or "").strip()
+    value: Any = None
+    if clean:
+        try:
+            value = float(clean) if key == "temperature" else int(clean) if key == "max_tokens" else clean
+        except ValueError:
+            raise InvalidInput(PROVIDER_OPTION_RULES[key], field=key) from None
+    return ProviderOptionChanges(**{key: value})
 
 
 def _clean_resource_id(value: Any, field_name: str, what: str) -> str:
@@ -201,23 +225,20 @@ def get_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> Agent
     return agent_view(owned_agent(db, account_id, app_id, agent_id))
 
 
-UPDATABLE = {
-    "name", "description", "runtime", "kind", "provider_credential_id", "model", "system_prompt", "tools",
-    "provider_options", "environment_id", "skills", "mcp_servers",
-}
+UPDATABLE = frozenset(f.name for f in fields(AgentChanges))
 
 
-def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, **changes: Any) -> AgentView:
-    """Change profile fields; each is validated and nothing is saved when one is invalid."""
+def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, changes: AgentChanges) -> AgentView:
+    """Change the profile fields `changes` sets; each is validated, a refusal names its field
+    and nothing is saved when one is invalid."""
     agent = owned_agent(db, account_id, app_id, agent_id)
-    unknown = set(changes) - UPDATABLE
-    if unknown:
-        raise InvalidInput(f"Unknown fields: {', '.join(sorted(unknown))}.")
-    values = dict(changes)
+    values = changes.set_fields()
     if "name" in values:
         values["name"] = _clean_name(values["name"])
-    if "description" in values and len(values["description"] or "") > 500:
-        raise InvalidInput("Descriptions are at most 500 characters.", field="description")
+    if "description" in values:
+        values["description"] = values["description"] or ""
+        if len(values["description"]) > 500:
+            raise InvalidInput("Descriptions are at most 500 characters.", field="description")
     if "runtime" in values and values["runtime"] not in RUNTIMES:
         raise InvalidInput(f"Unknown runtime {values['runtime']!r}.", field="runtime")
     if "kind" in values and values["kind"] not in ("pet", "cattle"):
@@ -231,13 +252,15 @@ def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, **cha
         values["model"] = (values["model"] or "").strip()
         if len(values["model"]) > 200:
             raise InvalidInput("Model names are at most 200 characters.", field="model")
-    if "system_prompt" in values and len(values["system_prompt"] or "") > 100_000:
-        raise InvalidInput("The system prompt is limited to 100,000 characters.", field="system_prompt")
+    if "system_prompt" in values:
+        values["system_prompt"] = values["system_prompt"] or ""
+        if len(values["system_prompt"]) > 100_000:
+            raise InvalidInput("The system prompt is limited to 100,000 characters.", field="system_prompt")
     if "tools" in values:
-        values["tools"] = _clean_tools(values["tools"] or {})
+        values["tools"] = _clean_tools(dict(values["tools"] or {}))
     if "provider_options" in values:
         values["provider_options"] = _clean_provider_options(
-            {} if values["provider_options"] is None else values["provider_options"]
+            {} if values["provider_options"] is None else values["provider_options"], "provider_options"
         )
     if "environment_id" in values:
         values["environment_id"] = _clean_environment_id(values["environment_id"])
@@ -249,6 +272,26 @@ def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, **cha
         db, app_id, values["provider_credential_id"]
     ):
         raise InvalidInput("That provider key does not exist in this App.", field="provider_credential_id")
+    return _save(db, agent, values)
+
+
+def update_provider_options(
+    db: Session, account_id: str, app_id: str, agent_id: str, changes: ProviderOptionChanges
+) -> AgentView:
+    """Merge `changes` into the Agent's stored provider options: a None value removes that
+    option, every option not given (console-edited or not) stays. Each given value is
+    checked against its range; a refusal names the option (`temperature`, `max_tokens`,
+    `reasoning_effort`) and nothing is saved."""
+    agent = owned_agent(db, account_id, app_id, agent_id)
+    given = changes.set_fields()
+    for key, value in given.items():
+        if value is not None and not _option_in_range(key, value):
+            raise InvalidInput(PROVIDER_OPTION_RULES[key], field=key)
+    merged = {key: value for key, value in {**(agent.provider_options or {}), **given}.items() if value is not None}
+    return _save(db, agent, {"provider_options": merged})
+
+
+def _save(db: Session, agent: Agent, values: dict[str, Any]) -> AgentView:
     for key, value in values.items():
         setattr(agent, key, value)
     agent.updated_at = utcnow()

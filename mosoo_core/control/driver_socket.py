@@ -31,6 +31,7 @@ from driver.protocol import (
 from mosoo_core import sessions, streams
 from mosoo_core.db import session_scope
 from mosoo_core.logs import get_logger
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import DriverInstance
 
 log = get_logger(__name__)
@@ -111,7 +112,7 @@ class DriverConnection:
             return
         try:
             welcome = await asyncio.to_thread(self._accept, hello)
-        except sessions.DriverRefused as refused:
+        except driver_plane.DriverRefused as refused:
             await self.refuse(refused.code, refused.reason)
             return
         self.connection_id = welcome.connection_id
@@ -133,13 +134,13 @@ class DriverConnection:
             await asyncio.to_thread(self._disconnected)
             log.info("driver.disconnected", instance_id=self.instance_id, connection_id=self.connection_id)
 
-    def _accept(self, hello: Hello) -> sessions.DriverWelcome:
+    def _accept(self, hello: Hello) -> driver_plane.DriverWelcome:
         with session_scope() as db:
-            return sessions.accept_hello(db, hello)
+            return driver_plane.accept_hello(db, hello)
 
     def _disconnected(self) -> None:
         with session_scope() as db:
-            sessions.mark_disconnected(db, self.instance_id, self.connection_id)
+            driver_plane.mark_disconnected(db, self.instance_id, self.connection_id)
 
     async def _receive_loop(self) -> None:
         while True:
@@ -152,13 +153,13 @@ class DriverConnection:
             except ProtocolError as error:
                 await self.refuse(error.code, error.message)
                 return
-            except sessions.DriverRefused as refused:
+            except driver_plane.DriverRefused as refused:
                 await self.refuse(refused.code, refused.reason)
                 return
 
     async def _handle(self, message: Any) -> None:
         if isinstance(message, Heartbeat):
-            await asyncio.to_thread(self._in_db, sessions.record_heartbeat)
+            await asyncio.to_thread(self._in_db, driver_plane.record_heartbeat)
         elif isinstance(message, Events):
             stored = await asyncio.to_thread(self._ingest, message)
             await self._publish(stored)
@@ -170,7 +171,7 @@ class DriverConnection:
                 )
             )
         elif isinstance(message, Ready):
-            await asyncio.to_thread(self._in_db, sessions.mark_ready)
+            await asyncio.to_thread(self._in_db, driver_plane.mark_ready)
             await self.redis.set(streams.ready_key(self.instance_id), "1", ex=3600)
             log.info("driver.ready", instance_id=self.instance_id)
         elif isinstance(message, CommandUpdate):
@@ -189,12 +190,12 @@ class DriverConnection:
         with session_scope() as db:
             instance = db.get(DriverInstance, self.instance_id)
             if instance is None or instance.connection_id != self.connection_id:
-                raise sessions.DriverRefused("superseded", "a newer connection replaced this one")
-            return sessions.ingest_driver_events(db, instance, list(message.events))
+                raise driver_plane.DriverRefused("superseded", "a newer connection replaced this one")
+            return driver_plane.ingest_driver_events(db, instance, list(message.events))
 
     def _command_update(self, update: CommandUpdate) -> None:
         with session_scope() as db:
-            sessions.apply_command_update(db, self.instance_id, update)
+            driver_plane.apply_command_update(db, self.instance_id, update)
 
     async def _publish(self, stored: list[sessions.StoredEvent]) -> None:
         fresh = [e for e in stored if not e.duplicate]
@@ -237,5 +238,5 @@ class DriverConnection:
 
     def _pending_commands(self) -> list[Command]:
         with session_scope() as db:
-            rows = sessions.undelivered_commands(db, self.instance_id, after_seq=self.sent_command_seq)
+            rows = driver_plane.undelivered_commands(db, self.instance_id, after_seq=self.sent_command_seq)
             return [Command(command_id=r.id, seq=r.seq, kind=r.kind, payload=r.payload) for r in rows]

@@ -16,28 +16,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from mosoo_core import sessions, usage
+from mosoo_core import usage, vault
 from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError
 from mosoo_core.logs import get_logger
+from mosoo_core.sessions import driver_plane
 
 log = get_logger(__name__)
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 # Headers that describe our hop, not the payload.
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "upgrade"}
-ANTHROPIC_VERSION = "2023-06-01"
-
-
-def provider_headers(provider: str, api_key: str | None, *, native: bool = False) -> dict[str, str]:
-    """The headers that carry a provider key upstream. The gateway speaks the OpenAI-compatible
-    API, where every provider (Anthropic's compatibility layer included) takes a Bearer key;
-    `native=True` is for a provider's own API, where Anthropic wants `x-api-key` and a version."""
-    if not api_key:
-        return {}
-    if native and provider == "anthropic":
-        return {"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION}
-    return {"authorization": f"Bearer {api_key}"}
-
 
 @dataclass(frozen=True)
 class Upstream:
@@ -110,15 +98,15 @@ class UsageTap:
 
 
 def build_routes(
-    resolve_upstream: Callable[[Any, sessions.GrantContext], Upstream],
+    resolve_upstream: Callable[[Any, driver_plane.GrantContext], Upstream],
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> list[Route]:
     """`resolve_upstream(db, grant)` decrypts the run's credential (vault)."""
     client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(600.0, connect=15.0))
 
-    def authorize(token: str | None, model: str | None) -> tuple[sessions.GrantContext, Upstream] | JSONResponse:
+    def authorize(token: str | None, model: str | None) -> tuple[driver_plane.GrantContext, Upstream] | JSONResponse:
         with session_scope() as db:
-            grant = sessions.resolve_model_grant(db, token)
+            grant = driver_plane.resolve_model_grant(db, token)
             if grant is None:
                 return _error(401, "invalid_grant", "The model grant is unknown, expired or its run is over.")
             if model is not None and grant.allowed_models and model not in grant.allowed_models:
@@ -128,7 +116,7 @@ def build_routes(
             except (LookupError, MosooError):
                 return _error(409, "provider_missing", "The run's provider key no longer exists.")
 
-    def record(grant: sessions.GrantContext, upstream: Upstream, model: str, tap: UsageTap) -> None:
+    def record(grant: driver_plane.GrantContext, upstream: Upstream, model: str, tap: UsageTap) -> None:
         tap.finish()
         numbers = usage.parse_usage(tap.usage)
         if numbers is None:
@@ -166,7 +154,7 @@ def build_routes(
         headers = {
             "content-type": request.headers.get("content-type", "application/json"),
             "accept-encoding": "identity",
-            **provider_headers(upstream.provider, upstream.api_key),
+            **vault.provider_headers(upstream.provider, upstream.api_key),
         }
         url = f"{upstream.base_url.rstrip('/')}/{path}"
         try:

@@ -21,12 +21,13 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from driver.protocol import MAX_FRAME_BYTES
-from mosoo_core import sessions, streams
+from mosoo_core import streams
 from mosoo_core.control.driver_socket import DriverConnection, request_teardown
 from mosoo_core.control.gateway import Upstream
 from mosoo_core.control.gateway import build_routes as gateway_routes
 from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
+from mosoo_core.sessions import driver_plane
 from mosoo_core.settings import get_settings
 
 log = get_logger(__name__)
@@ -63,7 +64,7 @@ def build_app() -> Starlette:
     )
 
 
-def resolve_upstream(db: Any, grant: sessions.GrantContext) -> Upstream:
+def resolve_upstream(db: Any, grant: driver_plane.GrantContext) -> Upstream:
     """The provider behind a run's credential (which must be of the run's App), with its key
     decrypted in memory for one call."""
     from mosoo_core.vault import reveal_provider_key
@@ -79,7 +80,7 @@ def resolve_upstream(db: Any, grant: sessions.GrantContext) -> Upstream:
 def sweep_once(heartbeat_interval_ms: int) -> int:
     """Missed heartbeats -> `rescheduling`; 120 s without the driver -> `driver_lost`."""
     with session_scope() as db:
-        stored = sessions.sweep_lost_drivers(db, heartbeat_interval=timedelta(milliseconds=heartbeat_interval_ms))
+        stored = driver_plane.sweep_lost_drivers(db, heartbeat_interval=timedelta(milliseconds=heartbeat_interval_ms))
     streams.publish_events(stored)
     request_teardown(stored)
     return len(stored)

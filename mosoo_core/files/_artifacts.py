@@ -1,6 +1,6 @@
 """Artifacts out of a sandbox: after each run, the regular files under `/workspace/outputs`
-that are new or changed for the thread become StoredFile(kind="artifact") rows, announced by
-one `session_files.updated` event.
+that are new or changed for the thread become StoredFile(kind="artifact") rows, which the
+runtime announces in one `session_files.updated` event.
 
 Which thread an output belongs to: a Cattle sandbox's /workspace is the thread's own
 (restored from its checkpoint), so everything there that differs from what the thread
@@ -20,7 +20,6 @@ from typing import IO, cast
 
 from sqlmodel import select
 
-from mosoo_core import streams
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.files._names import clean_name, media_type_for
@@ -67,9 +66,9 @@ def output_path(member_name: str) -> str | None:
 
 
 def record_artifacts(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> list[FileView]:
-    """Record the run's new or changed outputs for its thread and announce them (one
-    `session_files.updated` event, only when something changed). Safe to run twice."""
-    from mosoo_core import sessions
+    """Record the run's new or changed outputs for its thread and return them (what the
+    caller announces in one `session_files.updated` event, only when something changed).
+    Safe to run twice: what is recorded already is not returned again."""
     from mosoo_core.sessions.models import AgentSession, SessionRun
 
     with session_scope() as db:
@@ -123,13 +122,6 @@ def record_artifacts(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> l
             db.add(row)
             db.flush()
             changed.append(file_view(row))
-        events = []
-        if changed:
-            events = sessions.append_events(db, session_id, [sessions.NewEvent(
-                type="session_files.updated", run_id=run_id, source_event_id=f"session_files:{run_id}",
-                payload={"run_id": run_id, "files": [view.to_public() for view in changed]},
-            )])
-    streams.publish_events(events)
     purge_objects(replaced)
     log.info("run.artifacts_recorded", run_id=run_id, count=len(changed))
     return changed

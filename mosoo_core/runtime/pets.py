@@ -15,7 +15,7 @@ from typing import IO, cast
 
 from sqlmodel import Session, col, select
 
-from mosoo_core import agents, sessions
+from mosoo_core import agents
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict
 from mosoo_core.files import get_store
@@ -33,6 +33,7 @@ from mosoo_core.runtime.sandbox import (
     SandboxError,
     get_backend,
 )
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
 
 log = get_logger(__name__)
@@ -122,7 +123,7 @@ def apply_pet_changes(account_id: str, app_id: str, agent_id: str, backend: Sand
             select(DriverInstance).where(DriverInstance.subject == _subject(agent_id), DriverInstance.status != "stopped")
         ).all()
         for driver in drivers:
-            sessions.mark_stopped(db, driver.id)
+            driver_plane.mark_stopped(db, driver.id)
     for ref in refs:
         backend.remove(ref)
     log.info("pet.recreated", agent_id=agent_id, sandboxes=len(refs))

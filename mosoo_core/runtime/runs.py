@@ -48,6 +48,7 @@ from mosoo_core.runtime.sandbox import (
     SandboxSpec,
     get_backend,
 )
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
 from mosoo_core.settings import get_settings
 from mosoo_core.vault.models import ProviderCredential, ProviderKind
@@ -140,7 +141,7 @@ def delete_agent_everywhere(
 
 
 def _fail(db: Session, run: SessionRun, code: str, message: str, retryable: bool) -> list[sessions.StoredEvent]:
-    return sessions.finish_run(db, run, "failed", code=code, message=message, retryable=retryable, emit_event=True)
+    return driver_plane.finish_run(db, run, "failed", code=code, message=message, retryable=retryable, emit_event=True)
 
 
 def openai_api_style(db: Session, credential_id: str) -> Literal["chat_completions", "responses"]:
@@ -173,10 +174,10 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         return None, _fail(db, run, "readiness_blocked", f"The agent is not ready: {reasons}", False)
     assert profile.provider_credential_id is not None
     subject = f"agent:{agent.id}" if profile.kind == "pet" else f"session:{session.id}"
-    driver = sessions.register_driver(
+    driver = driver_plane.register_driver(
         db, app_id=run.app_id, subject=subject, runtime=profile.runtime, session_id=session.id
     )
-    grant = sessions.issue_model_grant(
+    grant = driver_plane.issue_model_grant(
         db, run, credential_id=profile.provider_credential_id, allowed_models=[profile.model]
     )
     # Bindings: only resources that exist go into the spec (readiness let missing skills
@@ -396,7 +397,7 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
         with session_scope() as db:
             run = db.get(SessionRun, run_id)
             if run is not None and run.status in ACTIVE_RUN_STATUSES:
-                sessions.enqueue_command(
+                driver_plane.enqueue_command(
                     db, plan.instance_id, "input.start",
                     {"run_id": run_id, "text": run.input_text, "attachments": attachments},
                 )
@@ -452,7 +453,7 @@ def _abandon_boot(db: Session, run: SessionRun, backend: SandboxBackend | None) 
             _stop_driver(db, instance.id, "boot abandoned")
         else:
             _remove_sandboxes_of(backend or get_backend(), instance.id)
-            sessions.mark_stopped(db, instance.id)
+            driver_plane.mark_stopped(db, instance.id)
     return _fail(db, run, "dispatch_interrupted", "The worker stopped while starting the sandbox. Send the message again.", True)
 
 
@@ -479,8 +480,8 @@ def _stop_driver(db: Session, instance_id: str, reason: str) -> bool:
     instance = db.get(DriverInstance, instance_id)
     if instance is None or instance.status == "stopped":
         return False
-    sessions.enqueue_command(db, instance_id, "session.stop", {"reason": reason})
-    sessions.mark_stopped(db, instance_id)
+    driver_plane.enqueue_command(db, instance_id, "session.stop", {"reason": reason})
+    driver_plane.mark_stopped(db, instance_id)
     return True
 
 
@@ -541,14 +542,32 @@ def _release_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> 
     for ref in refs:
         backend.remove(ref)
     with session_scope() as db:
-        sessions.mark_stopped(db, instance_id)
+        driver_plane.mark_stopped(db, instance_id)
     return "removed"
+
+
+def record_run_outputs(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> list[files.FileView]:
+    """Record the run's new or changed outputs as artifacts of its thread and announce them
+    in one `session_files.updated` event (none when nothing changed). Safe to run twice."""
+    changed = files.record_artifacts(backend, ref, run_id)
+    if not changed:
+        return []
+    with session_scope() as db:
+        run = db.get(SessionRun, run_id)
+        if run is None:
+            return changed
+        events = driver_plane.append_events(db, run.session_id, [driver_plane.NewEvent(
+            type="session_files.updated", run_id=run_id, source_event_id=f"session_files:{run_id}",
+            payload={"run_id": run_id, "files": [view.to_public() for view in changed]},
+        )])
+    streams.publish_events(events)
+    return changed
 
 
 def _record_outputs(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> None:
     """Artifacts are worth a warning, never a sandbox left behind or a lost checkpoint."""
     try:
-        files.record_artifacts(backend, ref, run_id)
+        record_run_outputs(backend, ref, run_id)
     except Exception as error:
         log.warning("run.artifacts_failed", run_id=run_id, error=str(error)[:300])
 

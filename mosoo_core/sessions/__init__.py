@@ -1,27 +1,8 @@
-"""Threads (sessions), runs, the event log, driver instances and their commands."""
+"""Threads (sessions), runs, the event log, driver instances and their commands.
 
-from mosoo_core.sessions._drivers import (
-    DriverRefused,
-    DriverWelcome,
-    NewDriver,
-    accept_hello,
-    apply_command_update,
-    enqueue_command,
-    mark_disconnected,
-    mark_ready,
-    mark_stopped,
-    record_heartbeat,
-    register_driver,
-    undelivered_commands,
-)
-from mosoo_core.sessions._events import NewEvent, StoredEvent, append_events, read_events
-from mosoo_core.sessions._grants import GrantContext, issue_model_grant, resolve_model_grant
-from mosoo_core.sessions._runs import (
-    finish_run,
-    ingest_driver_events,
-    set_session_status,
-    sweep_lost_drivers,
-)
+What front doors may call; the driver-facing calls are in `sessions.driver_plane`."""
+
+from mosoo_core.sessions._events import StoredEvent
 from mosoo_core.sessions.service import (
     RunView,
     Sent,
@@ -51,48 +32,26 @@ from mosoo_core.sessions.threads import (
 
 __all__ = [
     "DeletedThread",
-    "DriverRefused",
-    "DriverWelcome",
-    "GrantContext",
-    "NewDriver",
-    "NewEvent",
     "RunView",
     "Sent",
     "SessionView",
     "StoredEvent",
     "ThreadRow",
-    "accept_hello",
     "active_run",
-    "append_events",
-    "apply_command_update",
     "archive_thread",
     "auto_title",
     "cancel_active_run",
     "count_threads",
     "create_session",
     "delete_thread",
-    "enqueue_command",
-    "finish_run",
     "get_run",
     "get_session",
     "get_thread",
-    "ingest_driver_events",
-    "issue_model_grant",
     "list_events",
     "list_threads",
-    "mark_disconnected",
-    "mark_ready",
-    "mark_stopped",
     "owned_session",
-    "read_events",
-    "record_heartbeat",
-    "register_driver",
     "rename_thread",
-    "resolve_model_grant",
     "resolve_permission",
     "send_message",
-    "set_session_status",
-    "sweep_lost_drivers",
     "unarchive_thread",
-    "undelivered_commands",
 ]

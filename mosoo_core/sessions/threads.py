@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
-from mosoo_core.errors import Conflict, InvalidInput
+from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.identity import get_app
 from mosoo_core.sessions import _drivers
 from mosoo_core.sessions.models import (
@@ -265,11 +265,14 @@ def _first_messages(db: Session, thread_ids: list[str]) -> dict[str, str]:
     return {event.session_id: str(event.payload.get("text", "")) for event in events}
 
 
-def get_thread(db: Session, account_id: str, thread_id: str) -> ThreadRow:
-    """One thread as an inbox row; NotFound for a thread the account does not own."""
+def get_thread(db: Session, account_id: str, thread_id: str, *, app_id: str | None = None) -> ThreadRow:
+    """One thread as an inbox row; NotFound for a thread the account does not own and, with
+    `app_id`, for one of another App (a page of one App never shows another's thread)."""
     from mosoo_core.agents.models import Agent
 
     thread = owned_session(db, account_id, thread_id)
+    if app_id is not None and thread.app_id != app_id:
+        raise NotFound("Thread not found.")
     agent = db.get(Agent, thread.agent_id)
     is_working = thread.status in WORKING_STATUSES or active_run(db, thread.id) is not None
     return _rows(db, [(thread, agent.name if agent else "", is_working)])[0]

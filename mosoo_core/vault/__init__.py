@@ -17,6 +17,7 @@ from mosoo_core.vault._credentials import (
     update_provider_credential,
 )
 from mosoo_core.vault._errors import VaultError
+from mosoo_core.vault._headers import provider_headers
 from mosoo_core.vault._keys import MasterKey, create_key_file, load_master_key, read_key_file
 from mosoo_core.vault._secrets import (
     count_secrets_by_key,
@@ -56,6 +57,7 @@ __all__ = [
     "get_provider_credential",
     "list_provider_credentials",
     "load_master_key",
+    "provider_headers",
     "read_key_file",
     "replace_secret",
     "reveal_provider_key",

@@ -8,9 +8,9 @@ from urllib.parse import urlsplit
 import httpx
 from sqlmodel import Session
 
-from mosoo_core.control.gateway import provider_headers
 from mosoo_core.logs import get_logger
 from mosoo_core.vault._credentials import _owned_credential, reveal_provider_key
+from mosoo_core.vault._headers import provider_headers
 from mosoo_core.vault.models import ConnectionResult
 
 CONNECTION_TIMEOUT_SECONDS = 10.0

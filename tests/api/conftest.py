@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib
 import os
 import threading
 from collections.abc import Iterator
@@ -44,9 +43,6 @@ def use_redis(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     """Point this process (services, rate limiter and the Celery client) at `url`."""
     monkeypatch.setenv("MOSOO_REDIS_URL", url)
     reset_settings_cache()
-    import mosoo_core.tasks
-
-    importlib.reload(mosoo_core.tasks)  # its Celery app reads the broker URL at import
 
 
 @pytest.fixture
@@ -73,8 +69,8 @@ def make_owner(engine: Engine, email: str, *, publish: bool = True) -> ApiOwner:
         )
         agent = agents.create_agent(db, account.id, app_id, name=f"Agent of {email}", kind="cattle")
         agents.update_agent(
-            db, account.id, app_id, agent.id, provider_credential_id=credential.id, model="test-model",
-            system_prompt="You help.",
+            db, account.id, app_id, agent.id,
+            agents.AgentChanges(provider_credential_id=credential.id, model="test-model", system_prompt="You help."),
         )
         if publish:
             agents.publish_agent(db, account.id, app_id, agent.id)

@@ -24,8 +24,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from mosoo_core import sessions
-from mosoo_core.sessions import NewEvent
+from mosoo_core.sessions import driver_plane
+from mosoo_core.sessions.driver_plane import NewEvent
 from mosoo_core.settings import reset_settings_cache
 from tests.api.conftest import ApiOwner, LiveServer, live_server, make_owner
 
@@ -121,7 +121,7 @@ def target(api_env: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[FuzzTar
         ]
         thread_id = _start_thread(client, owner, {"message": "Summarise the notes", "file_ids": [attached]})
         with Session(api_env) as db:
-            sessions.append_events(
+            driver_plane.append_events(
                 db, thread_id,
                 [NewEvent("agent.message.delta", {"text": "The notes "}), NewEvent("run.completed", {})],
             )

@@ -16,8 +16,9 @@ import redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from mosoo_core import sessions, streams
-from mosoo_core.sessions import NewEvent
+from mosoo_core import streams
+from mosoo_core.sessions import driver_plane
+from mosoo_core.sessions.driver_plane import NewEvent
 from mosoo_core.sessions.models import SessionEvent
 from mosoo_core.settings import reset_settings_cache
 from tests.api.conftest import REDIS_URL, ApiOwner, LiveServer, live_server
@@ -69,7 +70,7 @@ class Producer(threading.Thread):
             while written < self.total:
                 size = min(self.random.randint(1, 8), self.total - written)
                 with Session(self.engine) as db:
-                    stored = sessions.append_events(
+                    stored = driver_plane.append_events(
                         db, self.thread_id,
                         [NewEvent("agent.message.delta", {"text": f"t{written + n} "}) for n in range(size)],
                     )
@@ -126,7 +127,7 @@ def test_reconnecting_with_last_event_id_receives_the_log_exactly_once(
 def test_after_seq_starts_later_and_live_events_follow(server: LiveServer, owner: ApiOwner, api_env: Engine) -> None:
     thread_id = _new_thread(server, owner)
     with Session(api_env) as db:
-        streams.publish_events(sessions.append_events(db, thread_id, [NewEvent("agent.message.delta", {"text": "a"}) for _ in range(3)]))
+        streams.publish_events(driver_plane.append_events(db, thread_id, [NewEvent("agent.message.delta", {"text": "a"}) for _ in range(3)]))
         db.commit()
     seqs: list[int] = []
     with httpx.stream(
@@ -138,7 +139,7 @@ def test_after_seq_starts_later_and_live_events_follow(server: LiveServer, owner
             seqs.append(int(frame["id"]))
             if len(seqs) == 1:  # now append live
                 with Session(api_env) as db:
-                    stored = sessions.append_events(db, thread_id, [NewEvent("run.completed", {})])
+                    stored = driver_plane.append_events(db, thread_id, [NewEvent("run.completed", {})])
                     db.commit()
                 streams.publish_events(stored)
             if len(seqs) == 2:

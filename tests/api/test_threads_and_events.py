@@ -12,7 +12,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from mosoo_core import agents, sessions, vault
-from mosoo_core.sessions import NewEvent
+from mosoo_core.sessions import driver_plane
+from mosoo_core.sessions.driver_plane import NewEvent
 from mosoo_core.sessions.models import AgentSession, DriverCommand, SessionRun
 from mosoo_web.api import build_api
 from tests.api.conftest import REDIS_URL, ApiOwner, make_owner, use_redis
@@ -104,7 +105,7 @@ def test_create_thread_refuses_a_published_version_with_blockers(
                 api_key="sk-replacement", models=["test-model"],
             ),
         )
-        agents.update_agent(db, owner.account_id, owner.app_id, owner.agent_id, provider_credential_id=replacement.id)
+        agents.update_agent(db, owner.account_id, owner.app_id, owner.agent_id, agents.AgentChanges(provider_credential_id=replacement.id))
         db.commit()
     # The console refuses to delete a key a published version uses; a key removed behind its
     # back (e.g. by an operator in the database) is what the API must still catch.
@@ -218,7 +219,7 @@ def test_get_thread_shows_the_latest_run(client: TestClient, owner: ApiOwner) ->
 def test_events_page_after_seq_with_limit(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
     thread_id = _new_thread(client, owner)
     with Session(api_env) as db:
-        sessions.append_events(db, thread_id, [NewEvent("agent.message.delta", {"text": str(n)}) for n in range(5)])
+        driver_plane.append_events(db, thread_id, [NewEvent("agent.message.delta", {"text": str(n)}) for n in range(5)])
         db.commit()
     url = f"/api/v1/threads/{thread_id}/events"
     first = client.get(url, headers=owner.headers, params={"limit": 2}).json()
@@ -259,13 +260,13 @@ def test_post_user_interrupt_cancels_a_queued_run(client: TestClient, owner: Api
 def _run_on_a_driver(engine: Engine, owner: ApiOwner, thread_id: str) -> tuple[str, str]:
     """Put the thread's active run on a registered driver waiting for a permission."""
     with Session(engine) as db:
-        driver = sessions.register_driver(db, app_id=owner.app_id, subject=f"session:{thread_id}", runtime="openai", session_id=thread_id)
+        driver = driver_plane.register_driver(db, app_id=owner.app_id, subject=f"session:{thread_id}", runtime="openai", session_id=thread_id)
         run = sessions.active_run(db, thread_id)
         assert run is not None
         run.driver_instance_id = driver.instance_id
         run.status = "waiting_input"
         db.add(run)
-        sessions.append_events(
+        driver_plane.append_events(
             db, thread_id,
             [NewEvent("tool.confirmation.required", {"request_id": "perm-1", "tool": "bash"}, run_id=run.id)],
         )

@@ -104,7 +104,7 @@ def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_mov
         # Bindings made elsewhere (the pickers list nothing until skills and MCP arrive): a
         # skill and an MCP server that do not exist in this App.
         with session_scope() as db:
-            agents.update_agent(db, account_id, app_id, agent_id, skills=[SKILL], mcp_servers=[MCP_SERVER])
+            agents.update_agent(db, account_id, app_id, agent_id, agents.AgentChanges(skills=[SKILL], mcp_servers=[MCP_SERVER]))
         page.reload()
 
         # Setup required, each blocker by name; the missing skill only warns.

@@ -13,12 +13,13 @@ import docker
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from mosoo_core import agents, sessions, vault
+from mosoo_core import agents, vault
 from mosoo_core.db import session_scope
 from mosoo_core.runtime import runs
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT, WORKSPACE, SandboxSpec
 from mosoo_core.runtime.sandbox.docker_backend import DockerBackend
 from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
+from mosoo_core.sessions import driver_plane
 from mosoo_core.settings import reset_settings_cache
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
@@ -65,7 +66,8 @@ def _ready_agent(account_id: str, app_id: str, **fields: str) -> str:
             ),
         )
         agents.update_agent(
-            db, account_id, app_id, agent.id, provider_credential_id=credential.id, model="m", **fields
+            db, account_id, app_id, agent.id,
+            agents.AgentChanges(provider_credential_id=credential.id, model="m", **fields),
         )
         return agent.id
 
@@ -78,7 +80,7 @@ def test_a_kind_change_is_pending_until_apply_recreates_the_assistant_sandbox(
     agent_id = _ready_agent(account_id, app_id)
     # The Agent's sandbox, as a run made it: labelled with what it was built from.
     with session_scope() as db:
-        sessions.register_driver(db, app_id=app_id, subject=f"agent:{agent_id}", runtime="openai")
+        driver_plane.register_driver(db, app_id=app_id, subject=f"agent:{agent_id}", runtime="openai")
         built_from = agents.sandbox_fingerprint(agents.get_agent(db, account_id, app_id, agent_id))
     labels = {**runs.installation_label(), runs.LABEL_BUILT_FROM: built_from, "mosoo.test": "1"}
     sandbox = docker_backend.create(SandboxSpec(subject=f"agent:{agent_id}", app_id=app_id, labels=labels))
@@ -124,7 +126,7 @@ def test_the_form_hides_what_the_runtime_cannot_do(page: Page, browser: Browser,
     # The ACP runtime streams no thinking: no reasoning effort. (It is not implemented yet,
     # so it also blocks, and the runtime field is where that is fixed.)
     with session_scope() as db:
-        agents.update_agent(db, account_id, app_id, agent_id, runtime="acp")
+        agents.update_agent(db, account_id, app_id, agent_id, agents.AgentChanges(runtime="acp"))
     page.reload()
     expect(page.get_by_test_id("preview-status")).to_have_text("Setup required")
     expect(page.get_by_test_id("agent-reasoning-effort")).to_have_count(0)

@@ -15,6 +15,7 @@ from playwright.sync_api import Browser, Page, expect
 from driver.protocol import DriverEvent
 from mosoo_core import agents, identity, sessions, streams, vault
 from mosoo_core.db import session_scope
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import DriverInstance
 from mosoo_core.settings import reset_settings_cache
 from tests.browser.conftest import WebServer
@@ -54,7 +55,7 @@ class FakeDriver:
         with session_scope() as db:
             instance = db.get(DriverInstance, self.instance_id)
             assert instance is not None
-            stored = sessions.ingest_driver_events(db, instance, [event])
+            stored = driver_plane.ingest_driver_events(db, instance, [event])
         streams.publish_events(stored)
 
 
@@ -78,7 +79,7 @@ def _attach_driver(app_id: str, thread_id: str) -> FakeDriver:
     with session_scope() as db:
         run = sessions.active_run(db, thread_id)
         assert run is not None
-        driver = sessions.register_driver(
+        driver = driver_plane.register_driver(
             db, app_id=app_id, subject=f"session:{thread_id}", runtime="openai", session_id=thread_id
         )
         run.driver_instance_id, run.status = driver.instance_id, "booting"
@@ -203,7 +204,7 @@ def test_agent_preview_streams_a_thread_survives_reload_and_answers_a_permission
 
     def resolve_command_queued() -> bool:
         with session_scope() as db:
-            commands = sessions.undelivered_commands(db, driver.instance_id)
+            commands = driver_plane.undelivered_commands(db, driver.instance_id)
             return any(
                 c.kind == "permission.resolve" and c.payload == {"request_id": "perm_1", "decision": "allow_once"}
                 for c in commands

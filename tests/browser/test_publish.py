@@ -39,7 +39,7 @@ def _ready_agent(account_id: str, app_id: str) -> str:
                 api_key="sk-test-0123456789abcdef0123456789", models=["m"],
             ),
         )
-        agents.update_agent(db, account_id, app_id, agent.id, provider_credential_id=credential.id, model="m")
+        agents.update_agent(db, account_id, app_id, agent.id, agents.AgentChanges(provider_credential_id=credential.id, model="m"))
         return agent.id
 
 
@@ -77,7 +77,7 @@ def test_publish_from_preview_shows_the_version_and_unpublish_returns_to_draft(
 
     # A blocker disables Publish.
     with session_scope() as db:
-        agents.update_agent(db, account_id, app_id, agent_id, model="")
+        agents.update_agent(db, account_id, app_id, agent_id, agents.AgentChanges(model=""))
     page.reload()
     expect(status).to_have_text("Draft")
     expect(page.get_by_test_id("publish-agent")).to_be_disabled()

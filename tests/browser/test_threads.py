@@ -15,7 +15,8 @@ from sqlmodel import select
 from mosoo_core import files, identity, sessions
 from mosoo_core.agents.models import Agent
 from mosoo_core.db import session_scope
-from mosoo_core.sessions import NewEvent, append_events
+from mosoo_core.sessions import driver_plane
+from mosoo_core.sessions.driver_plane import NewEvent, append_events
 from mosoo_core.sessions.models import AgentSession, SessionRun
 from mosoo_core.settings import reset_settings_cache
 from tests.browser.conftest import WebServer
@@ -48,7 +49,7 @@ def _thread(account_id: str, app_id: str, agent_id: str, text: str, finish: str 
                 NewEvent(type="agent.message.completed", payload={"text": f"Answer to: {text}", "message_id": "m1"}, run_id=run.id),
             ])
         if finish is not None:
-            sessions.finish_run(
+            driver_plane.finish_run(
                 db, run, finish, code=error.get("code"), message=error.get("message"), retryable=False, emit_event=True
             )
     return thread_id
@@ -204,7 +205,7 @@ def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives
     expect(rows).to_have_count(1)
     with session_scope() as db:
         run = db.exec(select(SessionRun).where(SessionRun.session_id == ids["busy"])).one()
-        sessions.finish_run(db, run, "completed", emit_event=True)
+        driver_plane.finish_run(db, run, "completed", emit_event=True)
     expect(rows).to_have_count(0, timeout=10_000)
     expect(page.get_by_test_id("section-working").first).to_contain_text("0")
     expect(page.get_by_test_id("section-completed").first).to_contain_text("3")

@@ -20,6 +20,7 @@ from sqlmodel import Session
 from driver.protocol import PROTOCOL_VERSION
 from mosoo_core import identity, sessions
 from mosoo_core.agents.models import Agent
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import SessionRun
 from mosoo_core.settings import reset_settings_cache
 from tests.support.processes import wait_for
@@ -75,7 +76,7 @@ def boot_fixture(db: Session, email: str = "ctl@example.com") -> Booted:
     db.flush()
     thread = sessions.create_session(db, account.id, app_id, agent.id)
     sent = sessions.send_message(db, account.id, thread.id, "hello")
-    driver = sessions.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai", session_id=thread.id)
+    driver = driver_plane.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai", session_id=thread.id)
     run = db.get(SessionRun, sent.run.id)
     assert run is not None
     run.driver_instance_id = driver.instance_id

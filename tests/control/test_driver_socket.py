@@ -10,7 +10,7 @@ import redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from mosoo_core import sessions
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import AgentSession, DriverCommand, DriverInstance, SessionRun
 from tests.control.conftest import (
     TEST_REDIS_DB,
@@ -53,7 +53,7 @@ def test_events_are_stored_in_seq_order_acked_and_streamed(control: ControlServe
     assert result["ack"]["source_event_ids"] == ["e1", "e2", "e3"]
     assert result["again"]["seqs"] == result["ack"]["seqs"]
     with Session(engine) as db:
-        events = sessions.read_events(db, booted.session_id)
+        events = driver_plane.read_events(db, booted.session_id)
         types = [e.type for e in events]
         assert [e.seq for e in events] == list(range(1, len(events) + 1))
         assert types[:2] == ["user.message", "session.status"]
@@ -149,14 +149,14 @@ def test_events_for_another_threads_run_are_refused(control: ControlServer, engi
 
     assert asyncio.run(scenario())["code"] == "foreign_run"
     with Session(engine) as db:
-        assert all(e.type != "agent.message.delta" for e in sessions.read_events(db, theirs.session_id))
+        assert all(e.type != "agent.message.delta" for e in driver_plane.read_events(db, theirs.session_id))
 
 
 def test_command_update_for_another_drivers_command_is_refused(control: ControlServer, engine: Engine) -> None:
     with Session(engine) as db:
         mine = boot_fixture(db, "mine@example.com")
         theirs = boot_fixture(db, "theirs@example.com")
-        command = sessions.enqueue_command(db, theirs.instance_id, "turn.cancel", {"run_id": theirs.run_id, "reason": "x"})
+        command = driver_plane.enqueue_command(db, theirs.instance_id, "turn.cancel", {"run_id": theirs.run_id, "reason": "x"})
         db.commit()
         command_id = command.id
 
@@ -174,7 +174,7 @@ def test_command_update_for_another_drivers_command_is_refused(control: ControlS
 def test_commands_are_delivered_in_order_and_redelivered_after_reconnect(control: ControlServer, engine: Engine) -> None:
     with Session(engine) as db:
         booted = boot_fixture(db)
-        first = sessions.enqueue_command(db, booted.instance_id, "input.start", {"run_id": booted.run_id, "text": "hi", "attachments": []})
+        first = driver_plane.enqueue_command(db, booted.instance_id, "input.start", {"run_id": booted.run_id, "text": "hi", "attachments": []})
         db.commit()
         first_id = first.id
 
@@ -182,7 +182,7 @@ def test_commands_are_delivered_in_order_and_redelivered_after_reconnect(control
         ws, welcome = await _welcomed(control, booted.instance_id, boot_token=booted.boot_token)
         got = [await recv_json(ws)]
         with Session(engine) as db:
-            sessions.enqueue_command(db, booted.instance_id, "turn.cancel", {"run_id": booted.run_id, "reason": "user"})
+            driver_plane.enqueue_command(db, booted.instance_id, "turn.cancel", {"run_id": booted.run_id, "reason": "user"})
             db.commit()
         from mosoo_core import streams
 
@@ -261,14 +261,14 @@ def test_missed_heartbeats_reschedule_then_fail_with_driver_lost(engine: Engine)
         db.add(instance)
         db.commit()
         interval = timedelta(seconds=10)
-        assert sessions.sweep_lost_drivers(db, heartbeat_interval=interval, now=start + timedelta(seconds=25)) == []
+        assert driver_plane.sweep_lost_drivers(db, heartbeat_interval=interval, now=start + timedelta(seconds=25)) == []
         db.commit()
-        stored = sessions.sweep_lost_drivers(db, heartbeat_interval=interval, now=start + timedelta(seconds=31))
+        stored = driver_plane.sweep_lost_drivers(db, heartbeat_interval=interval, now=start + timedelta(seconds=31))
         db.commit()
         assert [e.payload["status"] for e in stored if e.type == "session.status"] == ["rescheduling"]
         thread = db.get(AgentSession, booted.session_id)
         assert thread is not None and thread.status == "rescheduling"
-        stored = sessions.sweep_lost_drivers(db, heartbeat_interval=interval, now=start + timedelta(seconds=160))
+        stored = driver_plane.sweep_lost_drivers(db, heartbeat_interval=interval, now=start + timedelta(seconds=160))
         db.commit()
         run = db.get(SessionRun, booted.run_id)
         assert run is not None and run.status == "failed" and run.error_code == "driver_lost" and run.error_retryable

@@ -10,9 +10,10 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from driver.protocol import BootPayload
-from mosoo_core import sessions, vault
+from mosoo_core import vault
 from mosoo_core.agents.models import Agent
 from mosoo_core.runtime.runs import plan_boot
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import SessionRun
 from mosoo_core.usage.models import UsageEvent
 from tests.control.conftest import ControlServer, boot_fixture
@@ -37,7 +38,7 @@ def _grant(engine: Engine, base_url: str, models: list[str] | None = None) -> tu
         )
         run = db.get(SessionRun, booted.run_id)
         assert run is not None
-        grant = sessions.issue_model_grant(db, run, credential_id=credential.id, allowed_models=models or ["test-model"])
+        grant = driver_plane.issue_model_grant(db, run, credential_id=credential.id, allowed_models=models or ["test-model"])
         db.commit()
         return grant, booted.run_id
 
@@ -98,7 +99,7 @@ def test_grant_dies_with_its_run(control: ControlServer, engine: Engine, upstrea
     with Session(engine) as db:
         run = db.get(SessionRun, run_id)
         assert run is not None
-        sessions.finish_run(db, run, "completed")
+        driver_plane.finish_run(db, run, "completed")
         db.commit()
     with _client(control) as client:
         response = client.post("/gateway/openai/v1/chat/completions", json={"model": "test-model"}, headers={"Authorization": f"Bearer {grant}"})

@@ -23,7 +23,7 @@ from mosoo_core import agents, files, identity, sessions, streams
 from mosoo_core.errors import InvalidInput
 from mosoo_core.files import get_store
 from mosoo_core.files.models import StoredFile
-from mosoo_core.runtime.runs import installation_label
+from mosoo_core.runtime.runs import installation_label, record_run_outputs
 from mosoo_core.runtime.sandbox import (
     LABEL_SUBJECT,
     SandboxBackend,
@@ -34,6 +34,7 @@ from mosoo_core.runtime.sandbox import (
 from mosoo_core.runtime.sandbox.docker_backend import DockerBackend
 from mosoo_core.runtime.sandbox.image import ensure_process_runtime, ensure_sandbox_image
 from mosoo_core.runtime.sandbox.process_backend import ProcessBackend
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import SessionRun
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tasks_client import enqueue_run_dispatch
@@ -210,7 +211,7 @@ def test_a_shared_sandbox_drops_attachments_of_runs_that_are_over(
     files.deliver_attachments(backend, sandbox, done_run)
     files.deliver_attachments(backend, sandbox, busy_run)
     with Session(engine) as db:
-        sessions.finish_run(db, db.get(SessionRun, done_run), "failed", code="driver_lost", message="gone")  # type: ignore[arg-type]
+        driver_plane.finish_run(db, db.get(SessionRun, done_run), "failed", code="driver_lost", message="gone")  # type: ignore[arg-type]
         db.commit()
     assert files.remove_stale_attachments(backend, sandbox) == 1
     assert _sh(backend, sandbox, "ls /mnt/attachments") == (0, f"{new.id}\n")
@@ -218,7 +219,7 @@ def test_a_shared_sandbox_drops_attachments_of_runs_that_are_over(
 
 def _events(engine: Engine, thread_id: str, kind: str) -> list[sessions.StoredEvent]:
     with Session(engine) as db:
-        return [e for e in sessions.read_events(db, thread_id, limit=1000) if e.type == kind]
+        return [e for e in driver_plane.read_events(db, thread_id, limit=1000) if e.type == kind]
 
 
 def test_outputs_become_artifacts_once_and_again_when_changed(
@@ -229,14 +230,14 @@ def test_outputs_become_artifacts_once_and_again_when_changed(
         thread_id = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id).id
         run_id = sessions.send_message(db, owner.account_id, thread_id, "write").run.id
         db.commit()
-    assert files.record_artifacts(backend, sandbox, run_id) == []  # no outputs folder yet
+    assert record_run_outputs(backend, sandbox, run_id) == []  # no outputs folder yet
 
     script = (
         "mkdir -p outputs/sub && printf '# Summary\\n' > outputs/summary.md && printf '1,2' > outputs/sub/data.csv"
         " && ln -s /etc/passwd outputs/link && mkfifo outputs/pipe && touch outputs/empty.txt"
     )
     assert _sh(backend, sandbox, script)[0] == 0
-    recorded = files.record_artifacts(backend, sandbox, run_id)
+    recorded = record_run_outputs(backend, sandbox, run_id)
     assert sorted((f.path, f.name, f.size) for f in recorded) == [
         ("empty.txt", "empty.txt", 0), ("sub/data.csv", "data.csv", 3), ("summary.md", "summary.md", 10),
     ]
@@ -255,17 +256,17 @@ def test_outputs_become_artifacts_once_and_again_when_changed(
     assert any(int(fields[b"seq"]) == event.seq for _, fields in streamed)
 
     # Nothing changed: nothing recorded, no event.
-    assert files.record_artifacts(backend, sandbox, run_id) == []
+    assert record_run_outputs(backend, sandbox, run_id) == []
     assert len(_events(engine, thread_id, "session_files.updated")) == 1
 
     # A changed file updates its row; the old content's object goes.
     with Session(engine, expire_on_commit=False) as db:
-        sessions.finish_run(db, db.get(SessionRun, run_id), "completed")  # type: ignore[arg-type]
+        driver_plane.finish_run(db, db.get(SessionRun, run_id), "completed")  # type: ignore[arg-type]
         second_run = sessions.send_message(db, owner.account_id, thread_id, "again").run.id
         db.commit()
     old_key = files.blob_key(owner.app_id, summary.sha256)
     assert _sh(backend, sandbox, "printf '# Better\\n' > outputs/summary.md")[0] == 0
-    (updated,) = files.record_artifacts(backend, sandbox, second_run)
+    (updated,) = record_run_outputs(backend, sandbox, second_run)
     assert (updated.id, updated.run_id, updated.size) == (summary.id, second_run, 9)
     assert not get_store().exists(old_key)
     assert len(_events(engine, thread_id, "session_files.updated")) == 2
@@ -284,7 +285,7 @@ def test_a_shared_pet_workspace_gives_a_thread_only_what_its_run_wrote(
         db.commit()
     script = "mkdir -p outputs && echo old > outputs/old.txt && touch -d '2020-01-01' outputs/old.txt && echo new > outputs/new.txt"
     assert _sh(backend, sandbox, script)[0] == 0
-    assert [f.path for f in files.record_artifacts(backend, sandbox, run_id)] == ["new.txt"]
+    assert [f.path for f in record_run_outputs(backend, sandbox, run_id)] == ["new.txt"]
 
 
 # --- one whole run ---------------------------------------------------------------------------

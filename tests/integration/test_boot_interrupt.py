@@ -35,7 +35,7 @@ from mosoo_core.runtime.runs import (
     installation_label,
 )
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT, SandboxSpec, get_backend
-from mosoo_core.sessions import actions
+from mosoo_core.sessions import actions, driver_plane
 from mosoo_core.sessions.models import DriverCommand, DriverInstance, SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import stop_group, wait_for
@@ -160,7 +160,7 @@ def test_a_cattle_run_stopped_while_booting_loses_its_sandbox_at_once_and_the_th
     third = wait_run(stack.engine, actions.send_and_dispatch(owner.account_id, thread_id, "read it back").run.id)
     assert third.status == "completed", (third.error_code, third.error_message)
     with Session(stack.engine) as db:
-        events = sessions.read_events(db, thread_id, limit=1000)
+        events = driver_plane.read_events(db, thread_id, limit=1000)
     outputs = [e.payload["output"] for e in events if e.type == "tool.use.completed"]
     assert outputs[-1].strip() == "kept"
     # The stopped message never reached the model.
@@ -224,7 +224,7 @@ def test_a_pet_run_stopped_while_booting_stops_only_its_driver_and_the_thread_go
     nxt = wait_run(stack.engine, nxt_id)
     assert nxt.status == "completed", (nxt.error_code, nxt.error_message)
     with Session(stack.engine) as db:
-        outputs = [e.payload["output"] for e in sessions.read_events(db, thread_id, limit=1000) if e.type == "tool.use.completed"]
+        outputs = [e.payload["output"] for e in driver_plane.read_events(db, thread_id, limit=1000) if e.type == "tool.use.completed"]
     assert [output.strip() for output in outputs] == ["for one message"]
     assert [c.id for c in _containers(subject)] == [container.id]
     # Only the new run's driver lives in the Agent's sandbox (the check sees drivers at all).
@@ -334,11 +334,11 @@ def test_a_late_teardown_of_a_stopped_pet_boot_leaves_the_files_a_newer_message_
             for name in ("kept.txt", "dropped.txt")
         )
         stopped_id = sessions.send_message(db, account.id, thread_id, "stopped", file_ids=[kept.id, dropped.id]).run.id
-        driver = sessions.register_driver(db, app_id=app_id, subject=f"agent:{agent.id}", runtime="openai", session_id=thread_id)
+        driver = driver_plane.register_driver(db, app_id=app_id, subject=f"agent:{agent.id}", runtime="openai", session_id=thread_id)
         stopped = db.get(SessionRun, stopped_id)
         assert stopped is not None
         stopped.status, stopped.driver_instance_id, stopped.snapshot = "booting", driver.instance_id, {"kind": "pet"}
-        sessions.finish_run(db, stopped, "cancelled", emit_event=True)
+        driver_plane.finish_run(db, stopped, "cancelled", emit_event=True)
         sessions.send_message(db, account.id, thread_id, "again", file_ids=[kept.id])
         db.commit()
     backend = get_backend()

@@ -22,8 +22,8 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from mosoo_core import sessions
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import SessionEvent
 from tests.support.openai_server import TextTurn
 from tests.support.processes import stop_group, wait_for
@@ -77,7 +77,7 @@ def test_control_killed_mid_stream_and_restarted_the_run_completes_with_every_ev
     run = wait_run(stack.engine, run_id, timeout=180)
     with Session(stack.engine) as db:
         assert (run.status, run.error_code) == ("completed", None), (run.error_code, run.error_message)
-        events = sessions.read_events(db, thread_id, limit=10_000)
+        events = driver_plane.read_events(db, thread_id, limit=10_000)
 
     # The log: seqs 1..N without a gap, no driver event stored twice.
     assert [e.seq for e in events] == list(range(1, len(events) + 1))

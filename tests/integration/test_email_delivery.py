@@ -3,10 +3,8 @@ a real `mosoo worker` process taking the delivery task from a real Redis broker.
 
 from __future__ import annotations
 
-import importlib
 import re
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -15,8 +13,8 @@ import redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-import mosoo_core
 from mosoo_core import identity, mail
+from mosoo_core.celery_app import configured_app
 from mosoo_core.mail._service import MAX_ATTEMPTS
 from mosoo_core.mail.models import OutboundEmail
 from mosoo_core.settings import reset_settings_cache
@@ -202,28 +200,16 @@ def _wait_logged(
 
 @pytest.fixture
 def worker_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """An empty Redis database as the broker, for this process and the worker alike.
-
-    `mosoo_core.tasks` binds its broker when imported, so it is imported afresh under this
-    test's settings and whatever was imported before is put back afterwards."""
+    """An empty Redis database as the broker, for this process and the worker alike (the
+    Celery app follows the settings, so this process sends there from now on)."""
     broker = redis.Redis.from_url(WORKER_REDIS_URL)
     broker.flushdb()
     monkeypatch.setenv("MOSOO_REDIS_URL", WORKER_REDIS_URL)
     reset_settings_cache()
-    previous = sys.modules.pop("mosoo_core.tasks", None)
-    tasks = importlib.import_module("mosoo_core.tasks")
-    assert tasks.app.conf.broker_url == WORKER_REDIS_URL
+    assert configured_app().conf.broker_url == WORKER_REDIS_URL
     try:
         yield WORKER_REDIS_URL
     finally:
-        tasks.app.close()
-        if previous is None:
-            del sys.modules["mosoo_core.tasks"]
-            delattr(mosoo_core, "tasks")
-        else:
-            sys.modules["mosoo_core.tasks"] = previous
-            mosoo_core.tasks = previous
-            previous.app.set_current()
         broker.flushdb()
         broker.close()
 

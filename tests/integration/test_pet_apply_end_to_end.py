@@ -12,10 +12,11 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from mosoo_core import agents, sessions
+from mosoo_core import agents
 from mosoo_core.runtime import runs
 from mosoo_core.runtime.pets import apply_pet_changes, pet_sandbox_status
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT, get_backend
+from mosoo_core.sessions import driver_plane
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.stack import RuntimeStack, make_agent, new_thread, runtime_stack, send, wait_run
 
@@ -49,7 +50,7 @@ def test_apply_recreates_the_pet_sandbox_and_the_next_run_finds_its_workspace(st
     assert pet_sandbox_status(*ids).pending == []
 
     with Session(stack.engine) as db:
-        agents.update_agent(db, *ids, skills=[SKILL])
+        agents.update_agent(db, *ids, agents.AgentChanges(skills=[SKILL]))
         db.commit()
     assert pet_sandbox_status(*ids).pending == ["skills"]
 
@@ -59,7 +60,7 @@ def test_apply_recreates_the_pet_sandbox_and_the_next_run_finds_its_workspace(st
     second = wait_run(stack.engine, send(stack.engine, owner.account_id, thread_id, "read it back"))
     assert second.status == "completed", (second.error_code, second.error_message)
     with Session(stack.engine) as db:
-        outputs = [e.payload["output"] for e in sessions.read_events(db, thread_id, limit=1000) if e.type == "tool.use.completed"]
+        outputs = [e.payload["output"] for e in driver_plane.read_events(db, thread_id, limit=1000) if e.type == "tool.use.completed"]
     assert outputs[-1].strip() == "remembered"
     [after] = backend.list_by_label(selector)
     assert after.id != before.id

@@ -21,6 +21,7 @@ from mosoo_core.clock import utcnow
 from mosoo_core.files import get_store
 from mosoo_core.runtime.runs import STUCK_BOOT_AFTER, checkpoint_key, sweep_stuck_boots
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import stop_group, wait_for
@@ -54,7 +55,7 @@ def test_message_streams_text_and_a_bash_tool_call_in_a_docker_sandbox(stack: Ru
     print(f"message to completed run: {time.monotonic() - started:.2f}s")
 
     with Session(stack.engine) as db:
-        events = sessions.read_events(db, thread_id, limit=1000)
+        events = driver_plane.read_events(db, thread_id, limit=1000)
     assert [e.seq for e in events] == list(range(1, len(events) + 1)), "seq order with no gap"
     types = [e.type for e in events]
     assert types[0] == "user.message" and "run.started" in types and "run.completed" in types
@@ -90,7 +91,7 @@ def test_the_next_run_of_a_cattle_thread_continues_in_its_checkpointed_workspace
     second = wait_run(stack.engine, send(stack.engine, owner.account_id, thread_id, "read it back"))
     assert second.status == "completed", (second.error_code, second.error_message)
     with Session(stack.engine) as db:
-        outputs = [e.payload["output"] for e in sessions.read_events(db, thread_id, limit=1000) if e.type == "tool.use.completed"]
+        outputs = [e.payload["output"] for e in driver_plane.read_events(db, thread_id, limit=1000) if e.type == "tool.use.completed"]
     assert outputs[-1].strip() == "remembered"
     # A fresh sandbox per run, and the model saw the first exchange in the second request.
     assert stack.logs.joinpath("worker.log").read_bytes().count(b"sandbox.created") == 2

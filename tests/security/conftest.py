@@ -299,8 +299,8 @@ def make_owner(engine: Engine, email: str, *, publish: bool = True) -> Owner:
         )
         agent = agents.create_agent(db, account.id, app_id, name=f"Agent of {email}", kind="cattle")
         agents.update_agent(
-            db, account.id, app_id, agent.id, provider_credential_id=credential.id, model="test-model",
-            system_prompt="You help.",
+            db, account.id, app_id, agent.id,
+            agents.AgentChanges(provider_credential_id=credential.id, model="test-model", system_prompt="You help."),
         )
         if publish:
             agents.publish_agent(db, account.id, app_id, agent.id)

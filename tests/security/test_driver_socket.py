@@ -15,8 +15,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from driver.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION
-from mosoo_core import sessions
 from mosoo_core.clock import utcnow
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import DriverInstance
 from tests.security.conftest import Control, queued_run, run_row, update
 
@@ -33,7 +33,7 @@ def _booting(engine: Engine, email: str, runtime: str = "openai") -> Booting:
     """A queued run handed to a freshly registered driver, as the worker does before boot."""
     with Session(engine) as db:
         queued = queued_run(db, email)
-        driver = sessions.register_driver(
+        driver = driver_plane.register_driver(
             db, app_id=queued.app_id, subject=f"session:{queued.session_id}", runtime=runtime,
             session_id=queued.session_id,
         )

@@ -11,8 +11,9 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from mosoo_core import sessions, vault
+from mosoo_core import vault
 from mosoo_core.clock import utcnow
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import ModelGrant
 from mosoo_core.usage.models import UsageEvent
 from tests.security.conftest import Control, count, queued_run, run_row, update
@@ -43,7 +44,7 @@ def _grant_for_a_run(engine: Engine, provider: ScriptedOpenAIServer, email: str)
                 models=["test-model"],
             ),
         )
-        grant = sessions.issue_model_grant(db, run_row(db, queued.run_id), credential_id=credential.id, allowed_models=["test-model"])
+        grant = driver_plane.issue_model_grant(db, run_row(db, queued.run_id), credential_id=credential.id, allowed_models=["test-model"])
         db.commit()
         return grant, queued.run_id
 
@@ -82,7 +83,7 @@ def test_a_grant_of_a_finished_run_is_refused_and_records_no_usage(
     grant, run_id = _grant_for_a_run(engine, provider, "finished-grant@example.com")
     _one_call_goes_through(control, engine, provider, grant, run_id)
     with Session(engine) as db:
-        sessions.finish_run(db, run_row(db, run_id), "completed")
+        driver_plane.finish_run(db, run_row(db, run_id), "completed")
         db.commit()
     refused = _call(control, grant)
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_grant"

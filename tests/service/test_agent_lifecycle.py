@@ -15,6 +15,7 @@ from mosoo_core.agents.models import Agent, AgentVersion
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.files import get_store
 from mosoo_core.runtime.runs import checkpoint_key, delete_agent_everywhere
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import AgentSession, DriverInstance, SessionEvent, SessionRun
 
 
@@ -34,9 +35,11 @@ def _ready_agent(db: Session, account_id: str, app_id: str, name: str = "Release
     created = agents.create_agent(db, account_id, app_id, name=name, kind="pet")
     return agents.update_agent(
         db, account_id, app_id, created.id,
-        description="Drafts release notes.", model="example-large", system_prompt="Be accurate.",
-        tools={"read": "allow", "bash": "ask"}, provider_options={"temperature": 0.2},
-        provider_credential_id=credential.id,
+        agents.AgentChanges(
+            description="Drafts release notes.", model="example-large", system_prompt="Be accurate.",
+            tools={"read": "allow", "bash": "ask"}, provider_options={"temperature": 0.2},
+            provider_credential_id=credential.id,
+        ),
     )
 
 
@@ -84,7 +87,7 @@ def test_delete_stops_the_live_drivers_of_its_threads(db: Session) -> None:
     account_id, app_id = _owner(db)
     agent = _ready_agent(db, account_id, app_id)
     thread_id = _thread_with_a_run(db, account_id, app_id, agent.id)
-    driver = sessions.register_driver(
+    driver = driver_plane.register_driver(
         db, app_id=app_id, subject=f"agent:{agent.id}", runtime="openai", session_id=thread_id
     )
     db.commit()
@@ -156,7 +159,7 @@ def test_fork_copies_the_profile_as_a_draft_without_versions_or_threads(db: Sess
     assert _count(db, AgentSession, AgentSession.agent_id == fork.id) == 0
     assert agents.count_threads(db, account_id, app_id, source.id) == 1
     # The copy is its own: changing it leaves the original alone, and kind is free again.
-    agents.update_agent(db, account_id, app_id, fork.id, tools={"read": "allow"}, kind="cattle")
+    agents.update_agent(db, account_id, app_id, fork.id, agents.AgentChanges(tools={"read": "allow"}, kind="cattle"))
     assert agents.get_agent(db, account_id, app_id, source.id).tools == {"read": "allow", "bash": "ask"}
 
 
@@ -175,13 +178,13 @@ def test_provider_options_are_validated_and_only_good_values_are_saved(db: Sessi
     agent = _ready_agent(db, account_id, app_id)
     saved = agents.update_agent(
         db, account_id, app_id, agent.id,
-        provider_options={"temperature": 1.5, "max_tokens": 4096, "reasoning_effort": "high", "seed": 7},
+        agents.AgentChanges(provider_options={"temperature": 1.5, "max_tokens": 4096, "reasoning_effort": "high", "seed": 7}),
     )
     assert saved.provider_options == {"temperature": 1.5, "max_tokens": 4096, "reasoning_effort": "high", "seed": 7}
     # A None value removes the key; the edges of each range are allowed.
     saved = agents.update_agent(
         db, account_id, app_id, agent.id,
-        provider_options={"temperature": 0, "max_tokens": 200_000, "reasoning_effort": None, "seed": 7},
+        agents.AgentChanges(provider_options={"temperature": 0, "max_tokens": 200_000, "reasoning_effort": None, "seed": 7}),
     )
     assert saved.provider_options == {"temperature": 0, "max_tokens": 200_000, "seed": 7}
     db.commit()
@@ -191,7 +194,7 @@ def test_provider_options_are_validated_and_only_good_values_are_saved(db: Sessi
         {"max_tokens": 0}, {"max_tokens": 200_001}, {"max_tokens": 1.5}, {"reasoning_effort": "extreme"},
     ):
         with pytest.raises(InvalidInput) as refused:
-            agents.update_agent(db, account_id, app_id, agent.id, description="Changed.", provider_options=bad)
+            agents.update_agent(db, account_id, app_id, agent.id, agents.AgentChanges(description="Changed.", provider_options=bad))
         assert refused.value.field == "provider_options"
         db.rollback()
     db.expunge_all()

@@ -46,12 +46,14 @@ def _agent(db: Session, account_id: str, app_id: str, credential_id: str | None 
     created = agents.create_agent(db, account_id, app_id, name="Release notes writer", kind="pet")
     return agents.update_agent(
         db, account_id, app_id, created.id,
-        description="Drafts release notes from merged pull requests.",
-        model="example-large",
-        system_prompt="You write short, accurate release notes.\nNever invent changes.",
-        tools={"read": "allow", "grep": "allow", "bash": "ask"},
-        provider_options={"temperature": 0.2, "reasoning_effort": "low"},
-        provider_credential_id=credential_id,
+        agents.AgentChanges(
+            description="Drafts release notes from merged pull requests.",
+            model="example-large",
+            system_prompt="You write short, accurate release notes.\nNever invent changes.",
+            tools={"read": "allow", "grep": "allow", "bash": "ask"},
+            provider_options={"temperature": 0.2, "reasoning_effort": "low"},
+            provider_credential_id=credential_id,
+        ),
     )
 
 
@@ -152,8 +154,8 @@ def test_exported_package_contains_no_key_credential_id_or_vault_data(db: Sessio
     credential = _credential(db, account_id, app_id)
     agent = _agent(db, account_id, app_id, credential.id)
     # A key pasted into the free-form options must not leave with the package either.
-    agents.update_agent(db, account_id, app_id, agent.id,
-                        provider_options={"temperature": 0.2, "api_key": KEY, "headers": {"Authorization": KEY}})
+    options = {"temperature": 0.2, "api_key": KEY, "headers": {"Authorization": KEY}}
+    agents.update_agent(db, account_id, app_id, agent.id, agents.AgentChanges(provider_options=options))
 
     everything = _every_byte(agents.export_agent(db, account_id, app_id, agent.id))
 

@@ -46,12 +46,12 @@ def _owner(db: Session, email: str = "owner@example.com", *, ready: bool = True,
     )
     agent = agents.create_agent(db, account.id, app_id, name="Helper", kind=kind)
     if ready:
-        agents.update_agent(db, account.id, app_id, agent.id, provider_credential_id=credential.id, model="model-a")
+        agents.update_agent(db, account.id, app_id, agent.id, agents.AgentChanges(provider_credential_id=credential.id, model="model-a"))
     return Owner(account.id, app_id, agent.id, credential.id)
 
 
 def _edit(db: Session, owner: Owner, **changes: Any) -> agents.AgentView:
-    return agents.update_agent(db, owner.account_id, owner.app_id, owner.agent_id, **changes)
+    return agents.update_agent(db, owner.account_id, owner.app_id, owner.agent_id, agents.AgentChanges(**changes))
 
 
 def _get(db: Session, owner: Owner) -> agents.AgentView:
@@ -149,7 +149,7 @@ def test_another_owners_agent_cannot_be_edited(db: Session) -> None:
     owner = _owner(db)
     stranger = _owner(db, "stranger@example.com")
     with pytest.raises(agents.service.NotFound):
-        agents.update_agent(db, stranger.account_id, stranger.app_id, owner.agent_id, name="Mine now")
+        agents.update_agent(db, stranger.account_id, stranger.app_id, owner.agent_id, agents.AgentChanges(name="Mine now"))
     assert _get(db, owner).name == "Helper"
 
 

@@ -36,8 +36,8 @@ def _owner(db: Session, email: str = "owner@example.com", *, ready: bool = True)
             ),
         )
         agents.update_agent(
-            db, account.id, app_id, agent.id, provider_credential_id=credential.id, model="model-a",
-            system_prompt="prompt one",
+            db, account.id, app_id, agent.id,
+            agents.AgentChanges(provider_credential_id=credential.id, model="model-a", system_prompt="prompt one"),
         )
     return Owner(account.id, app_id, agent.id)
 
@@ -47,7 +47,7 @@ def _publish(db: Session, owner: Owner, summary: str = "") -> agents.VersionView
 
 
 def _edit(db: Session, owner: Owner, **changes: object) -> agents.AgentView:
-    return agents.update_agent(db, owner.account_id, owner.app_id, owner.agent_id, **changes)
+    return agents.update_agent(db, owner.account_id, owner.app_id, owner.agent_id, agents.AgentChanges(**changes))
 
 
 def _booted_snapshot(db: Session, owner: Owner, thread_id: str) -> dict[str, object]:

@@ -5,7 +5,6 @@ The real-stack journey is tests/integration/test_boot_interrupt.py."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Iterator
 
@@ -20,7 +19,7 @@ from mosoo_core.agents.models import Agent
 from mosoo_core.identity import list_apps, sign_in_identity
 from mosoo_core.runtime.runs import dispatching_key, finish_run_sandbox
 from mosoo_core.runtime.sandbox import SandboxBackend, get_backend
-from mosoo_core.sessions import actions
+from mosoo_core.sessions import actions, driver_plane
 from mosoo_core.sessions.models import DriverCommand, DriverInstance, SessionRun
 from mosoo_core.settings import reset_settings_cache
 
@@ -31,9 +30,6 @@ REDIS_DB = 13  # shared with tests/integration/test_boot_interrupt.py; each flus
 def _redis(monkeypatch: pytest.MonkeyPatch) -> Iterator[redis.Redis]:
     monkeypatch.setenv("MOSOO_REDIS_URL", f"redis://127.0.0.1:6379/{REDIS_DB}")
     reset_settings_cache()
-    import mosoo_core.tasks
-
-    importlib.reload(mosoo_core.tasks)  # its Celery app reads the broker URL at import
     client = redis.Redis(db=REDIS_DB)
     client.flushdb()
     yield client
@@ -57,7 +53,7 @@ def _booting_run(engine: Engine, kind: str) -> tuple[str, str, str, str]:
         thread_id = sessions.create_session(db, account.id, app_id, agent.id).id
         run_id = sessions.send_message(db, account.id, thread_id, "stop me").run.id
         subject = f"agent:{agent.id}" if kind == "pet" else f"session:{thread_id}"
-        driver = sessions.register_driver(db, app_id=app_id, subject=subject, runtime="openai", session_id=thread_id)
+        driver = driver_plane.register_driver(db, app_id=app_id, subject=subject, runtime="openai", session_id=thread_id)
         run = db.get(SessionRun, run_id)
         assert run is not None
         run.status, run.driver_instance_id, run.snapshot = "booting", driver.instance_id, {"kind": kind}
@@ -133,7 +129,7 @@ def test_a_pet_run_that_started_keeps_its_driver(engine: Engine, backend: Sandbo
     with Session(engine) as db:
         instance = db.get(DriverInstance, instance_id)
         assert instance is not None
-        sessions.ingest_driver_events(db, instance, started_and_completed)
+        driver_plane.ingest_driver_events(db, instance, started_and_completed)
         db.commit()
     assert finish_run_sandbox(run_id, backend) == "kept"
     assert _stops(engine, instance_id) == 0

@@ -20,6 +20,7 @@ from mosoo_core.files import get_store
 from mosoo_core.files.models import StoredFile
 from mosoo_core.files.service import spool, spool_dir
 from mosoo_core.runtime.runs import delete_agent_everywhere
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import SessionRun
 
 MiB = 1024 * 1024
@@ -199,7 +200,7 @@ def test_a_file_of_another_thread_cannot_be_attached(db: Session, owner: Owner) 
         sessions.send_message(db, owner.account_id, second, "use it", file_ids=[uploaded.id])
     used = _upload(db, owner, b"used")
     sessions.send_message(db, owner.account_id, first, "bind it", file_ids=[used.id])
-    sessions.finish_run(db, sessions.active_run(db, first), "completed")  # type: ignore[arg-type]
+    driver_plane.finish_run(db, sessions.active_run(db, first), "completed")  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match="belongs to another thread"):
         sessions.send_message(db, owner.account_id, second, "use it", file_ids=[used.id])
     assert sessions.active_run(db, second) is None

@@ -12,6 +12,7 @@ from mosoo_core.agents.models import Agent
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.identity import list_apps, sign_in_identity
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import AgentSession, SessionRun
 
 
@@ -39,7 +40,7 @@ def _run(db: Session, account_id: str, thread_id: str, text: str, finish: str | 
     if finish is not None:
         run = db.get(SessionRun, run_id)
         assert run is not None
-        sessions.finish_run(db, run, finish, code=error.get("code"), message=error.get("message"), retryable=False)
+        driver_plane.finish_run(db, run, finish, code=error.get("code"), message=error.get("message"), retryable=False)
     db.flush()
 
 
@@ -163,7 +164,7 @@ def test_archive_is_refused_while_a_run_is_active_then_works(db: Session) -> Non
     assert sessions.get_thread(db, account_id, thread_id).archived is False
     run = sessions.active_run(db, thread_id)
     assert run is not None
-    sessions.finish_run(db, run, "completed")
+    driver_plane.finish_run(db, run, "completed")
     archived = sessions.archive_thread(db, account_id, thread_id)
     assert archived.archived and archived.section == "archived"
     assert sessions.archive_thread(db, account_id, thread_id).archived  # twice is fine

@@ -9,6 +9,7 @@ from mosoo_core import sessions
 from mosoo_core.agents.models import Agent
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.identity import list_apps, sign_in_identity
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import SessionRun
 
 
@@ -63,12 +64,12 @@ def test_stop_with_a_driver_queues_turn_cancel(db: Session) -> None:
     account_id, app_id, agent_id = _owner(db, "t@example.com")
     thread = sessions.create_session(db, account_id, app_id, agent_id)
     sent = sessions.send_message(db, account_id, thread.id, "go")
-    driver = sessions.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai")
+    driver = driver_plane.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai")
     run = db.get(SessionRun, sent.run.id)
     assert run is not None
     run.driver_instance_id, run.status = driver.instance_id, "running"
     sessions.cancel_active_run(db, account_id, thread.id)
-    [command] = sessions.undelivered_commands(db, driver.instance_id)
+    [command] = driver_plane.undelivered_commands(db, driver.instance_id)
     assert command.kind == "turn.cancel" and command.payload["run_id"] == run.id
 
 
@@ -76,17 +77,17 @@ def test_permission_answer_needs_a_pending_request(db: Session) -> None:
     account_id, app_id, agent_id = _owner(db, "t@example.com")
     thread = sessions.create_session(db, account_id, app_id, agent_id)
     sent = sessions.send_message(db, account_id, thread.id, "go")
-    driver = sessions.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai")
+    driver = driver_plane.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai")
     run = db.get(SessionRun, sent.run.id)
     assert run is not None
     run.driver_instance_id, run.status = driver.instance_id, "waiting_input"
-    sessions.append_events(db, thread.id, [sessions.NewEvent(type="tool.confirmation.required", payload={"request_id": "r1"}, run_id=run.id)])
+    driver_plane.append_events(db, thread.id, [driver_plane.NewEvent(type="tool.confirmation.required", payload={"request_id": "r1"}, run_id=run.id)])
     with pytest.raises(NotFound):
         sessions.resolve_permission(db, account_id, thread.id, "r-unknown", "allow_once")
     with pytest.raises(InvalidInput):
         sessions.resolve_permission(db, account_id, thread.id, "r1", "always")
     sessions.resolve_permission(db, account_id, thread.id, "r1", "allow_once")
-    [command] = sessions.undelivered_commands(db, driver.instance_id)
+    [command] = driver_plane.undelivered_commands(db, driver.instance_id)
     assert command.kind == "permission.resolve" and command.payload == {"request_id": "r1", "decision": "allow_once"}
 
 
@@ -108,10 +109,10 @@ def test_another_owners_thread_is_not_found(db: Session) -> None:
 def test_duplicate_source_events_keep_their_first_seq(db: Session) -> None:
     account_id, app_id, agent_id = _owner(db, "t@example.com")
     thread = sessions.create_session(db, account_id, app_id, agent_id)
-    first = sessions.append_events(db, thread.id, [sessions.NewEvent(type="x", payload={}, source_event_id=f"s{i}") for i in range(3)])
-    again = sessions.append_events(
-        db, thread.id, [sessions.NewEvent(type="x", payload={}, source_event_id=s) for s in ("s1", "s3", "s3", "s2")]
+    first = driver_plane.append_events(db, thread.id, [driver_plane.NewEvent(type="x", payload={}, source_event_id=f"s{i}") for i in range(3)])
+    again = driver_plane.append_events(
+        db, thread.id, [driver_plane.NewEvent(type="x", payload={}, source_event_id=s) for s in ("s1", "s3", "s3", "s2")]
     )
     assert [e.seq for e in first] == [1, 2, 3]
     assert [(e.source_event_id, e.seq, e.duplicate) for e in again] == [("s1", 2, True), ("s3", 4, False), ("s2", 3, True)]
-    assert [e.seq for e in sessions.read_events(db, thread.id)] == [1, 2, 3, 4]
+    assert [e.seq for e in driver_plane.read_events(db, thread.id)] == [1, 2, 3, 4]

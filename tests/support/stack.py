@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib
 import os
 import subprocess
 from collections.abc import Iterator
@@ -50,9 +49,6 @@ def runtime_env(
     monkeypatch.setenv("MOSOO_DATA_DIR", str(data_dir))
     reset_settings_cache()
     redis.Redis(db=redis_db).flushdb()
-    import mosoo_core.tasks
-
-    importlib.reload(mosoo_core.tasks)  # its Celery app reads the broker URL at import
     return mosoo_env(data_dir, database_url, **settings_env)
 
 
@@ -135,8 +131,11 @@ def make_agent(
         )
         agent = agents.create_agent(db, account.id, app_id, name=f"E2E {kind}", kind=kind)
         agents.update_agent(
-            db, account.id, app_id, agent.id, provider_credential_id=credential.id, model="test-model",
-            system_prompt="You are a test agent.", tools=tools if tools is not None else {"bash": "allow"},
+            db, account.id, app_id, agent.id,
+            agents.AgentChanges(
+                provider_credential_id=credential.id, model="test-model", system_prompt="You are a test agent.",
+                tools=tools if tools is not None else {"bash": "allow"},
+            ),
         )
         db.commit()
         return Owner(account.id, app_id, agent.id)

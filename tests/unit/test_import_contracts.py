@@ -45,6 +45,8 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
         ("driver/_probe.py", "import mosoo_core.settings\n", "Layers"),
         ("mosoo_core/_probe.py", "import driver.connection\n", "wire protocol"),
         ("mosoo_web/probe.py", "import mosoo_core.identity._sessions\n", "Private modules"),
+        ("mosoo_core/files/_probe.py", "from mosoo_core.sessions import driver_plane\n", "driver-facing"),
+        ("mosoo_web/probe.py", "from mosoo_core.sessions.driver_plane import append_events\n", "driver-facing"),
     ],
 )
 def test_a_violation_breaks_its_contract(tree: Path, module: str, source: str, broken: str) -> None:

@@ -122,33 +122,17 @@ def _saved(db: Any, agent: agents.AgentView) -> Saved:
     return Saved(agent=agent, blockers=readiness_rows(readiness.blockers), warnings=readiness_rows(readiness.warnings))
 
 
-def save_fields(account_id: str, app_id: str, agent_id: str, changes: dict[str, Any]) -> Saved:
+def save_fields(account_id: str, app_id: str, agent_id: str, changes: agents.AgentChanges) -> Saved:
     """One autosave: `update_agent` with the changed field(s), then readiness."""
     with session_scope() as db:
-        return _saved(db, agents.update_agent(db, account_id, app_id, agent_id, **changes))
+        return _saved(db, agents.update_agent(db, account_id, app_id, agent_id, changes))
 
 
-def save_option(account_id: str, app_id: str, agent_id: str, key: str, value: Any) -> Saved:
-    """Set one provider option (None removes it); the Agent's other options stay."""
+def save_options(account_id: str, app_id: str, agent_id: str, changes: agents.ProviderOptionChanges) -> Saved:
+    """One autosave of provider options (merged and range-checked by the service), then
+    readiness."""
     with session_scope() as db:
-        current = agents.get_agent(db, account_id, app_id, agent_id).provider_options
-        return _saved(
-            db, agents.update_agent(db, account_id, app_id, agent_id, provider_options={**current, key: value})
-        )
-
-
-def parse_option(key: str, raw: str) -> tuple[Any, str]:
-    """The typed value of a provider option field (None: empty, use the provider's default)
-    and an error when it does not parse. Ranges are checked by `update_agent`."""
-    text = (raw or "").strip()
-    if not text:
-        return None, ""
-    try:
-        return (float(text) if key == "temperature" else int(text)), ""
-    except ValueError:
-        if key == "temperature":
-            return None, "Temperature is a number from 0 to 2."
-        return None, f"Max tokens is a whole number from 1 to {agents.MAX_TOKENS_LIMIT:,}."
+        return _saved(db, agents.update_provider_options(db, account_id, app_id, agent_id, changes))
 
 
 def pet_status(account_id: str, app_id: str, agent_id: str) -> list[str] | None:

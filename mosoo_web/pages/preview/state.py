@@ -33,10 +33,9 @@ from mosoo_web.pages.preview.services import (
     ProviderOption,
     Saved,
     load_agent_form,
-    parse_option,
     pet_status,
     save_fields,
-    save_option,
+    save_options,
     send_message,
     thread_of_agent,
 )
@@ -208,15 +207,16 @@ class PreviewState(ThreadChat, rx.State):
         self.pending_changes = pending or []
 
     async def _persist(self, field_name: str, work: Any, *args: Any) -> bool:
-        """Run one save (`save_fields` / `save_option`) for the field the owner changed;
-        a refusal shows next to that field and the stored value stays as it was. The session
-        check comes before the save: what a handler showed before calling this (the value
-        picked, "Saving…") is the tab's own display, and a signed-out tab leaves for /login."""
+        """Run one save (`save_fields` / `save_options`) for the field the owner changed;
+        a refusal shows next to the field it names (else that one) and the stored value
+        stays as it was. The session check comes before the save: what a handler showed
+        before calling this (the value picked, "Saving…") is the tab's own display, and a
+        signed-out tab leaves for /login."""
         account_id, app_id, _session = await self._context()
         try:
             saved: Saved = await asyncio.to_thread(work, account_id, app_id, self.current_agent_id, *args)
         except InvalidInput as error:
-            self._show_error(field_name, error.message)
+            self._show_error(error.field if error.field in ERROR_FIELDS else field_name, error.message)
             self.save_state = "saved" if self.save_state == "saving" else self.save_state
             return False
         except NotFound:
@@ -240,7 +240,7 @@ class PreviewState(ThreadChat, rx.State):
     async def _save_text(self, field_name: str, value: str) -> Any:
         self.save_state = "saving"
         yield
-        await self._persist(field_name, save_fields, {field_name: value})
+        await self._persist(field_name, save_fields, agents.AgentChanges(**{field_name: value}))
 
     @rx.event
     async def save_name(self, value: str) -> Any:
@@ -261,7 +261,7 @@ class PreviewState(ThreadChat, rx.State):
     async def save_model(self, value: str) -> Any:
         self.save_state = "saving"
         yield
-        if await self._persist("model", save_fields, {"model": value}):
+        if await self._persist("model", save_fields, agents.AgentChanges(model=value)):
             self.model = value.strip()
 
     @rx.event
@@ -272,17 +272,18 @@ class PreviewState(ThreadChat, rx.State):
         self.model_version += 1
         self.save_state = "saving"
         yield
-        if not await self._persist("model", save_fields, {"model": value}):
+        if not await self._persist("model", save_fields, agents.AgentChanges(model=value)):
             self.model = previous
 
     async def _save_option_text(self, key: str, raw: str) -> Any:
-        value, error = parse_option(key, raw)
-        if error:
-            self._show_error(key, error)  # not saved: the stored option stays
+        try:
+            changes = agents.parse_provider_option(key, raw)
+        except InvalidInput as error:
+            self._show_error(key, error.message)  # not saved: the stored option stays
             return
         self.save_state = "saving"
         yield
-        if await self._persist(key, save_option, key, value):
+        if await self._persist(key, save_options, changes):
             setattr(self, "form_" + key, (raw or "").strip())
 
     @rx.event
@@ -303,8 +304,8 @@ class PreviewState(ThreadChat, rx.State):
         self.reasoning_effort = value
         self.save_state = "saving"
         yield
-        option = None if value == DEFAULT_EFFORT else value
-        if not await self._persist("reasoning_effort", save_option, "reasoning_effort", option):
+        changes = agents.ProviderOptionChanges(reasoning_effort=None if value == DEFAULT_EFFORT else value)
+        if not await self._persist("reasoning_effort", save_options, changes):
             self.reasoning_effort = previous
 
     @rx.event
@@ -319,7 +320,7 @@ class PreviewState(ThreadChat, rx.State):
             changes["model"] = self.model
         self.save_state = "saving"
         yield
-        if not await self._persist("provider_credential_id", save_fields, changes):
+        if not await self._persist("provider_credential_id", save_fields, agents.AgentChanges(**changes)):
             self.provider_id, self.model = previous_provider, previous_model
             self.model_version += 1
 
@@ -329,7 +330,7 @@ class PreviewState(ThreadChat, rx.State):
         self.save_state = "saving"
         yield
         stored = None if field_name == "environment_id" and value == DEFAULT_ENVIRONMENT else value
-        if not await self._persist(field_name, save_fields, {field_name: stored}):
+        if not await self._persist(field_name, save_fields, agents.AgentChanges(**{field_name: stored})):
             setattr(self, field_name, previous)
 
     @rx.event
@@ -358,7 +359,7 @@ class PreviewState(ThreadChat, rx.State):
         self.save_state = "saving"
         yield
         enabled = {name: policy for name, policy in self.tools.items() if policy != "off"}
-        if not await self._persist("tools", save_fields, {"tools": enabled}):
+        if not await self._persist("tools", save_fields, agents.AgentChanges(tools=enabled)):
             self.tools = previous
 
     @rx.event

@@ -54,10 +54,7 @@ def _header(row: sessions.ThreadRow) -> _Header:
 
 def _load_header(account_id: str, app_id: str, thread_id: str) -> _Header:
     with session_scope() as db:
-        row = sessions.get_thread(db, account_id, thread_id)
-    if row.app_id != app_id:
-        raise NotFound("Thread not found.")
-    return _header(row)
+        return _header(sessions.get_thread(db, account_id, thread_id, app_id=app_id))
 
 
 def _thread_files(account_id: str, thread_id: str) -> list[ThreadFileRow]:

@@ -19,6 +19,7 @@ from mosoo_core.identity import list_apps, sign_in_identity
 from mosoo_core.runtime import runs
 from mosoo_core.runtime.pets import apply_pet_changes, pet_sandbox_status
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT, WORKSPACE, SandboxBackend, SandboxRef
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import DriverInstance
 from mosoo_core.settings import reset_settings_cache
 from tests.integration.sandbox.conftest import MakeSandbox
@@ -33,7 +34,7 @@ def pet(engine: Engine) -> Iterator[tuple[str, str, str]]:
         account = sign_in_identity(db, provider="email", subject="pet@example.com", email="pet@example.com")
         app_id = list_apps(db, account.id)[0].id
         agent = agents.create_agent(db, account.id, app_id, name="Keeper", kind="pet")
-        sessions.register_driver(db, app_id=app_id, subject=f"agent:{agent.id}", runtime="openai")
+        driver_plane.register_driver(db, app_id=app_id, subject=f"agent:{agent.id}", runtime="openai")
         ids = (account.id, app_id, agent.id)
         db.commit()
     yield ids
@@ -66,7 +67,7 @@ def test_apply_recreates_the_sandbox_with_the_workspace_restored(
     assert pet_sandbox_status(*pet, backend=backend).pending == []
 
     with Session(engine) as db:
-        agents.update_agent(db, *pet, skills=[SKILL], model="changed-model")
+        agents.update_agent(db, *pet, agents.AgentChanges(skills=[SKILL], model="changed-model"))
         db.commit()
     status = pet_sandbox_status(*pet, backend=backend)
     assert status.exists and status.pending == ["skills"]  # the model needs no Apply

@@ -14,6 +14,7 @@ from mosoo_core.agents.models import Agent
 from mosoo_core.identity import list_apps, sign_in_identity
 from mosoo_core.runtime.runs import installation_label, sweep_sandboxes
 from mosoo_core.runtime.sandbox import SandboxBackend
+from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import SessionRun
 from tests.integration.sandbox.conftest import RUN_LABEL, MakeSandbox
 
@@ -22,7 +23,7 @@ def _thread_with_run(db: Session, account_id: str, app_id: str, agent_id: str, s
     """A thread whose run is on a registered driver in the given status; the driver id."""
     thread = sessions.create_session(db, account_id, app_id, agent_id)
     sent = sessions.send_message(db, account_id, thread.id, "hi")
-    driver = sessions.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai", session_id=thread.id)
+    driver = driver_plane.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai", session_id=thread.id)
     run = db.get(SessionRun, sent.run.id)
     assert run is not None
     run.driver_instance_id, run.status = driver.instance_id, status
