@@ -1,7 +1,8 @@
 """The live chat of one thread, shared by Preview and the Threads page.
 
 One background watcher per open page follows the current thread through
-`mosoo_core.event_feed.ThreadFeed` (the database first, then the Redis stream). Events are
+`mosoo_core.event_feed.ThreadFeed.follow` (each event once, in order: the database first,
+then the Redis stream, the database again for whatever the stream missed). Events are
 folded into a local `Transcript` and pushed to the state at most every 100 ms: the settled
 items in `items` (re-sent only when an item settles or a tool card / permission changes)
 and the text still streaming in `live_text` (small, changes per batch). Pages keep the
@@ -262,26 +263,15 @@ class ThreadChat(rx.State, mixin=True):
             token = self.router.session.client_token
         if not thread_id or not account_id:
             return
-        feed = ThreadFeed(account_id, thread_id)
         transcript = Transcript()
         pushed = _Pushed()
         log.info("chat.watch_started", thread_id=thread_id, generation=generation)
         reason = "error"
         try:
-            await feed.mark_stream_position()
-            try:
-                transcript.apply_all(await feed.read_database(0))
-                pushed.files_marker += 1  # the page reads the file list once it has the thread
-            except NotFound:
-                async with self:
-                    if self._watch_generation == generation:
-                        self.thread_missing = True
-                reason = "thread_gone"
-                return
-            if not await _push(self, generation, transcript, pushed):
-                reason = "superseded"
-                return
-            reason = await _follow(self, feed, transcript, pushed, generation, token, page_key)
+            async with ThreadFeed(
+                account_id, thread_id, wait_seconds=QUIET_RECHECK_SECONDS, recheck_seconds=QUIET_RECHECK_SECONDS
+            ) as feed:
+                reason = await _follow(self, feed, transcript, pushed, generation, token, page_key)
         except NotFound:
             reason = "thread_gone"
         except SignedOut:
@@ -291,9 +281,7 @@ class ThreadChat(rx.State, mixin=True):
             reason = "cancelled"
             raise
         finally:
-            await feed.close()
             log.info("chat.watch_stopped", thread_id=thread_id, generation=generation, reason=reason)
-
 
 
 async def _answer_permission(state: ThreadChat, request_id: str, decision: str) -> Any:
@@ -365,41 +353,24 @@ async def _follow(
     generation: int, token: str, page_key: str,
 ) -> str:
     """Stream until the page no longer wants this thread; returns why it stopped."""
+    batches = feed.follow(transcript.last_seq)
+    try:
+        transcript.apply_all(await anext(batches))  # what the database holds
+    except NotFound:
+        async with state:
+            if state._watch_generation == generation:
+                state.thread_missing = True
+        return "thread_gone"
+    pushed.files_marker += 1  # the page reads the file list once it has the thread
+    if not await _push(state, generation, transcript, pushed):
+        return "superseded"
     clock = time.monotonic
-    last_push = last_database = last_check = clock()
+    last_push = last_check = clock()
     disconnected_since: float | None = None
-    while True:
+    async for events in batches:
+        pushed.note_files(events)
+        transcript.apply_all(events)
         now = clock()
-        behind = pushed.behind(transcript)
-        if behind and now - last_push >= FLUSH_SECONDS:
-            if not await _push(state, generation, transcript, pushed):
-                return "superseded"
-            last_push, behind = now, False
-        wait = (last_push + FLUSH_SECONDS - now) if behind else QUIET_RECHECK_SECONDS
-        events = await feed.read_stream(int(wait * 1000))
-        if events is None:  # Redis is down: the database alone, every couple of seconds
-            await asyncio.sleep(max(wait, 0.05))
-            events = []
-        for event in events:
-            seq = event.get("seq")
-            if not isinstance(seq, int) or seq <= transcript.last_seq:
-                continue
-            if seq > transcript.last_seq + 1:  # a gap: something was published while we missed it
-                missed = await feed.read_database(transcript.last_seq)
-                pushed.note_files(missed)
-                transcript.apply_all(missed)
-                last_database = clock()
-            pushed.note_files([event])
-            transcript.apply(event)
-        now = clock()
-        if not events and now - last_database >= QUIET_RECHECK_SECONDS:
-            try:
-                caught_up = await feed.read_database(transcript.last_seq)
-            except NotFound:
-                return "thread_gone"
-            pushed.note_files(caught_up)
-            transcript.apply_all(caught_up)
-            last_database = now
         if now - last_check >= QUIET_RECHECK_SECONDS:
             last_check = now
             reason = await _left_reason(state, generation, page_key)
@@ -411,5 +382,11 @@ async def _follow(
                 disconnected_since = now
             elif now - disconnected_since >= DISCONNECTED_GRACE_SECONDS:
                 return "client_gone"
-
-
+        behind = pushed.behind(transcript)
+        if behind and now - last_push >= FLUSH_SECONDS:
+            if not await _push(state, generation, transcript, pushed):
+                return "superseded"
+            last_push, behind = now, False
+        # Wake up when the next flush is due, else when the next check is.
+        feed.wait_seconds = (last_push + FLUSH_SECONDS - now) if behind else QUIET_RECHECK_SECONDS
+    return "feed_ended"  # not expected: the feed follows until told to stop

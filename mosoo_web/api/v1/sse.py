@@ -1,15 +1,14 @@
 """Server-Sent Events for a thread: stored events after the client's position, then live ones.
 
-Each seq is sent once, in order. The feed notes the Redis stream's end before reading the
-database, so nothing published in between is lost; stream entries at or below the last seq
-sent are skipped, and a gap (an entry ahead of the next seq) or a failing Redis sends us
-back to the database, which is the source of truth. A quiet stream is also checked against
-the database now and then, because publishing to Redis is best effort.
+`mosoo_core.event_feed.ThreadFeed.follow` hands out each seq once, in order, with no gaps
+(the database first, then the Redis stream, back to the database on a gap or while Redis is
+down). This module only frames them: `id` is the seq, so a client resumes with
+`Last-Event-ID`; a comment keeps a quiet connection alive; the stream ends when the client
+leaves or the thread goes away.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -28,9 +27,8 @@ SSE_HEADERS = {
     "Cache-Control": "no-cache, no-transform",
     "X-Accel-Buffering": "no",  # nginx: pass each event on at once
 }
-READ_BLOCK_MS = 1000  # also how often a silent client is checked for having left
-QUIET_RECHECK_SECONDS = 5.0
-REDIS_DOWN_POLL_SECONDS = 1.0
+READ_WAIT_SECONDS = 1.0  # also how often a silent client is checked for having left
+QUIET_RECHECK_SECONDS = 5.0  # a quiet stream is checked against the database this often
 
 
 def format_event(event: dict[str, Any]) -> bytes:
@@ -39,61 +37,23 @@ def format_event(event: dict[str, Any]) -> bytes:
     return f"id: {shaped.seq}\nevent: {shaped.type}\ndata: {shaped.model_dump_json()}\n\n".encode()
 
 
-class _Cursor:
-    """The last seq sent; hands out only the events that continue it."""
-
-    def __init__(self, last_seq: int) -> None:
-        self.last_seq = last_seq
-
-    def take(self, events: list[dict[str, Any]]) -> tuple[list[bytes], bool]:
-        """Frames for the events that follow on; True when an event lies beyond a gap."""
-        frames: list[bytes] = []
-        gap = False
-        for event in sorted(events, key=lambda item: int(item["seq"])):
-            seq = int(event["seq"])
-            if seq <= self.last_seq:
-                continue
-            if seq != self.last_seq + 1:
-                gap = True
-                break
-            frames.append(format_event(event))
-            self.last_seq = seq
-        return frames, gap
-
-
 async def event_stream(request: Request, account_id: str, thread_id: str, after_seq: int) -> AsyncIterator[bytes]:
     keepalive = max(1.0, get_settings().api_sse_keepalive_seconds)
-    feed = ThreadFeed(account_id, thread_id)
-    cursor = _Cursor(after_seq)
     try:
-        await feed.mark_stream_position()
-        frames, _ = cursor.take(await feed.read_database(cursor.last_seq))
-        for frame in frames:
-            yield frame
-        last_sent = last_database_check = time.monotonic()
-        while not await request.is_disconnected():
-            live = await feed.read_stream(READ_BLOCK_MS)
-            now = time.monotonic()
-            if live is None:  # Redis failed: the database alone, polled
-                frames, _ = cursor.take(await feed.read_database(cursor.last_seq))
-                last_database_check = now
-                if not frames:
-                    await asyncio.sleep(REDIS_DOWN_POLL_SECONDS)
-            else:
-                frames, gap = cursor.take(live)
-                quiet = not live and now - last_database_check >= QUIET_RECHECK_SECONDS
-                if gap or quiet:
-                    more, _ = cursor.take(await feed.read_database(cursor.last_seq))
-                    frames += more
-                    last_database_check = now
-            for frame in frames:
-                yield frame
-            if frames:
-                last_sent = time.monotonic()
-            elif time.monotonic() - last_sent >= keepalive:
-                yield b": keep-alive\n\n"
-                last_sent = time.monotonic()
+        async with ThreadFeed(
+            account_id, thread_id, wait_seconds=READ_WAIT_SECONDS, recheck_seconds=QUIET_RECHECK_SECONDS
+        ) as feed:
+            last_sent = time.monotonic()
+            async for batch in feed.follow(after_seq):
+                for event in batch:
+                    yield format_event(event)
+                now = time.monotonic()
+                if batch:
+                    last_sent = now
+                elif now - last_sent >= keepalive:
+                    yield b": keep-alive\n\n"
+                    last_sent = now
+                if await request.is_disconnected():
+                    break
     except NotFound:
         log.info("api.stream_thread_gone", thread_id=thread_id)
-    finally:
-        await feed.close()
