@@ -1,4 +1,5 @@
-"""`/api/auth` and `/api/health` over HTTP (the FastAPI app the web process serves)."""
+"""`/api/auth` and `/api/health` over HTTP (the FastAPI app the web process serves): HTTP tests
+live with the API's, not with the service tests."""
 
 from __future__ import annotations
 
