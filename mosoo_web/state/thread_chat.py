@@ -31,6 +31,7 @@ from mosoo_core.logs import get_logger
 from mosoo_core.sessions import actions
 from mosoo_core.sessions.transcript import Transcript
 from mosoo_web.components.chat import ChatItem, chat_item, usage_text
+from mosoo_web.components.formatting import size_text
 from mosoo_web.state.session import SessionState, SignedOut, current_account_id, tab_signed_out
 
 log = get_logger(__name__)
@@ -52,14 +53,6 @@ class AttachmentChip:
     id: str = ""
     name: str = ""
     size_text: str = ""
-
-
-def size_text(size: int) -> str:
-    if size < 1024:
-        return f"{size} B"
-    if size < 1024 * 1024:
-        return f"{size / 1024:.1f} KiB"
-    return f"{size / (1024 * 1024):.1f} MiB"
 
 
 def _store_upload(account_id: str, app_id: str, agent_id: str, upload: rx.UploadFile) -> AttachmentChip:

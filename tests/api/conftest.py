@@ -33,6 +33,7 @@ class ApiOwner:
     agent_id: str
     credential_id: str
     token: str
+    token_id: str
 
     @property
     def headers(self) -> dict[str, str]:
@@ -76,7 +77,7 @@ def make_owner(engine: Engine, email: str, *, publish: bool = True) -> ApiOwner:
             agents.publish_agent(db, account.id, app_id, agent.id)
         token = identity.create_access_token(db, account.id, f"tests {email}")
         db.commit()
-        return ApiOwner(account.id, app_id, agent.id, credential.id, token.secret)
+        return ApiOwner(account.id, app_id, agent.id, credential.id, token.secret, token.token.id)
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ asks for, and a late teardown never takes a file the thread's next message named
 from __future__ import annotations
 
 import io
-import os
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,10 +36,12 @@ from mosoo_core.runtime.sandbox import LABEL_SUBJECT, SandboxSpec, get_backend
 from mosoo_core.sessions import actions, driver_plane
 from mosoo_core.sessions.models import DriverCommand, DriverInstance, SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
-from tests.support.processes import stop_group, wait_for
+from tests.support.processes import wait_for
 from tests.support.stack import (
     Owner,
     RuntimeStack,
+    bind_unserved_control_socket,
+    kill_worker_once_sandbox_created,
     make_agent,
     new_thread,
     runtime_env,
@@ -287,20 +287,12 @@ def test_a_stop_after_the_dispatcher_died_still_releases_the_boot(
     # No control process: a socket nobody serves keeps the boot waiting, so the worker can be
     # killed in it (as in test_run_end_to_end's worker-killed test).
     with runtime_stack(engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB, start_control=False) as stack:
-        control_dir = stack.data_dir / "run" / "control"
-        control_dir.mkdir(parents=True, exist_ok=True)
-        control_dir.chmod(0o755)
-        dead_socket = socket.socket(socket.AF_UNIX)
-        dead_socket.bind(str(control_dir / "control.sock"))
+        dead_socket = bind_unserved_control_socket(stack)
         owner = make_agent(engine, stack.model.base_url, PROVIDER_KEY)
         thread_id = new_thread(engine, owner)
         subject = f"session:{thread_id}"
         run_id = send(engine, owner.account_id, thread_id, "hello")
-        worker_log = stack.logs / "worker.log"
-        wait_for(lambda: b"sandbox.created" in worker_log.read_bytes(), 60, "the sandbox to be created")
-        worker = stack.started["worker"]
-        os.killpg(worker.pid, 9)
-        stop_group(worker)
+        kill_worker_once_sandbox_created(stack)
         dead_socket.close()
         assert _containers(subject), "the dead worker left its sandbox"
         assert _run(engine, run_id).status == "booting"

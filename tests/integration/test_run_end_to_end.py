@@ -3,8 +3,6 @@ with the model replaced at its network boundary by the scripted OpenAI-compatibl
 
 from __future__ import annotations
 
-import os
-import socket
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -24,8 +22,17 @@ from mosoo_core.runtime.sandbox import LABEL_SUBJECT
 from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.models import SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
-from tests.support.processes import stop_group, wait_for
-from tests.support.stack import RuntimeStack, make_agent, new_thread, runtime_stack, send, wait_run
+from tests.support.processes import wait_for
+from tests.support.stack import (
+    RuntimeStack,
+    bind_unserved_control_socket,
+    kill_worker_once_sandbox_created,
+    make_agent,
+    new_thread,
+    runtime_stack,
+    send,
+    wait_run,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.every_database]  # the core path, on SQLite too
 REDIS_DB = 11
@@ -126,19 +133,11 @@ def test_worker_killed_while_booting_leaves_a_clear_failure_and_no_container(
     # No control process: a socket nobody serves, so the driver cannot report ready and the
     # worker stays in the boot long enough to be killed there.
     with runtime_stack(engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB, start_control=False) as stack:
-        control_dir = stack.data_dir / "run" / "control"
-        control_dir.mkdir(parents=True, exist_ok=True)
-        control_dir.chmod(0o755)
-        dead_socket = socket.socket(socket.AF_UNIX)
-        dead_socket.bind(str(control_dir / "control.sock"))
+        dead_socket = bind_unserved_control_socket(stack)
         owner = make_agent(engine, stack.model.base_url, PROVIDER_KEY)
         thread_id = new_thread(engine, owner)
         run_id = send(engine, owner.account_id, thread_id, "hello")
-        worker_log = stack.logs / "worker.log"
-        wait_for(lambda: b"sandbox.created" in worker_log.read_bytes(), 60, "the sandbox to be created")
-        worker = stack.started["worker"]
-        os.killpg(worker.pid, 9)
-        stop_group(worker)
+        kill_worker_once_sandbox_created(stack)
         dead_socket.close()
         label = f"{LABEL_SUBJECT}=session:{thread_id}"
         assert _containers(label), "the dead worker left its sandbox"

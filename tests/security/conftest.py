@@ -28,11 +28,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
-from mosoo_core import agents, identity, migrations, sessions, vault
+from mosoo_core import identity, migrations, sessions
 from mosoo_core.agents.models import Agent
 from mosoo_core.mail.models import OutboundEmail
 from mosoo_core.sessions.models import SessionRun
 from mosoo_core.settings import reset_settings_cache
+from tests.api.conftest import ApiOwner
 from tests.support.processes import free_port, mosoo_env, running, wait_for
 
 REDIS_DB = 14
@@ -270,46 +271,10 @@ def error_code(response: httpx.Response) -> str:
 # --- owners, agents, runs ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Owner:
-    account_id: str
-    app_id: str
-    agent_id: str
-    credential_id: str
-    token: str
-    token_id: str
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
 
 
-def make_owner(engine: Engine, email: str, *, publish: bool = True) -> Owner:
-    """An account whose App has a provider key and a ready Agent (published unless told),
-    plus an access token."""
-    with Session(engine) as db:
-        account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
-        app_id = identity.list_apps(db, account.id)[0].id
-        credential = vault.create_provider_credential(
-            db, account.id, app_id,
-            vault.ProviderCredentialInput(
-                name="Local", provider="openai_compatible", base_url="http://127.0.0.1:9/v1", api_key="sk-test-key",
-                models=["test-model"],
-            ),
-        )
-        agent = agents.create_agent(db, account.id, app_id, name=f"Agent of {email}", kind="cattle")
-        agents.update_agent(
-            db, account.id, app_id, agent.id,
-            agents.AgentChanges(provider_credential_id=credential.id, model="test-model", system_prompt="You help."),
-        )
-        if publish:
-            agents.publish_agent(db, account.id, app_id, agent.id)
-        token = identity.create_access_token(db, account.id, f"security {email}")
-        db.commit()
-        return Owner(account.id, app_id, agent.id, credential.id, token.secret, token.token.id)
 
-
-def new_token(engine: Engine, owner: Owner, label: str) -> tuple[str, str]:
+def new_token(engine: Engine, owner: ApiOwner, label: str) -> tuple[str, str]:
     with Session(engine) as db:
         created = identity.create_access_token(db, owner.account_id, label)
         db.commit()

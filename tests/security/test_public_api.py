@@ -21,13 +21,13 @@ from mosoo_core.clock import utcnow
 from mosoo_core.files.models import StoredFile
 from mosoo_core.identity.models import AccessToken, IdempotencyRecord
 from mosoo_core.sessions.models import AgentSession, SessionRun
+from tests.api.conftest import ApiOwner as Owner
+from tests.api.conftest import make_owner
 from tests.security.conftest import (
     API_RATE_LIMIT_PER_MINUTE,
     Installation,
-    Owner,
     count,
     error_code,
-    make_owner,
     new_token,
     rows,
     update,

@@ -28,6 +28,7 @@ from mosoo_core.sessions.driver_plane import NewEvent
 from mosoo_core.sessions.models import SessionEvent
 from mosoo_core.settings import reset_settings_cache
 from tests.support.processes import free_port
+from tests.support.redis_db import own_redis_database
 
 REDIS_DB = 9
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
@@ -37,13 +38,7 @@ Batches = AsyncGenerator[list[dict[str, Any]], None]
 
 @pytest.fixture
 def redis_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[redis.Redis]:
-    monkeypatch.setenv("MOSOO_REDIS_URL", REDIS_URL)
-    reset_settings_cache()
-    client = redis.Redis.from_url(REDIS_URL)
-    client.flushdb()
-    yield client
-    client.flushdb()
-    client.close()
+    yield from own_redis_database(monkeypatch, REDIS_URL)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from mosoo_core import identity
 from mosoo_core.clock import utcnow
 from mosoo_core.identity.models import AuthSession
 from mosoo_core.settings import reset_settings_cache
+from tests.support.redis_db import own_redis_database
 
 REDIS_URL = "redis://127.0.0.1:6379/15"
 UNREACHABLE_REDIS_URL = "redis://127.0.0.1:1/15"  # nothing listens on port 1
@@ -28,13 +29,7 @@ WAIT_SECONDS = 10.0
 
 @pytest.fixture
 def redis_db(monkeypatch: pytest.MonkeyPatch) -> Iterator[redis.Redis]:
-    monkeypatch.setenv("MOSOO_REDIS_URL", REDIS_URL)
-    reset_settings_cache()
-    client = redis.Redis.from_url(REDIS_URL)
-    client.flushdb()
-    yield client
-    client.flushdb()
-    client.close()
+    yield from own_redis_database(monkeypatch, REDIS_URL)
 
 
 def _signed_in(engine: Engine, email: str = "owner@example.com") -> identity.NewSession:

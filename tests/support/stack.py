@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -24,7 +26,7 @@ from mosoo_core.sessions.models import SessionRun
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tasks_client import enqueue_run_dispatch
 from tests.support.openai_server import ScriptedOpenAIServer
-from tests.support.processes import free_port, mosoo_env, running, wait_for
+from tests.support.processes import free_port, mosoo_env, running, stop_group, wait_for
 
 TERMINAL = ("completed", "failed", "cancelled", "expired")
 
@@ -95,6 +97,26 @@ def runtime_stack(
         finally:
             processes.close()
             remove_sandboxes()
+
+
+def bind_unserved_control_socket(stack: RuntimeStack) -> socket.socket:
+    """The control socket's path, bound by nobody who answers: a driver there never reports
+    ready, so the worker stays in the boot (close it when done)."""
+    control_dir = stack.data_dir / "run" / "control"
+    control_dir.mkdir(parents=True, exist_ok=True)
+    control_dir.chmod(0o755)
+    unserved = socket.socket(socket.AF_UNIX)
+    unserved.bind(str(control_dir / "control.sock"))
+    return unserved
+
+
+def kill_worker_once_sandbox_created(stack: RuntimeStack) -> None:
+    """SIGKILL the worker's process group as soon as it has created a sandbox."""
+    worker_log = stack.logs / "worker.log"
+    wait_for(lambda: b"sandbox.created" in worker_log.read_bytes(), 60, "the sandbox to be created")
+    worker = stack.started["worker"]
+    os.killpg(worker.pid, signal.SIGKILL)
+    stop_group(worker)
 
 
 def remove_sandboxes() -> None:
