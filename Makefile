@@ -19,6 +19,7 @@ check:
 
 lint:
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 	.venv/bin/lint-imports
 

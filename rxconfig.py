@@ -27,7 +27,9 @@ config = rx.Config(
     backend_port=settings.web_port,
     plugins=[
         rx.plugins.RadixThemesPlugin(
-            theme=rx.theme(appearance="inherit", accent_color="iris", gray_color="slate", radius="medium")
+            theme=rx.theme(
+                appearance="inherit", accent_color="iris", gray_color="slate", radius="medium"
+            )
         )
     ],
     disable_plugins=[SitemapPlugin],

@@ -39,17 +39,26 @@ def _prepare() -> tuple[str, str, str]:
 
     upgrade()
     with session_scope() as db:
-        account = identity.sign_in_identity(db, provider="email", subject="bench@example.com", email="bench@example.com")
+        account = identity.sign_in_identity(
+            db, provider="email", subject="bench@example.com", email="bench@example.com"
+        )
         app_id = identity.list_apps(db, account.id)[0].id
         credential = vault.create_provider_credential(
-            db, account.id, app_id,
+            db,
+            account.id,
+            app_id,
             vault.ProviderCredentialInput(
-                name="Local", provider="openai_compatible", base_url="http://127.0.0.1:9/v1", api_key="sk-bench",
+                name="Local",
+                provider="openai_compatible",
+                base_url="http://127.0.0.1:9/v1",
+                api_key="sk-bench",
                 models=["m"],
             ),
         )
         agent = agents.create_agent(db, account.id, app_id, name="bench", kind="cattle")
-        agents.update_agent(db, account.id, app_id, agent.id, provider_credential_id=credential.id, model="m")
+        agents.update_agent(
+            db, account.id, app_id, agent.id, provider_credential_id=credential.id, model="m"
+        )
         agents.publish_agent(db, account.id, app_id, agent.id)
         thread = sessions.create_session(db, account.id, app_id, agent.id, purpose="api")
         token = identity.create_access_token(db, account.id, "bench")
@@ -77,9 +86,12 @@ def _pcts(samples: list[float]) -> str:
     return f"p50 {statistics.median(ordered) * 1000:.1f} ms / p95 {p95 * 1000:.1f} ms / max {ordered[-1] * 1000:.1f} ms"
 
 
-async def _requests(base: str, headers: dict[str, str], thread_id: str, count: int, concurrency: int) -> None:
+async def _requests(
+    base: str, headers: dict[str, str], thread_id: str, count: int, concurrency: int
+) -> None:
     latencies: list[float] = []
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
+
         async def worker(n: int) -> None:
             for _ in range(n):
                 started = time.perf_counter()
@@ -90,11 +102,15 @@ async def _requests(base: str, headers: dict[str, str], thread_id: str, count: i
         started = time.perf_counter()
         await asyncio.gather(*(worker(count // concurrency) for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
-    print(f"GET /threads/{{id}}, {len(latencies)} requests at concurrency {concurrency}: "
-          f"{len(latencies) / elapsed:,.0f} req/s, {_pcts(latencies)}")
+    print(
+        f"GET /threads/{{id}}, {len(latencies)} requests at concurrency {concurrency}: "
+        f"{len(latencies) / elapsed:,.0f} req/s, {_pcts(latencies)}"
+    )
 
 
-async def _sse(base: str, headers: dict[str, str], thread_id: str, events: int, clients: int) -> None:
+async def _sse(
+    base: str, headers: dict[str, str], thread_id: str, events: int, clients: int
+) -> None:
     from mosoo_core import sessions, streams
     from mosoo_core.db import session_scope
     from mosoo_core.sessions.models import AgentSession
@@ -111,7 +127,9 @@ async def _sse(base: str, headers: dict[str, str], thread_id: str, events: int, 
         async with (
             httpx.AsyncClient(base_url=base, headers=headers, timeout=None) as client,
             client.stream(
-                "GET", f"/api/v1/threads/{thread_id}/events/stream", headers={"Last-Event-ID": str(start_seq)}
+                "GET",
+                f"/api/v1/threads/{thread_id}/events/stream",
+                headers={"Last-Event-ID": str(start_seq)},
             ) as answer,
         ):
             ready.set()
@@ -134,9 +152,14 @@ async def _sse(base: str, headers: dict[str, str], thread_id: str, events: int, 
         for first in range(0, events, batch):
             with session_scope() as db:
                 stored = sessions.append_events(
-                    db, thread_id,
-                    [sessions.NewEvent(type="agent.message.delta", payload={"text": f"token {first + i} "})
-                     for i in range(min(batch, events - first))],
+                    db,
+                    thread_id,
+                    [
+                        sessions.NewEvent(
+                            type="agent.message.delta", payload={"text": f"token {first + i} "}
+                        )
+                        for i in range(min(batch, events - first))
+                    ],
                 )
             now = time.perf_counter()
             for event in stored:
@@ -147,14 +170,18 @@ async def _sse(base: str, headers: dict[str, str], thread_id: str, events: int, 
     await asyncio.to_thread(produce)
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=120)
     elapsed = time.perf_counter() - started
-    print(f"SSE: {events:,} events to {clients} client(s) in {elapsed:.2f} s "
-          f"({events * clients / elapsed:,.0f} deliveries/s); store+publish → client {_pcts(latencies)}")
+    print(
+        f"SSE: {events:,} events to {clients} client(s) in {elapsed:.2f} s "
+        f"({events * clients / elapsed:,.0f} deliveries/s); store+publish → client {_pcts(latencies)}"
+    )
 
 
 def _upload(base: str, headers: dict[str, str], agent_id: str, server_pid: int) -> None:
     boundary = "benchboundary"
-    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"big.bin\"\r\n"
-            "Content-Type: application/octet-stream\r\n\r\n").encode()
+    head = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.bin"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n"
+    ).encode()
     tail = f"\r\n--{boundary}--\r\n".encode()
     block = os.urandom(1024 * 1024)
 
@@ -183,20 +210,28 @@ def _upload(base: str, headers: dict[str, str], agent_id: str, server_pid: int) 
     started = time.perf_counter()
     answer = httpx.post(
         f"{base}/api/v1/agents/{agent_id}/files",
-        headers={**headers, "Content-Type": f"multipart/form-data; boundary={boundary}",
-                 "Content-Length": str(len(head) + UPLOAD_BYTES + len(tail))},
-        content=body(), timeout=300,
+        headers={
+            **headers,
+            "Content-Type": f"multipart/form-data; boundary={boundary}",
+            "Content-Length": str(len(head) + UPLOAD_BYTES + len(tail)),
+        },
+        content=body(),
+        timeout=300,
     )
     elapsed = time.perf_counter() - started
     stop = True
     sampler.join()
     answer.raise_for_status()
     file_id = answer.json()["id"]
-    print(f"upload {UPLOAD_BYTES / 2**20:.0f} MiB: {elapsed:.2f} s ({UPLOAD_BYTES / 2**20 / elapsed:,.0f} MiB/s); "
-          f"server RSS {before / 1024:.0f} → peak {peak / 1024:.0f} MiB (+{(peak - before) / 1024:.0f} MiB)")
+    print(
+        f"upload {UPLOAD_BYTES / 2**20:.0f} MiB: {elapsed:.2f} s ({UPLOAD_BYTES / 2**20 / elapsed:,.0f} MiB/s); "
+        f"server RSS {before / 1024:.0f} → peak {peak / 1024:.0f} MiB (+{(peak - before) / 1024:.0f} MiB)"
+    )
     started = time.perf_counter()
     size = 0
-    with httpx.stream("GET", f"{base}/api/v1/files/{file_id}/content", headers=headers, timeout=300) as download:
+    with httpx.stream(
+        "GET", f"{base}/api/v1/files/{file_id}/content", headers=headers, timeout=300
+    ) as download:
         for chunk in download.iter_bytes():
             size += len(chunk)
     elapsed = time.perf_counter() - started
@@ -204,7 +239,9 @@ def _upload(base: str, headers: dict[str, str], agent_id: str, server_pid: int) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--requests", type=int, default=400)
@@ -214,10 +251,14 @@ def main() -> None:
     from tests.support.processes import free_port, wait_for
 
     with tempfile.TemporaryDirectory(prefix="mosoo-bench-api-") as temp:
-        os.environ.update({
-            "MOSOO_DATA_DIR": temp, "MOSOO_REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
-            "MOSOO_API_RATE_LIMIT_PER_MINUTE": "1000000", "MOSOO_LOG_LEVEL": "WARNING",
-        })
+        os.environ.update(
+            {
+                "MOSOO_DATA_DIR": temp,
+                "MOSOO_REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
+                "MOSOO_API_RATE_LIMIT_PER_MINUTE": "1000000",
+                "MOSOO_LOG_LEVEL": "WARNING",
+            }
+        )
         redis.Redis.from_url(os.environ["MOSOO_REDIS_URL"]).flushdb()
         token, agent_id, thread_id = _prepare()
         port = free_port()

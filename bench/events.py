@@ -41,7 +41,9 @@ def _prepare(data_dir: Path, streams: int) -> list[tuple[str, str, str, str]]:
     upgrade()
     out = []
     with session_scope() as db:
-        account = identity.sign_in_identity(db, provider="email", subject="bench@example.com", email="bench@example.com")
+        account = identity.sign_in_identity(
+            db, provider="email", subject="bench@example.com", email="bench@example.com"
+        )
         app_id = identity.list_apps(db, account.id)[0].id
         agent = Agent(app_id=app_id, name="bench", model="m")
         db.add(agent)
@@ -49,7 +51,13 @@ def _prepare(data_dir: Path, streams: int) -> list[tuple[str, str, str, str]]:
         for _ in range(streams):
             thread = sessions.create_session(db, account.id, app_id, agent.id)
             sent = sessions.send_message(db, account.id, thread.id, "go")
-            driver = sessions.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai", session_id=thread.id)
+            driver = sessions.register_driver(
+                db,
+                app_id=app_id,
+                subject=f"session:{thread.id}",
+                runtime="openai",
+                session_id=thread.id,
+            )
             run = db.get(SessionRun, sent.run.id)
             assert run is not None
             run.driver_instance_id, run.status = driver.instance_id, "running"
@@ -57,10 +65,33 @@ def _prepare(data_dir: Path, streams: int) -> list[tuple[str, str, str, str]]:
     return out
 
 
-async def _driver(socket_path: str, session_id: str, run_id: str, instance_id: str, token: str, events: int, batch: int, sent_at: dict[str, float]) -> None:
-    async with websockets.unix_connect(socket_path, uri="ws://control/driver/socket", max_size=None) as ws:
-        await ws.send(json.dumps({"type": "hello", "driver_instance_id": instance_id, "boot_token": token, "protocol_version": 1,
-                                  "driver_version": "bench", "runtime": "openai", "capabilities": [], "pid": os.getpid()}))
+async def _driver(
+    socket_path: str,
+    session_id: str,
+    run_id: str,
+    instance_id: str,
+    token: str,
+    events: int,
+    batch: int,
+    sent_at: dict[str, float],
+) -> None:
+    async with websockets.unix_connect(
+        socket_path, uri="ws://control/driver/socket", max_size=None
+    ) as ws:
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "hello",
+                    "driver_instance_id": instance_id,
+                    "boot_token": token,
+                    "protocol_version": 1,
+                    "driver_version": "bench",
+                    "runtime": "openai",
+                    "capabilities": [],
+                    "pid": os.getpid(),
+                }
+            )
+        )
         welcome = json.loads(await ws.recv())
         assert welcome["type"] == "welcome", welcome
         sent = 0
@@ -70,10 +101,19 @@ async def _driver(socket_path: str, session_id: str, run_id: str, instance_id: s
             now = time.perf_counter()
             for source_id in ids:
                 sent_at[f"{session_id}:{source_id}"] = now
-            frame = {"type": "events", "events": [
-                {"source_event_id": s, "run_id": run_id, "kind": "message.delta", "occurred_at": "2026-01-01T00:00:00+00:00", "payload": {"text": "tok ", "sid": s}}
-                for s in ids
-            ]}
+            frame = {
+                "type": "events",
+                "events": [
+                    {
+                        "source_event_id": s,
+                        "run_id": run_id,
+                        "kind": "message.delta",
+                        "occurred_at": "2026-01-01T00:00:00+00:00",
+                        "payload": {"text": "tok ", "sid": s},
+                    }
+                    for s in ids
+                ],
+            }
             await ws.send(json.dumps(frame))
             while True:
                 reply = json.loads(await ws.recv())
@@ -82,7 +122,9 @@ async def _driver(socket_path: str, session_id: str, run_id: str, instance_id: s
             sent += size
 
 
-async def _viewer(redis_url: str, session_id: str, expected: int, received_at: dict[str, float]) -> None:
+async def _viewer(
+    redis_url: str, session_id: str, expected: int, received_at: dict[str, float]
+) -> None:
     client = aioredis.Redis.from_url(redis_url)
     last = "0-0"
     seen = 0
@@ -99,7 +141,13 @@ async def _viewer(redis_url: str, session_id: str, expected: int, received_at: d
     await client.aclose()
 
 
-async def _round(socket_path: str, redis_url: str, threads: list[tuple[str, str, str, str]], events: int, batch: int) -> dict[str, float]:
+async def _round(
+    socket_path: str,
+    redis_url: str,
+    threads: list[tuple[str, str, str, str]],
+    events: int,
+    batch: int,
+) -> dict[str, float]:
     sent_at: dict[str, float] = {}
     received_at: dict[str, float] = {}
     viewers = [asyncio.create_task(_viewer(redis_url, t[0], events, received_at)) for t in threads]
@@ -121,10 +169,14 @@ async def _round(socket_path: str, redis_url: str, threads: list[tuple[str, str,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--streams", type=int, nargs="*", default=[1, 50])
     parser.add_argument("--events", type=int, default=400, help="events per stream")
-    parser.add_argument("--batch", type=int, default=8, help="events per batch (the driver sends up to 64)")
+    parser.add_argument(
+        "--batch", type=int, default=8, help="events per batch (the driver sends up to 64)"
+    )
     args = parser.parse_args()
 
     import subprocess
@@ -133,12 +185,22 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="mosoo-bench-events-"))
     redis_url = f"redis://127.0.0.1:6379/{REDIS_DB}"
-    env = {**os.environ, "MOSOO_DATA_DIR": str(work), "MOSOO_REDIS_URL": redis_url, "MOSOO_LOG_LEVEL": "WARNING",
-           "MOSOO_CONTROL_PORT": "0"}
+    env = {
+        **os.environ,
+        "MOSOO_DATA_DIR": str(work),
+        "MOSOO_REDIS_URL": redis_url,
+        "MOSOO_LOG_LEVEL": "WARNING",
+        "MOSOO_CONTROL_PORT": "0",
+    }
     os.environ.update({k: v for k, v in env.items() if k.startswith("MOSOO_")})
     redis.Redis(db=REDIS_DB).flushdb()
     threads = _prepare(work, sum(args.streams))
-    control = subprocess.Popen([sys.executable, "-m", "mosoo_core.cli", "control"], cwd=ROOT, env=env, start_new_session=True)
+    control = subprocess.Popen(
+        [sys.executable, "-m", "mosoo_core.cli", "control"],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
     socket_path = work / "run" / "control" / "control.sock"
     try:
         deadline = time.monotonic() + 30
@@ -148,9 +210,19 @@ def main() -> None:
             time.sleep(0.1)
         time.sleep(0.5)
         offset = 0
-        print(f"one control process, SQLite, {args.events} events per stream in batches of {args.batch}")
+        print(
+            f"one control process, SQLite, {args.events} events per stream in batches of {args.batch}"
+        )
         for count in args.streams:
-            result = asyncio.run(_round(str(socket_path), redis_url, threads[offset:offset + count], args.events, args.batch))
+            result = asyncio.run(
+                _round(
+                    str(socket_path),
+                    redis_url,
+                    threads[offset : offset + count],
+                    args.events,
+                    args.batch,
+                )
+            )
             offset += count
             print(
                 f"  {result['streams']:>3} stream(s): {result['events_per_second']:8.0f} events/s stored+acked; "

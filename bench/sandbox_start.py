@@ -51,7 +51,9 @@ def _series(runs: int, once: Callable[[], None]) -> list[float]:
 
 def _backend_cycle(backend: SandboxBackend) -> Callable[[], None]:
     def once() -> None:
-        ref = backend.create(SandboxSpec(subject="session:bench", app_id="app_bench", labels=LABELS))
+        ref = backend.create(
+            SandboxSpec(subject="session:bench", app_id="app_bench", labels=LABELS)
+        )
         try:
             result = backend.exec(ref, ["true"])
             if result.exit_code != 0:
@@ -67,7 +69,9 @@ def _line(label: str, samples: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-n", "--runs", type=int, default=10)
     runs = parser.parse_args().runs
 
@@ -84,10 +88,14 @@ def main() -> None:
         ours = _series(runs, _backend_cycle(backend))
         with tempfile.TemporaryDirectory(prefix="mosoo-bench-") as scratch:
             Path(scratch).chmod(0o711)
-            process = ProcessBackend(Path(scratch) / "sandboxes", runtime_parent=ROOT / "data" / "sandbox-runtime")
+            process = ProcessBackend(
+                Path(scratch) / "sandboxes", runtime_parent=ROOT / "data" / "sandbox-runtime"
+            )
             process_samples = _series(runs, _backend_cycle(process))
     finally:
-        for container in client.containers.list(all=True, filters={"label": "mosoo.bench=sandbox_start"}):
+        for container in client.containers.list(
+            all=True, filters={"label": "mosoo.bench=sandbox_start"}
+        ):
             container.remove(force=True)
         for ref in backend.list_by_label(LABELS):
             backend.remove(ref)
@@ -99,7 +107,9 @@ def main() -> None:
     print(_line("(c) process backend: create + exec true + remove", process_samples))
     cattle, pet = _driver_ready_series(runs, backend)
     print(_line("(d) request to driver ready, cold Cattle", cattle))
-    print(f"{'    ratio to bare docker run (a)':<48} {statistics.median(cattle) / statistics.median(bare_samples):.2f}x")
+    print(
+        f"{'    ratio to bare docker run (a)':<48} {statistics.median(cattle) / statistics.median(bare_samples):.2f}x"
+    )
     print(_line("(e) request to driver ready, warm Pet", pet))
 
 
@@ -114,9 +124,12 @@ def _driver_ready_series(runs: int, backend: DockerBackend) -> tuple[list[float]
     scratch = Path(tempfile.mkdtemp(prefix="mosoo-bench-ready-"))
     scratch.chmod(0o755)
     env = {
-        "MOSOO_DATA_DIR": str(scratch / "data"), "MOSOO_REDIS_URL": "redis://127.0.0.1:6379/7",
-        "MOSOO_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(), "MOSOO_CONTROL_PORT": "0",
-        "MOSOO_LOG_LEVEL": "WARNING", "MOSOO_SANDBOX_IMAGE": backend.image,
+        "MOSOO_DATA_DIR": str(scratch / "data"),
+        "MOSOO_REDIS_URL": "redis://127.0.0.1:6379/7",
+        "MOSOO_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
+        "MOSOO_CONTROL_PORT": "0",
+        "MOSOO_LOG_LEVEL": "WARNING",
+        "MOSOO_SANDBOX_IMAGE": backend.image,
     }
     os.environ.update(env)
     from mosoo_core import agents, identity, sessions, vault
@@ -128,7 +141,12 @@ def _driver_ready_series(runs: int, backend: DockerBackend) -> tuple[list[float]
     reset_settings_cache()
     redis.Redis(db=7).flushdb()
     upgrade()
-    control = subprocess.Popen([sys.executable, "-m", "mosoo_core.cli", "control"], cwd=ROOT, env={**os.environ}, start_new_session=True)
+    control = subprocess.Popen(
+        [sys.executable, "-m", "mosoo_core.cli", "control"],
+        cwd=ROOT,
+        env={**os.environ},
+        start_new_session=True,
+    )
     socket_path = get_settings().resolved_control_socket
     made: list[str] = []
     try:
@@ -136,16 +154,32 @@ def _driver_ready_series(runs: int, backend: DockerBackend) -> tuple[list[float]
         while not socket_path.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         with session_scope() as db:
-            account = identity.sign_in_identity(db, provider="email", subject="b@example.com", email="b@example.com")
+            account = identity.sign_in_identity(
+                db, provider="email", subject="b@example.com", email="b@example.com"
+            )
             app_id = identity.list_apps(db, account.id)[0].id
             credential = vault.create_provider_credential(
-                db, account.id, app_id,
-                vault.ProviderCredentialInput(name="Bench", provider="ollama", base_url="http://127.0.0.1:11434/v1", models=["m"]),
+                db,
+                account.id,
+                app_id,
+                vault.ProviderCredentialInput(
+                    name="Bench",
+                    provider="ollama",
+                    base_url="http://127.0.0.1:11434/v1",
+                    models=["m"],
+                ),
             )
             agent_ids = {}
             for kind in ("cattle", "pet"):
                 agent = agents.create_agent(db, account.id, app_id, name=f"bench {kind}", kind=kind)
-                agents.update_agent(db, account.id, app_id, agent.id, provider_credential_id=credential.id, model="m")
+                agents.update_agent(
+                    db,
+                    account.id,
+                    app_id,
+                    agent.id,
+                    provider_credential_id=credential.id,
+                    model="m",
+                )
                 agent_ids[kind] = agent.id
 
         def ready_once(kind: str) -> None:

@@ -34,7 +34,9 @@ def _timed(label: str, work: Callable[[], object], rounds: int) -> float:
         samples.append((time.perf_counter() - start) * 1e6)
     samples.sort()
     median = statistics.median(samples)
-    print(f"  {label:<58} median {median:8.0f} µs   p95 {samples[int(len(samples) * 0.95)]:8.0f} µs")
+    print(
+        f"  {label:<58} median {median:8.0f} µs   p95 {samples[int(len(samples) * 0.95)]:8.0f} µs"
+    )
     return median
 
 
@@ -43,10 +45,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2000)
     rounds = parser.parse_args().rounds
     data = tempfile.mkdtemp(prefix="mosoo-bench-signin-")
-    os.environ.update(MOSOO_DATA_DIR=data, MOSOO_SECRET_KEY="bench", MOSOO_LOG_JSON="false", MOSOO_LOG_LEVEL="WARNING",
-                      MOSOO_EMAIL_VERIFY_FAILURES_PER_ADDRESS_PER_HOUR="1000000",
-                      MOSOO_EMAIL_VERIFY_FAILURES_PER_IP_PER_HOUR="1000000",
-                      MOSOO_EMAIL_SENDS_PER_ADDRESS_PER_HOUR="0")
+    os.environ.update(
+        MOSOO_DATA_DIR=data,
+        MOSOO_SECRET_KEY="bench",
+        MOSOO_LOG_JSON="false",
+        MOSOO_LOG_LEVEL="WARNING",
+        MOSOO_EMAIL_VERIFY_FAILURES_PER_ADDRESS_PER_HOUR="1000000",
+        MOSOO_EMAIL_VERIFY_FAILURES_PER_IP_PER_HOUR="1000000",
+        MOSOO_EMAIL_SENDS_PER_ADDRESS_PER_HOUR="0",
+    )
     import sqlalchemy as sa
 
     from mosoo_core import identity
@@ -60,7 +67,9 @@ def main() -> None:
     configure_logging("bench", "WARNING", False)
     upgrade()
     with session_scope() as db:
-        account = identity.sign_in_identity(db, provider="email", subject="bench@example.com", email="bench@example.com")
+        account = identity.sign_in_identity(
+            db, provider="email", subject="bench@example.com", email="bench@example.com"
+        )
         token = identity.start_session(db, account.id, method="email").token
 
     def select_one() -> None:
@@ -81,7 +90,9 @@ def main() -> None:
     def refused_verify() -> None:
         try:
             with session_scope() as db:
-                identity.verify_email_code(db, email="guesser@example.com", code="123456", ip="127.0.0.1")
+                identity.verify_email_code(
+                    db, email="guesser@example.com", code="123456", ip="127.0.0.1"
+                )
         except InvalidInput:
             pass
 
@@ -89,15 +100,28 @@ def main() -> None:
     print("console action: the session check per event")
     base = _timed("baseline: a unit of work running SELECT 1", select_one, rounds)
     check = _timed("resolve_session (each console action now)", resolve, rounds)
-    print(f"  -> the check costs {check / base:.2f}x a bare unit of work, {check - base:.0f} µs more per action")
+    print(
+        f"  -> the check costs {check / base:.2f}x a bare unit of work, {check - base:.0f} µs more per action"
+    )
     print("refused verification")
     send = _timed("baseline: a send refused by its limit (no write)", refused_send, rounds)
-    verify = _timed("refused verify: throttle counts + try + failure committed", refused_verify, rounds)
+    verify = _timed(
+        "refused verify: throttle counts + try + failure committed", refused_verify, rounds
+    )
     with session_scope() as db:  # a full window: what an attacker at the limit makes the count read
         now = utcnow()
-        db.add_all(SignInFailure(email="guesser@example.com", ip="127.0.0.1", created_at=now) for _ in range(1000))
-    full = _timed("refused verify with 1,000 more failures in the window", refused_verify, max(200, rounds // 10))
-    print(f"  -> {verify / send:.2f}x the refused send; {full / verify:.2f}x that with a full window")
+        db.add_all(
+            SignInFailure(email="guesser@example.com", ip="127.0.0.1", created_at=now)
+            for _ in range(1000)
+        )
+    full = _timed(
+        "refused verify with 1,000 more failures in the window",
+        refused_verify,
+        max(200, rounds // 10),
+    )
+    print(
+        f"  -> {verify / send:.2f}x the refused send; {full / verify:.2f}x that with a full window"
+    )
 
 
 if __name__ == "__main__":

@@ -188,7 +188,11 @@ class ControlConnection:
         """Queue a log line for control (best effort, bounded, never re-sent)."""
         if len(self._pending_logs) >= MAX_PENDING_LOG_LINES:
             return
-        line = LogLine(level=level if level in ("debug", "info", "warning", "error") else "error", message=message[:8192], at=utc_now())
+        line = LogLine(
+            level=level if level in ("debug", "info", "warning", "error") else "error",
+            message=message[:8192],
+            at=utc_now(),
+        )
         if not self._pending_logs:
             self._queue(_FLUSH_LOGS)
         self._pending_logs.append(line)
@@ -223,9 +227,18 @@ class ControlConnection:
                     await self._serve(websocket, welcome)
             except (ControlRejected, BackendStartFailed):
                 raise
-            except (_Reconnect, OSError, TimeoutError, ProtocolError, websockets.exceptions.WebSocketException) as error:
+            except (
+                _Reconnect,
+                OSError,
+                TimeoutError,
+                ProtocolError,
+                websockets.exceptions.WebSocketException,
+            ) as error:
                 if not self._stopping.is_set():
-                    log.warning("control_connection_lost", extra={"error": f"{type(error).__name__}: {error}", "attempt": attempt})
+                    log.warning(
+                        "control_connection_lost",
+                        extra={"error": f"{type(error).__name__}: {error}", "attempt": attempt},
+                    )
             finally:
                 self.connected.clear()
             if welcomed:
@@ -234,7 +247,9 @@ class ControlConnection:
                 break
             if time.monotonic() - disconnected_since > self.give_up_after:
                 raise ControlUnreachable(f"no connection to control for {self.give_up_after:g} s")
-            delay = min(self.max_backoff, self.initial_backoff * 2**attempt) * random.uniform(0.8, 1.0)
+            delay = min(self.max_backoff, self.initial_backoff * 2**attempt) * random.uniform(
+                0.8, 1.0
+            )
             attempt += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), timeout=delay)
@@ -249,7 +264,9 @@ class ControlConnection:
         }
         parts = urlsplit(self.control_url)
         if parts.scheme == "unix":
-            return websockets.unix_connect(parts.path, uri=f"ws://control{DRIVER_SOCKET_PATH}", **options)
+            return websockets.unix_connect(
+                parts.path, uri=f"ws://control{DRIVER_SOCKET_PATH}", **options
+            )
         return websockets.connect(self.control_url, **options)
 
     async def _handshake(self, websocket: ClientConnection) -> Welcome:
@@ -273,7 +290,10 @@ class ControlConnection:
             raise _Reconnect(f"expected welcome, got {message.type}")
         self._resume_token = message.resume_token
         self.connections += 1
-        log.info("control_welcome", extra={"connection_id": message.connection_id, "resumed": self.connections > 1})
+        log.info(
+            "control_welcome",
+            extra={"connection_id": message.connection_id, "resumed": self.connections > 1},
+        )
         return message
 
     async def _serve(self, websocket: ClientConnection, welcome: Welcome) -> None:
@@ -287,7 +307,19 @@ class ControlConnection:
                 except Exception as error:
                     log.exception("backend_start_failed")
                     with contextlib.suppress(Exception):
-                        await websocket.send(encode(Logs(lines=[LogLine(level="error", message=f"backend failed to start: {error}"[:8192], at=utc_now())])))
+                        await websocket.send(
+                            encode(
+                                Logs(
+                                    lines=[
+                                        LogLine(
+                                            level="error",
+                                            message=f"backend failed to start: {error}"[:8192],
+                                            at=utc_now(),
+                                        )
+                                    ]
+                                )
+                            )
+                        )
                     raise BackendStartFailed(f"{type(error).__name__}: {error}") from error
             self._backend_started = True
         await self._send(websocket, encode(Ready(at=utc_now())))
@@ -297,7 +329,9 @@ class ControlConnection:
         tasks = {
             asyncio.create_task(self._receive_loop(websocket), name="control-receive"),
             asyncio.create_task(self._send_loop(websocket), name="control-send"),
-            asyncio.create_task(self._heartbeat_loop(websocket, interval), name="control-heartbeat"),
+            asyncio.create_task(
+                self._heartbeat_loop(websocket, interval), name="control-heartbeat"
+            ),
         }
         stopping = asyncio.create_task(self._stopping.wait())
         try:
@@ -330,7 +364,9 @@ class ControlConnection:
             try:
                 message = parse_control_message(frame)
             except ProtocolError as error:
-                log.warning("control_frame_invalid", extra={"code": error.code, "error": error.message})
+                log.warning(
+                    "control_frame_invalid", extra={"code": error.code, "error": error.message}
+                )
                 continue
             if isinstance(message, Ack):
                 self._on_ack(message.source_event_ids)
@@ -376,14 +412,21 @@ class ControlConnection:
         if isinstance(item, CommandUpdate):
             return encode(item)
         if isinstance(item, _FlushLogs):
-            lines = [self._pending_logs.popleft() for _ in range(min(len(self._pending_logs), MAX_LOG_LINES_PER_MESSAGE))]
+            lines = [
+                self._pending_logs.popleft()
+                for _ in range(min(len(self._pending_logs), MAX_LOG_LINES_PER_MESSAGE))
+            ]
             if self._pending_logs:
                 self._outgoing.append(_FLUSH_LOGS)
             return encode(Logs(lines=lines)) if lines else None
         parts: list[str] = []
         size = 0
         self._outgoing.appendleft(item)
-        while self._outgoing and isinstance(self._outgoing[0], str) and len(parts) < MAX_EVENTS_PER_BATCH:
+        while (
+            self._outgoing
+            and isinstance(self._outgoing[0], str)
+            and len(parts) < MAX_EVENTS_PER_BATCH
+        ):
             encoded = self._unacked.get(self._outgoing[0])
             if encoded is None:  # acknowledged meanwhile
                 self._outgoing.popleft()
@@ -416,20 +459,30 @@ class ControlConnection:
     async def _dispatch(self, command: Command) -> None:
         if command.command_id in self._command_status:
             last = self._command_status[command.command_id]
-            log.info("command_redelivered", extra={"command_id": command.command_id, "kind": command.kind})
+            log.info(
+                "command_redelivered",
+                extra={"command_id": command.command_id, "kind": command.kind},
+            )
             if last is not None:
                 self._queue(last)
             return
         self._remember_command(command.command_id, None)
-        log.info("command_received", extra={"command_id": command.command_id, "kind": command.kind, "seq": command.seq})
+        log.info(
+            "command_received",
+            extra={"command_id": command.command_id, "kind": command.kind, "seq": command.seq},
+        )
         if self.on_command is None:
             self.command_update(command.command_id, "failed", error="the driver has no backend")
             return
         try:
             await self.on_command(command)
         except Exception as error:
-            log.exception("command_failed", extra={"command_id": command.command_id, "kind": command.kind})
-            self.command_update(command.command_id, "failed", error=f"{type(error).__name__}: {error}")
+            log.exception(
+                "command_failed", extra={"command_id": command.command_id, "kind": command.kind}
+            )
+            self.command_update(
+                command.command_id, "failed", error=f"{type(error).__name__}: {error}"
+            )
 
     def _remember_command(self, command_id: str, update: CommandUpdate | None) -> None:
         self._command_status[command_id] = update
@@ -459,7 +512,9 @@ def _shrunk(event: DriverEvent) -> str:
     limit = 64 * 1024
     while limit >= 64:
         payload = _truncate_strings(event.payload, limit)
-        encoded = event.model_copy(update={"payload": {**payload, "truncated": True}}).model_dump_json()
+        encoded = event.model_copy(
+            update={"payload": {**payload, "truncated": True}}
+        ).model_dump_json()
         if len(encoded.encode("utf-8")) <= MAX_EVENT_BYTES:
             return encoded
         limit //= 4

@@ -70,7 +70,9 @@ def _is_gateway_path(path: str) -> bool:
 
 
 class Forwarder:
-    def __init__(self, control_url: str, *, traceparent: str = "", host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, control_url: str, *, traceparent: str = "", host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self.upstream_base, self.unix_path = upstream_for(control_url)
         self.traceparent = traceparent
         self.host = host
@@ -88,7 +90,11 @@ class Forwarder:
         return f"{self.url}/gateway"
 
     async def start(self) -> None:
-        transport = httpx.AsyncHTTPTransport(uds=self.unix_path) if self.unix_path else httpx.AsyncHTTPTransport()
+        transport = (
+            httpx.AsyncHTTPTransport(uds=self.unix_path)
+            if self.unix_path
+            else httpx.AsyncHTTPTransport()
+        )
         self._client = httpx.AsyncClient(
             base_url=self.upstream_base,
             transport=transport,
@@ -157,7 +163,9 @@ class Forwarder:
             else:
                 return
 
-    async def _next_event(self, connection: h11.Connection, reader: asyncio.StreamReader) -> h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]:
+    async def _next_event(
+        self, connection: h11.Connection, reader: asyncio.StreamReader
+    ) -> h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]:
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:
@@ -180,17 +188,22 @@ class Forwarder:
         headers = [
             (name.decode("latin-1"), value.decode("latin-1"))
             for name, value in request.headers
-            if name.decode("latin-1").lower() not in HOP_BY_HOP and name.lower() != b"content-length"
+            if name.decode("latin-1").lower() not in HOP_BY_HOP
+            and name.lower() != b"content-length"
         ]
         if self.traceparent and not any(name.lower() == "traceparent" for name, _ in headers):
             headers.append(("traceparent", self.traceparent))
         assert self._client is not None
-        upstream_request = self._client.build_request(request.method.decode("ascii"), target, headers=headers, content=body)
+        upstream_request = self._client.build_request(
+            request.method.decode("ascii"), target, headers=headers, content=body
+        )
         try:
             response = await self._client.send(upstream_request, stream=True)
         except httpx.HTTPError as error:
             log.warning("forwarder_upstream_unreachable", extra={"error": str(error)})
-            await self._send_error(connection, writer, 502, f"control is unreachable: {type(error).__name__}")
+            await self._send_error(
+                connection, writer, 502, f"control is unreachable: {type(error).__name__}"
+            )
             return
         try:
             await self._relay(connection, reader, writer, response)
@@ -213,7 +226,9 @@ class Forwarder:
             for name, value in response.headers.multi_items()
             if name.lower() not in HOP_BY_HOP
         ]
-        writer.write(connection.send(h11.Response(status_code=response.status_code, headers=headers)) or b"")
+        writer.write(
+            connection.send(h11.Response(status_code=response.status_code, headers=headers)) or b""
+        )
         await writer.drain()
 
         async def stream_body() -> None:
@@ -246,8 +261,12 @@ class Forwarder:
             log.info("forwarder_client_gone")
             raise ConnectionResetError("the client closed the connection mid-response")
 
-    async def _send_error(self, connection: h11.Connection, writer: asyncio.StreamWriter, status: int, message: str) -> None:
-        body = json.dumps({"error": {"code": "forwarder_error", "message": message, "type": "forwarder_error"}}).encode()
+    async def _send_error(
+        self, connection: h11.Connection, writer: asyncio.StreamWriter, status: int, message: str
+    ) -> None:
+        body = json.dumps(
+            {"error": {"code": "forwarder_error", "message": message, "type": "forwarder_error"}}
+        ).encode()
         headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
         writer.write(connection.send(h11.Response(status_code=status, headers=headers)) or b"")
         writer.write(connection.send(h11.Data(data=body)) or b"")

@@ -35,7 +35,11 @@ EXIT_BACKEND_FAILED = 4
 
 log = logging.getLogger("driver")
 
-_STANDARD_RECORD_FIELDS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+_STANDARD_RECORD_FIELDS = frozenset(vars(logging.makeLogRecord({}))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
 _SECRET_MARKERS = ("token", "grant", "authorization", "api_key", "secret", "password")
 
 
@@ -49,7 +53,9 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
-            "at": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "at": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "event": record.getMessage(),
@@ -58,7 +64,9 @@ class JsonFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key in _STANDARD_RECORD_FIELDS or key.startswith("_"):
                 continue
-            line[key] = "[redacted]" if any(marker in key.lower() for marker in _SECRET_MARKERS) else value
+            line[key] = (
+                "[redacted]" if any(marker in key.lower() for marker in _SECRET_MARKERS) else value
+            )
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, default=str, ensure_ascii=False)
@@ -97,7 +105,10 @@ async def run_driver(payload: BootPayload, *, install_signal_handlers: bool = Tr
 
     spec = payload.execution_spec
     if spec.runtime != payload.runtime:
-        log.warning("runtime_mismatch", extra={"payload_runtime": payload.runtime, "spec_runtime": spec.runtime})
+        log.warning(
+            "runtime_mismatch",
+            extra={"payload_runtime": payload.runtime, "spec_runtime": spec.runtime},
+        )
     forwarder = Forwarder(payload.control_url, traceparent=payload.traceparent)
     await forwarder.start()
     connection = ControlConnection(
@@ -121,12 +132,18 @@ async def run_driver(payload: BootPayload, *, install_signal_handlers: bool = Tr
             loop.add_signal_handler(signum, interrupted.set)
 
     connection_task = asyncio.create_task(connection.run(), name="control-connection")
-    stop_tasks = [asyncio.create_task(backend.stopped.wait()), asyncio.create_task(interrupted.wait())]
+    stop_tasks = [
+        asyncio.create_task(backend.stopped.wait()),
+        asyncio.create_task(interrupted.wait()),
+    ]
     code = EXIT_OK
     try:
         await asyncio.wait({connection_task, *stop_tasks}, return_when=asyncio.FIRST_COMPLETED)
         if not connection_task.done():
-            log.info("driver_stopping", extra={"reason": "signal" if interrupted.is_set() else "session.stop"})
+            log.info(
+                "driver_stopping",
+                extra={"reason": "signal" if interrupted.is_set() else "session.stop"},
+            )
             await backend.close()  # a run still active fails as `driver_stopped` (retryable)
             connection.stop()
         try:
@@ -174,9 +191,16 @@ def main() -> int:
         log.error("boot_payload_invalid", extra={"path": location, "error": type(error).__name__})
         return EXIT_BAD_PAYLOAD
     configure_logging(
-        {"driver_instance_id": payload.driver_instance_id, "session_id": payload.execution_spec.session_id, "traceparent": payload.traceparent}
+        {
+            "driver_instance_id": payload.driver_instance_id,
+            "session_id": payload.execution_spec.session_id,
+            "traceparent": payload.traceparent,
+        }
     )
-    log.info("driver_starting", extra={"version": __version__, "runtime": payload.runtime, "pid": os.getpid()})
+    log.info(
+        "driver_starting",
+        extra={"version": __version__, "runtime": payload.runtime, "pid": os.getpid()},
+    )
     return asyncio.run(run_driver(payload))
 
 

@@ -218,7 +218,9 @@ class ProtocolError(ValueError):
 
 def _parse(adapter: TypeAdapter[Any], frame: str | bytes) -> Any:
     if len(frame) > MAX_FRAME_BYTES:
-        raise ProtocolError("frame_too_large", f"frame of {len(frame)} bytes exceeds {MAX_FRAME_BYTES}")
+        raise ProtocolError(
+            "frame_too_large", f"frame of {len(frame)} bytes exceeds {MAX_FRAME_BYTES}"
+        )
     try:
         return adapter.validate_json(frame)
     except ValidationError as error:
@@ -231,7 +233,9 @@ def _parse(adapter: TypeAdapter[Any], frame: str | bytes) -> Any:
         raise ProtocolError("invalid_message", f"{where}: {first.get('msg', 'invalid')}") from None
 
 
-def parse_driver_message(frame: str | bytes) -> Hello | Ready | Heartbeat | Events | Logs | CommandUpdate:
+def parse_driver_message(
+    frame: str | bytes,
+) -> Hello | Ready | Heartbeat | Events | Logs | CommandUpdate:
     """Validate a frame received by control; raises ProtocolError with a reason code."""
     message = _parse(_driver_adapter, frame)
     if isinstance(message, Events):

@@ -26,7 +26,9 @@ MAX_RECONNECT_ATTEMPTS = 8
 class ApiError(Exception):
     """A Mosoo error answer (`{"error": {"code", "message"}}`) or an unreachable server."""
 
-    def __init__(self, code: str, message: str, status: int = 0, body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, code: str, message: str, status: int = 0, body: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -59,9 +61,17 @@ def load_credentials() -> Credentials | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as error:
-        raise ApiError("bad_credentials", f"Cannot read {path}: {error}. Run `mosoo login` again.") from None
-    if not isinstance(data, dict) or not isinstance(data.get("url"), str) or not isinstance(data.get("token"), str):
-        raise ApiError("bad_credentials", f"{path} is not a Mosoo credentials file. Run `mosoo login` again.")
+        raise ApiError(
+            "bad_credentials", f"Cannot read {path}: {error}. Run `mosoo login` again."
+        ) from None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("url"), str)
+        or not isinstance(data.get("token"), str)
+    ):
+        raise ApiError(
+            "bad_credentials", f"{path} is not a Mosoo credentials file. Run `mosoo login` again."
+        )
     return Credentials(url=data["url"], token=data["token"])
 
 
@@ -99,7 +109,9 @@ def normalize_url(raw: str) -> str:
         url = "http://" + url if url else url
     parsed = httpx.URL(url) if url else None
     if parsed is None or not parsed.host:
-        raise ApiError("invalid_url", f"Not a server URL: {raw!r}. Use e.g. https://mosoo.example.com")
+        raise ApiError(
+            "invalid_url", f"Not a server URL: {raw!r}. Use e.g. https://mosoo.example.com"
+        )
     return url
 
 
@@ -110,8 +122,14 @@ def _error_from(response: httpx.Response) -> ApiError:
         body = None
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict) and isinstance(error.get("code"), str):
-        return ApiError(error["code"], str(error.get("message") or error["code"]), response.status_code, error)
-    return ApiError("http_error", f"The server answered {response.status_code} {response.reason_phrase}.", response.status_code)
+        return ApiError(
+            error["code"], str(error.get("message") or error["code"]), response.status_code, error
+        )
+    return ApiError(
+        "http_error",
+        f"The server answered {response.status_code} {response.reason_phrase}.",
+        response.status_code,
+    )
 
 
 @dataclass(frozen=True)
@@ -147,12 +165,21 @@ def parse_sse(lines: Iterator[str]) -> Iterator[SseEvent]:
 class MosooClient:
     """One server, optionally one access token."""
 
-    def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0, transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
         self.url = normalize_url(url)
         headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -173,14 +200,18 @@ class MosooClient:
         try:
             return response.json()
         except ValueError:
-            raise ApiError("bad_response", f"{self.url} did not answer with JSON. Is it a Mosoo server?") from None
+            raise ApiError(
+                "bad_response", f"{self.url} did not answer with JSON. Is it a Mosoo server?"
+            ) from None
 
     # -- device-flow sign-in ---------------------------------------------------------------
 
     def start_device_login(self, client_name: str) -> dict[str, Any]:
         answer = self._request("POST", "/api/auth/cli/start", json={"client_name": client_name})
         if not isinstance(answer, dict) or "device_code" not in answer:
-            raise ApiError("bad_response", f"{self.url} did not start a sign-in. Is it a Mosoo server?")
+            raise ApiError(
+                "bad_response", f"{self.url} did not start a sign-in. Is it a Mosoo server?"
+            )
         return answer
 
     def poll_device_token(self, device_code: str) -> dict[str, Any]:
@@ -204,17 +235,24 @@ class MosooClient:
 
     def list_threads(self, agent_id: str, *, limit: int = 50) -> list[dict[str, Any]]:
         return self._items(
-            self._request("GET", f"/api/v1/agents/{agent_id}/threads", params={"limit": limit}), "threads"
+            self._request("GET", f"/api/v1/agents/{agent_id}/threads", params={"limit": limit}),
+            "threads",
         )
 
     def create_thread(self, agent_id: str, message: str) -> dict[str, Any]:
-        answer = self._request("POST", f"/api/v1/agents/{agent_id}/threads", json={"message": message})
+        answer = self._request(
+            "POST", f"/api/v1/agents/{agent_id}/threads", json={"message": message}
+        )
         if not isinstance(answer, dict) or not isinstance(answer.get("thread"), dict):
             raise ApiError("bad_response", "The server's answer has no thread.")
         return answer
 
     def stream_events(
-        self, thread_id: str, *, last_event_id: str | None = None, sleep: Callable[[float], None] = time.sleep
+        self,
+        thread_id: str,
+        *,
+        last_event_id: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> Iterator[dict[str, Any]]:
         """The thread's events, forever (the caller stops iterating). A dropped connection is
         resumed with `Last-Event-ID`, so nothing is missed or repeated."""
@@ -225,7 +263,9 @@ class MosooClient:
                 headers["Last-Event-ID"] = last_event_id
             try:
                 with self._http.stream(
-                    "GET", f"/api/v1/threads/{thread_id}/events/stream", headers=headers,
+                    "GET",
+                    f"/api/v1/threads/{thread_id}/events/stream",
+                    headers=headers,
                     timeout=httpx.Timeout(30.0, read=120.0),
                 ) as response:
                     if response.status_code >= 400:
@@ -244,7 +284,9 @@ class MosooClient:
             except httpx.HTTPError as error:
                 failures += 1
                 if failures > MAX_RECONNECT_ATTEMPTS:
-                    raise ApiError("unreachable", f"Lost the event stream from {self.url}: {error}") from None
+                    raise ApiError(
+                        "unreachable", f"Lost the event stream from {self.url}: {error}"
+                    ) from None
             except ApiError as error:
                 # 5xx while a server restarts is worth waiting for; 4xx will not change.
                 failures += 1
@@ -284,4 +326,6 @@ def device_login(
             else:
                 raise
         if clock() >= deadline:
-            raise ApiError("expired_token", "The code expired before it was approved. Run `mosoo login` again.")
+            raise ApiError(
+                "expired_token", "The code expired before it was approved. Run `mosoo login` again."
+            )

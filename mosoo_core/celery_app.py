@@ -30,7 +30,9 @@ def _configuration() -> dict[str, Any]:
             "sweep-sandboxes": {"task": "mosoo.sweep_sandboxes", "schedule": 60.0},
             "sweep-files": {"task": "mosoo.sweep_files", "schedule": 3600.0},
         },
-        "beat_schedule_filename": str((settings.data_dir / "run" / "celerybeat-schedule").resolve()),
+        "beat_schedule_filename": str(
+            (settings.data_dir / "run" / "celerybeat-schedule").resolve()
+        ),
     }
 
 

@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from mosoo_core import api_client
 
 ROOT = Path(__file__).resolve().parent.parent
-app = typer.Typer(help="Mosoo: a self-hostable agent runtime.", no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="Mosoo: a self-hostable agent runtime.", no_args_is_help=True, add_completion=False
+)
 
 
 def _exec(argv: list[str], env: dict[str, str] | None = None) -> None:
@@ -34,16 +36,32 @@ def migrate() -> None:
 
 
 @app.command()
-def web(port: int = typer.Option(None, help="Port for the console and the API (default MOSOO_WEB_PORT).")) -> None:
+def web(
+    port: int = typer.Option(
+        None, help="Port for the console and the API (default MOSOO_WEB_PORT)."
+    ),
+) -> None:
     """The console and the HTTP API in one Reflex process (production build)."""
     settings = get_settings()
     port = port or settings.web_port
     os.chdir(ROOT)
     _exec(
         [
-            sys.executable, "-m", "reflex", "run", "--env", "prod", "--single-port",
-            "--frontend-port", str(port), "--backend-port", str(port),
-            "--backend-host", settings.web_host, "--loglevel", "warning",
+            sys.executable,
+            "-m",
+            "reflex",
+            "run",
+            "--env",
+            "prod",
+            "--single-port",
+            "--frontend-port",
+            str(port),
+            "--backend-port",
+            str(port),
+            "--backend-host",
+            settings.web_host,
+            "--loglevel",
+            "warning",
         ],
         env={"REFLEX_USE_SYSTEM_BUN": "1", "REFLEX_TELEMETRY_ENABLED": "false"},
     )
@@ -62,9 +80,20 @@ def worker(concurrency: int = typer.Option(2, help="Parallel tasks.")) -> None:
     """The Celery worker: email delivery, run dispatch and sandbox work."""
     _exec(
         [
-            sys.executable, "-m", "celery", "-A", "mosoo_core.tasks", "worker",
-            "--loglevel", get_settings().log_level, "--concurrency", str(concurrency),
-            "--without-gossip", "--without-mingle", "-n", f"mosoo@{os.uname().nodename}",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "mosoo_core.tasks",
+            "worker",
+            "--loglevel",
+            get_settings().log_level,
+            "--concurrency",
+            str(concurrency),
+            "--without-gossip",
+            "--without-mingle",
+            "-n",
+            f"mosoo@{os.uname().nodename}",
         ]
     )
 
@@ -73,7 +102,18 @@ def worker(concurrency: int = typer.Option(2, help="Parallel tasks.")) -> None:
 def beat() -> None:
     """The Celery beat scheduler: sweeps and purges on a timer."""
     (get_settings().data_dir / "run").mkdir(parents=True, exist_ok=True)
-    _exec([sys.executable, "-m", "celery", "-A", "mosoo_core.tasks", "beat", "--loglevel", get_settings().log_level])
+    _exec(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "mosoo_core.tasks",
+            "beat",
+            "--loglevel",
+            get_settings().log_level,
+        ]
+    )
 
 
 @app.command()
@@ -139,7 +179,11 @@ def vault_rotate(
 
     settings = get_settings()
     try:
-        old_key = vault.read_key_file(old_key_file) if old_key_file else vault.load_master_key(create=False)
+        old_key = (
+            vault.read_key_file(old_key_file)
+            if old_key_file
+            else vault.load_master_key(create=False)
+        )
         if new_key_file is None:
             stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
             new_key_file = settings.data_dir.resolve() / f"master-{stamp}.key"
@@ -163,7 +207,9 @@ def vault_rotate(
     )
 
 
-sandbox_app = typer.Typer(help="Sandboxes: the image, what exists, manual cleanup.", no_args_is_help=True)
+sandbox_app = typer.Typer(
+    help="Sandboxes: the image, what exists, manual cleanup.", no_args_is_help=True
+)
 app.add_typer(sandbox_app, name="sandbox")
 
 
@@ -178,13 +224,17 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 
 
 @sandbox_app.command("build-image")
-def sandbox_build_image(force: bool = typer.Option(False, help="Rebuild even when the tag exists.")) -> None:
+def sandbox_build_image(
+    force: bool = typer.Option(False, help="Rebuild even when the tag exists."),
+) -> None:
     """Build the sandbox image from driver/Dockerfile, offline; a no-op when it is up to date."""
     from mosoo_core.runtime.sandbox import SandboxError
     from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
 
     try:
-        tag = ensure_sandbox_image(base_image=get_settings().sandbox_base_image, force=force, echo=typer.echo)
+        tag = ensure_sandbox_image(
+            base_image=get_settings().sandbox_base_image, force=force, echo=typer.echo
+        )
     except SandboxError as error:
         typer.echo(f"sandbox build-image: {error.message}", err=True)
         raise typer.Exit(1) from None
@@ -192,7 +242,11 @@ def sandbox_build_image(force: bool = typer.Option(False, help="Rebuild even whe
 
 
 @sandbox_app.command("list")
-def sandbox_list(label: list[str] = typer.Option([], help="Only sandboxes with this label (key=value, repeatable).")) -> None:
+def sandbox_list(
+    label: list[str] = typer.Option(
+        [], help="Only sandboxes with this label (key=value, repeatable)."
+    ),
+) -> None:
     """The sandboxes of the configured backend, with their labels."""
     from mosoo_core.runtime.sandbox import (
         LABEL_APP,
@@ -211,7 +265,9 @@ def sandbox_list(label: list[str] = typer.Option([], help="Only sandboxes with t
 
 @sandbox_app.command("gc")
 def sandbox_gc(
-    label: list[str] = typer.Option([], help="Remove sandboxes with this label (key=value, repeatable; at least one)."),
+    label: list[str] = typer.Option(
+        [], help="Remove sandboxes with this label (key=value, repeatable; at least one)."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only print what would be removed."),
 ) -> None:
     """Remove sandboxes matching every --label, and workspace volumes left without a container."""
@@ -220,7 +276,9 @@ def sandbox_gc(
 
     labels = _labels(label)
     if not labels:
-        raise typer.BadParameter("name at least one --label, e.g. --label mosoo.test=1", param_hint="--label")
+        raise typer.BadParameter(
+            "name at least one --label, e.g. --label mosoo.test=1", param_hint="--label"
+        )
     backend = get_backend()
     for ref in backend.list_by_label(labels):
         typer.echo(f"{'would remove' if dry_run else 'removing'} {backend.name} sandbox {ref.name}")
@@ -228,7 +286,9 @@ def sandbox_gc(
             backend.remove(ref)
     if isinstance(backend, DockerBackend):
         for volume in backend.prune_orphan_volumes(dry_run=dry_run):
-            typer.echo(f"{'would remove' if dry_run else 'removed'} orphaned workspace volume {volume}")
+            typer.echo(
+                f"{'would remove' if dry_run else 'removed'} orphaned workspace volume {volume}"
+            )
 
 
 # --- The client side: sign in to a Mosoo server and use its public API --------------------
@@ -279,7 +339,11 @@ def _signed_in_client() -> api_client.MosooClient:
 
 
 @app.command()
-def login(url: str = typer.Option(None, help="The Mosoo server (default: $MOSOO_URL, the last server, or MOSOO_PUBLIC_URL).")) -> None:
+def login(
+    url: str = typer.Option(
+        None, help="The Mosoo server (default: $MOSOO_URL, the last server, or MOSOO_PUBLIC_URL)."
+    ),
+) -> None:
     """Sign this CLI in: confirm a one-time code in the console, the CLI gets an access token."""
     import socket
 
@@ -287,21 +351,29 @@ def login(url: str = typer.Option(None, help="The Mosoo server (default: $MOSOO_
 
     def show(started: dict[str, object]) -> None:
         typer.echo("To sign in, open this page in a browser where you are signed in to Mosoo:\n")
-        typer.echo(f"    {started.get('verification_uri_complete') or started.get('verification_uri')}\n")
+        typer.echo(
+            f"    {started.get('verification_uri_complete') or started.get('verification_uri')}\n"
+        )
         typer.echo(f"and check that it shows this code:  {started.get('user_code')}\n")
         typer.echo("Waiting for approval (Ctrl-C to cancel)...")
 
     try:
         with api_client.MosooClient(_server_url(url)) as client:
-            answer = api_client.device_login(client, f"mosoo CLI on {socket.gethostname()}"[:60], on_code=show)
-            path = api_client.save_credentials(api_client.Credentials(url=client.url, token=str(answer["access_token"])))
+            answer = api_client.device_login(
+                client, f"mosoo CLI on {socket.gethostname()}"[:60], on_code=show
+            )
+            path = api_client.save_credentials(
+                api_client.Credentials(url=client.url, token=str(answer["access_token"]))
+            )
     except api_client.ApiError as error:
         if error.code == "access_denied":
             raise _fail("Sign-in was denied in the console.") from None
         raise _fail(f"Sign-in failed: {error.message}") from None
     except KeyboardInterrupt:
         raise _fail("Sign-in cancelled.", 130) from None
-    typer.echo(f"Signed in to {client.url} as {answer.get('account_email', '?')}. Token saved to {path}.")
+    typer.echo(
+        f"Signed in to {client.url} as {answer.get('account_email', '?')}. Token saved to {path}."
+    )
 
 
 @app.command()
@@ -311,14 +383,20 @@ def logout() -> None:
 
     path = api_client.credentials_path()
     if api_client.delete_credentials():
-        typer.echo(f"Signed out: removed {path}. Revoke the token on the Access tokens page if it may have leaked.")
+        typer.echo(
+            f"Signed out: removed {path}. Revoke the token on the Access tokens page if it may have leaked."
+        )
     else:
         typer.echo("Not signed in.")
 
 
-agents_cli = typer.Typer(help="Agents on the Mosoo server you are signed in to.", no_args_is_help=True)
+agents_cli = typer.Typer(
+    help="Agents on the Mosoo server you are signed in to.", no_args_is_help=True
+)
 app.add_typer(agents_cli, name="agents")
-threads_cli = typer.Typer(help="Threads on the Mosoo server you are signed in to.", no_args_is_help=True)
+threads_cli = typer.Typer(
+    help="Threads on the Mosoo server you are signed in to.", no_args_is_help=True
+)
 app.add_typer(threads_cli, name="threads")
 
 
@@ -344,11 +422,15 @@ def agents_list() -> None:
         return
     width = max(len(str(agent.get("name", ""))) for agent in found)
     for agent in found:
-        typer.echo(f"{agent.get('id', '')}  {agent.get('name', '')!s:<{width}}  {_agent_status(agent)}")
+        typer.echo(
+            f"{agent.get('id', '')}  {agent.get('name', '')!s:<{width}}  {_agent_status(agent)}"
+        )
 
 
 @threads_cli.command("list")
-def threads_list(agent: str = typer.Option(None, "--agent", help="Only this agent's threads (id or name).")) -> None:
+def threads_list(
+    agent: str = typer.Option(None, "--agent", help="Only this agent's threads (id or name)."),
+) -> None:
     """Recent threads, newest first."""
     from mosoo_core.api_client import ApiError
 
@@ -356,7 +438,9 @@ def threads_list(agent: str = typer.Option(None, "--agent", help="Only this agen
         with _signed_in_client() as client:
             all_agents = client.list_agents()
             chosen = [_resolve_agent(all_agents, agent)] if agent else all_agents
-            rows = [(item, thread) for item in chosen for thread in client.list_threads(str(item["id"]))]
+            rows = [
+                (item, thread) for item in chosen for thread in client.list_threads(str(item["id"]))
+            ]
     except ApiError as error:
         raise _api_failure(error) from None
     if not rows:
@@ -404,7 +488,9 @@ def run(
     except ApiError as error:
         raise _api_failure(error) from None
     except KeyboardInterrupt:
-        raise _fail("\nStopped following; the run goes on (see the thread in the console).", 130) from None
+        raise _fail(
+            "\nStopped following; the run goes on (see the thread in the console).", 130
+        ) from None
 
 
 def _follow_run(client: api_client.MosooClient, thread_id: str, run_id: str) -> int:
@@ -425,7 +511,10 @@ def _follow_run(client: api_client.MosooClient, thread_id: str, run_id: str) -> 
         elif kind == "tool.use.completed" and payload.get("is_error"):
             typer.echo(f"[tool] {payload.get('name', 'tool')} failed", err=True)
         elif kind == "tool.confirmation.required":
-            typer.echo(f"[tool] {payload.get('name', 'tool')} waits for your approval in the console", err=True)
+            typer.echo(
+                f"[tool] {payload.get('name', 'tool')} waits for your approval in the console",
+                err=True,
+            )
         elif kind == "run.completed":
             final_text = payload.get("final_text")
             if not printed_text and isinstance(final_text, str):
@@ -440,7 +529,10 @@ def _follow_run(client: api_client.MosooClient, thread_id: str, run_id: str) -> 
             if kind == "run.cancelled":
                 typer.echo("run cancelled", err=True)
             else:
-                typer.echo(f"run failed: {payload.get('message') or payload.get('code') or 'unknown error'}", err=True)
+                typer.echo(
+                    f"run failed: {payload.get('message') or payload.get('code') or 'unknown error'}",
+                    err=True,
+                )
             return 1
     return 1
 

@@ -26,7 +26,9 @@ def _database() -> Check:
         check_database()
         return Check("database", True, get_settings().resolved_database_url.split("@")[-1], "")
     except Exception as error:
-        return Check("database", False, str(error)[:200], "Set MOSOO_DATABASE_URL or run `mosoo migrate`.")
+        return Check(
+            "database", False, str(error)[:200], "Set MOSOO_DATABASE_URL or run `mosoo migrate`."
+        )
 
 
 def _redis() -> Check:
@@ -38,7 +40,9 @@ def _redis() -> Check:
         return Check("redis", True, url.split("@")[-1], "")
     except Exception as error:
         return Check(
-            "redis", False, type(error).__name__,
+            "redis",
+            False,
+            type(error).__name__,
             "apt-get install -y redis-server && redis-server --daemonize yes --save '' --appendonly no",
         )
 
@@ -53,7 +57,9 @@ def _docker() -> Check:
         return Check("docker", True, f"engine {version}", "")
     except Exception as error:
         return Check(
-            "docker", False, type(error).__name__,
+            "docker",
+            False,
+            type(error).__name__,
             "apt-get install -y docker.io && (dockerd > /var/log/dockerd.log 2>&1 &)",
         )
 
@@ -68,7 +74,9 @@ def _object_store() -> Check:
         probe.unlink()
         return Check("object store", True, str(folder), "")
     except OSError as error:
-        return Check("object store", False, str(error), f"Make {folder} writable or set MOSOO_OBJECT_DIR.")
+        return Check(
+            "object store", False, str(error), f"Make {folder} writable or set MOSOO_OBJECT_DIR."
+        )
 
 
 def _binary(name: str, fix: str, path: str | None = None) -> Callable[[], Check]:
@@ -78,7 +86,11 @@ def _binary(name: str, fix: str, path: str | None = None) -> Callable[[], Check]
             return Check(name, False, "not found", fix)
         try:
             out = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=20)
-            version = (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else found
+            version = (
+                (out.stdout or out.stderr).strip().splitlines()[0]
+                if (out.stdout or out.stderr)
+                else found
+            )
         except (OSError, subprocess.TimeoutExpired):
             version = found
         return Check(name, True, version, "")

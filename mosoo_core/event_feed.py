@@ -44,7 +44,9 @@ def read_public_events(account_id: str, thread_id: str, after_seq: int) -> list[
     events: list[PublicEvent] = []
     with session_scope() as db:
         while True:
-            page = sessions.list_events(db, account_id, thread_id, after_seq=after_seq, limit=EVENTS_PAGE)
+            page = sessions.list_events(
+                db, account_id, thread_id, after_seq=after_seq, limit=EVENTS_PAGE
+            )
             events += [event.to_public() for event in page]
             if len(page) < EVENTS_PAGE:
                 return events
@@ -106,7 +108,10 @@ class ThreadFeed:
         return self
 
     async def __aexit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
     ) -> None:
         await self.close()
 
@@ -127,7 +132,9 @@ class ThreadFeed:
     async def _follow(self, after_seq: int) -> AsyncGenerator[list[PublicEvent], None]:
         cursor = _Cursor(after_seq)
         clock = time.monotonic
-        position = await self._stream_end()  # before the database: nothing published in between is missed
+        position = (
+            await self._stream_end()
+        )  # before the database: nothing published in between is missed
         yield cursor.take(await self._read_database(cursor.last_seq))[0]
         database_read = clock()
         next_poll = database_read + self.poll_seconds
@@ -179,13 +186,19 @@ class ThreadFeed:
         return entries[0][0] if entries else STREAM_START
 
     async def _read_database(self, after_seq: int) -> list[PublicEvent]:
-        return await asyncio.to_thread(read_public_events, self.account_id, self.thread_id, after_seq)
+        return await asyncio.to_thread(
+            read_public_events, self.account_id, self.thread_id, after_seq
+        )
 
-    async def _read_stream(self, position: bytes | str, wait: float) -> tuple[bytes | str, list[PublicEvent]] | None:
+    async def _read_stream(
+        self, position: bytes | str, wait: float
+    ) -> tuple[bytes | str, list[PublicEvent]] | None:
         """Entries after `position` (waiting up to `wait` seconds) and the new position; None
         when Redis fails."""
         try:
-            answer = await self.redis.xread({self.stream: position}, block=max(1, int(wait * 1000)), count=STREAM_READ_COUNT)
+            answer = await self.redis.xread(
+                {self.stream: position}, block=max(1, int(wait * 1000)), count=STREAM_READ_COUNT
+            )
         except redis.RedisError as error:
             self._redis_failed(error)
             return None
@@ -203,5 +216,7 @@ class ThreadFeed:
 
     def _redis_failed(self, error: Exception) -> None:
         if self._redis_ok:
-            log.warning("feed.stream_unavailable", thread_id=self.thread_id, error=type(error).__name__)
+            log.warning(
+                "feed.stream_unavailable", thread_id=self.thread_id, error=type(error).__name__
+            )
         self._redis_ok = False

@@ -39,27 +39,38 @@ def clean_key(raw: str) -> str:
     key = raw.strip()
     if not key or len(key) > KEY_MAX or not key.isascii() or not key.isprintable():
         raise InvalidInput(
-            f"Idempotency-Key must be 1 to {KEY_MAX} printable ASCII characters.", field="Idempotency-Key"
+            f"Idempotency-Key must be 1 to {KEY_MAX} printable ASCII characters.",
+            field="Idempotency-Key",
         )
     return key
 
 
 def request_fingerprint(path: str, body: Any) -> str:
     """The same call means the same path and the same JSON body (key order does not matter)."""
-    canonical = json.dumps({"path": path, "body": body}, sort_keys=True, separators=(",", ":"), default=str)
+    canonical = json.dumps(
+        {"path": path, "body": body}, sort_keys=True, separators=(",", ":"), default=str
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _find(db: Session, account_id: str, scope: str, key: str) -> IdempotencyRecord | None:
     return db.exec(
         select(IdempotencyRecord).where(
-            IdempotencyRecord.account_id == account_id, IdempotencyRecord.scope == scope, IdempotencyRecord.key == key
+            IdempotencyRecord.account_id == account_id,
+            IdempotencyRecord.scope == scope,
+            IdempotencyRecord.key == key,
         )
     ).first()
 
 
 def claim_key(
-    db: Session, account_id: str, scope: str, key: str, fingerprint: str, *, now: datetime | None = None
+    db: Session,
+    account_id: str,
+    scope: str,
+    key: str,
+    fingerprint: str,
+    *,
+    now: datetime | None = None,
 ) -> StoredAnswer | None:
     """Claim the key for a new call (None: go ahead) or return the stored answer of the same
     call. The caller commits right after a claim so duplicates see it. Conflict
@@ -72,8 +83,13 @@ def claim_key(
         existing = None
     if existing is None:
         row = IdempotencyRecord(
-            account_id=account_id, scope=scope, key=key, request_hash=fingerprint,
-            status_code=IN_FLIGHT, created_at=now, expires_at=now + RETENTION,
+            account_id=account_id,
+            scope=scope,
+            key=key,
+            request_hash=fingerprint,
+            status_code=IN_FLIGHT,
+            created_at=now,
+            expires_at=now + RETENTION,
         )
         try:
             with db.begin_nested():
@@ -104,7 +120,9 @@ def claim_key(
     return StoredAnswer(status_code=existing.status_code, body=dict(existing.response_body))
 
 
-def store_answer(db: Session, account_id: str, scope: str, key: str, status_code: int, body: dict[str, Any]) -> None:
+def store_answer(
+    db: Session, account_id: str, scope: str, key: str, status_code: int, body: dict[str, Any]
+) -> None:
     """Keep the answer of a successful call for its retries."""
     row = _find(db, account_id, scope, key)
     if row is None:  # purged meanwhile: nothing to replay, nothing to keep

@@ -5,4 +5,3 @@ from ulid import ULID
 
 def new_id() -> str:
     return str(ULID())
-

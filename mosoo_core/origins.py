@@ -20,11 +20,17 @@ def allowed_origins(public_url: str) -> tuple[str, ...]:
     parts = urlsplit(public_url.strip())
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS or not parts.hostname:
-        raise ValueError(f"MOSOO_PUBLIC_URL must be an absolute http:// or https:// URL, not {public_url!r}.")
+        raise ValueError(
+            f"MOSOO_PUBLIC_URL must be an absolute http:// or https:// URL, not {public_url!r}."
+        )
     port = parts.port  # ValueError on a port that is not a number in range
     # Browsers leave the scheme's default port out of `Origin`.
     suffix = "" if port in (None, _DEFAULT_PORTS[scheme]) else f":{port}"
     host = parts.hostname  # lowercased, IPv6 brackets removed
     host = f"[{host}]" if ":" in host else host
-    hosts = [host, *(alias for alias in LOOPBACK_HOSTS if alias != host)] if host in LOOPBACK_HOSTS else [host]
+    hosts = (
+        [host, *(alias for alias in LOOPBACK_HOSTS if alias != host)]
+        if host in LOOPBACK_HOSTS
+        else [host]
+    )
     return tuple(f"{scheme}://{name}{suffix}" for name in hosts)

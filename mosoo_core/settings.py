@@ -82,7 +82,9 @@ class Settings(BaseSettings):
     # Sandboxes: `auto` is docker when an engine answers, else process (bubblewrap).
     sandbox_backend: Literal["auto", "docker", "process"] = "auto"
     sandbox_image: str = ""  # empty: built from driver/Dockerfile, tagged by its content
-    sandbox_base_image: str = Field(default="")  # empty: python:3.11-slim if local, else debootstrap
+    sandbox_base_image: str = Field(
+        default=""
+    )  # empty: python:3.11-slim if local, else debootstrap
     sandbox_memory_mb: int = 1024
     sandbox_cpus: float = 1.0
     sandbox_pids_limit: int = 256
@@ -125,7 +127,9 @@ class Settings(BaseSettings):
     @property
     def trusted_proxy_addresses(self) -> frozenset[str]:
         return frozenset(
-            str(ipaddress.ip_address(part.strip())) for part in self.trusted_proxies.split(",") if part.strip()
+            str(ipaddress.ip_address(part.strip()))
+            for part in self.trusted_proxies.split(",")
+            if part.strip()
         )
 
     @property

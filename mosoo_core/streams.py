@@ -42,7 +42,9 @@ def decode_event(fields: dict[Any, Any]) -> dict[str, Any]:
 
 
 def sync_client() -> redis.Redis:
-    return redis.Redis.from_url(get_settings().redis_url, socket_timeout=5, socket_connect_timeout=5)
+    return redis.Redis.from_url(
+        get_settings().redis_url, socket_timeout=5, socket_connect_timeout=5
+    )
 
 
 def publish_events(events: Iterable[StoredEvent], client: redis.Redis | None = None) -> None:
@@ -55,7 +57,12 @@ def publish_events(events: Iterable[StoredEvent], client: redis.Redis | None = N
     try:
         pipe = client.pipeline(transaction=False)
         for event in fresh:
-            pipe.xadd(events_stream(event.session_id), event_fields(event), maxlen=STREAM_MAXLEN, approximate=True)
+            pipe.xadd(
+                events_stream(event.session_id),
+                event_fields(event),
+                maxlen=STREAM_MAXLEN,
+                approximate=True,
+            )
         pipe.execute()
     except redis.RedisError as error:
         log.warning("streams.publish_failed", error=type(error).__name__)

@@ -78,7 +78,10 @@ def run_all() -> int:
                 announced = True
                 seconds = round(time.monotonic() - started, 1)
                 log.info("up.ready", url=settings.public_url, seconds=seconds)
-                print(f"\n  Mosoo is running: {settings.public_url}  (ready in {seconds}s; Ctrl-C stops it)\n", flush=True)
+                print(
+                    f"\n  Mosoo is running: {settings.public_url}  (ready in {seconds}s; Ctrl-C stops it)\n",
+                    flush=True,
+                )
             time.sleep(0.5)
     finally:
         log.info("up.stopping")

@@ -76,7 +76,9 @@ def dispatch_run(run_id: str) -> str:
 @app.task(name="mosoo.finish_run", bind=True, max_retries=40)
 def finish_run(self: Any, run_id: str) -> str:
     status = finish_run_sandbox(run_id)
-    if status == "deferred":  # its dispatcher releases the sandbox; look again in case it dies first
+    if (
+        status == "deferred"
+    ):  # its dispatcher releases the sandbox; look again in case it dies first
         raise self.retry(countdown=DISPATCHING_MARK_SECONDS)
     return status
 

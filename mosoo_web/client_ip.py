@@ -45,4 +45,6 @@ def request_client_ip(request: Request) -> str:
 
 def tab_client_ip(router: Any) -> str:
     """The same for a console tab (a Reflex state's `router`: its websocket's peer and headers)."""
-    return client_address(router.session.client_ip, router.headers.raw_headers.get("x-forwarded-for", ""))
+    return client_address(
+        router.session.client_ip, router.headers.raw_headers.get("x-forwarded-for", "")
+    )

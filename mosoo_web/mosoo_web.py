@@ -39,7 +39,9 @@ app.register_lifespan_task(close_signed_out_tabs)
 app.add_page(index_page, route="/", title="Mosoo", on_load=SessionState.enter_console)
 app.add_page(login_page, route="/login", title="Sign in · Mosoo", on_load=LoginState.on_load)
 app.add_page(apps_page, route="/apps", title="Apps · Mosoo", on_load=SessionState.require_account)
-app.add_page(app_settings_page, route="/apps/[app_id]", title="App · Mosoo", on_load=SessionState.require_app)
+app.add_page(
+    app_settings_page, route="/apps/[app_id]", title="App · Mosoo", on_load=SessionState.require_app
+)
 app.add_page(
     providers_page,
     route="/apps/[app_id]/providers",
@@ -76,8 +78,15 @@ app.add_page(
     title="Files · Mosoo",
     on_load=[SessionState.require_app, FilesState.load],
 )
-app.add_page(organization_page, route="/org", title="Organization · Mosoo", on_load=SessionState.require_account)
-app.add_page(profile_page, route="/profile", title="Profile · Mosoo", on_load=SessionState.require_account)
+app.add_page(
+    organization_page,
+    route="/org",
+    title="Organization · Mosoo",
+    on_load=SessionState.require_account,
+)
+app.add_page(
+    profile_page, route="/profile", title="Profile · Mosoo", on_load=SessionState.require_account
+)
 app.add_page(
     tokens_page,
     route="/tokens",
@@ -85,6 +94,13 @@ app.add_page(
     on_load=[SessionState.require_account, TokensState.load],
 )
 # Its own guard: it keeps `?code=` through sign-in (the shared guard keeps only the path).
-app.add_page(cli_auth_page, route="/cli-auth", title="Sign in the CLI · Mosoo", on_load=CliAuthState.load)
+app.add_page(
+    cli_auth_page, route="/cli-auth", title="Sign in the CLI · Mosoo", on_load=CliAuthState.load
+)
 if settings.is_development:
-    app.add_page(dev_mailbox_page, route="/dev/mailbox", title="Dev mailbox · Mosoo", on_load=DevMailboxState.load)
+    app.add_page(
+        dev_mailbox_page,
+        route="/dev/mailbox",
+        title="Dev mailbox · Mosoo",
+        on_load=DevMailboxState.load,
+    )

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export MOSOO_TEST_DATABASES=sqlite REFLEX_USE_SYSTEM_BUN=1 REFLEX_TELEMETRY_ENABLED=false
 .venv/bin/ruff check .
+.venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --check .; echo "run .venv/bin/ruff format ." >&2; exit 1; }
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 set +e

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 export MOSOO_TEST_DATABASES="${MOSOO_TEST_DATABASES:-sqlite,postgresql}"
 export REFLEX_USE_SYSTEM_BUN=1 REFLEX_TELEMETRY_ENABLED=false
 .venv/bin/ruff check .
+.venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --check .; echo "run .venv/bin/ruff format ." >&2; exit 1; }
 .venv/bin/mypy
 .venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache
 set +e

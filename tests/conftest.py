@@ -16,7 +16,9 @@ from mosoo_core import migrations
 from mosoo_core.settings import reset_settings_cache
 
 # `make test` sets MOSOO_TEST_DATABASES=sqlite,postgresql; a bare `pytest` uses SQLite only.
-BACKENDS = [b.strip() for b in os.environ.get("MOSOO_TEST_DATABASES", "sqlite").split(",") if b.strip()]
+BACKENDS = [
+    b.strip() for b in os.environ.get("MOSOO_TEST_DATABASES", "sqlite").split(",") if b.strip()
+]
 POSTGRES_URL = os.environ.get(
     "MOSOO_TEST_POSTGRES_URL", "postgresql+psycopg://mosoo:mosoo@127.0.0.1:5432/mosoo_test"
 )
@@ -47,7 +49,9 @@ def _reset_postgres(url: str) -> None:
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
-def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def database_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     """A freshly migrated database for the whole run, once per backend."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'mosoo.db'}"

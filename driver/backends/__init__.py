@@ -9,7 +9,9 @@ from driver.protocol import ExecutionSpec
 SUPPORTED_RUNTIMES = ["openai"]
 
 
-def create_backend(runtime: str, spec: ExecutionSpec, sink: EventSink, *, gateway_url: str) -> Backend:
+def create_backend(
+    runtime: str, spec: ExecutionSpec, sink: EventSink, *, gateway_url: str
+) -> Backend:
     """`gateway_url` is the forwarder's `http://127.0.0.1:<port>/gateway` (no trailing slash)."""
     if runtime == "openai":
         from driver.backends.openai import OpenAIBackend  # imports the SDK only when used

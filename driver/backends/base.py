@@ -129,12 +129,21 @@ class Backend(abc.ABC):
         }
         handler = handlers.get(command.kind)
         if handler is None:
-            self.sink.command_update(command.command_id, "failed", error=f"unknown command kind {command.kind!r}")
+            self.sink.command_update(
+                command.command_id, "failed", error=f"unknown command kind {command.kind!r}"
+            )
             return
         try:
             await handler(command)
         except InvalidCommand as error:
-            log.warning("command_refused", extra={"command_id": command.command_id, "kind": command.kind, "reason": str(error)})
+            log.warning(
+                "command_refused",
+                extra={
+                    "command_id": command.command_id,
+                    "kind": command.kind,
+                    "reason": str(error),
+                },
+            )
             self.sink.command_update(command.command_id, "failed", error=str(error))
 
     # --- helpers for runtimes ------------------------------------------------------------
@@ -142,12 +151,21 @@ class Backend(abc.ABC):
     def emit(self, run_id: str, kind: str, **payload: Any) -> str:
         return self.sink.emit(run_id, kind, payload)
 
-    async def request_permission(self, run_id: str, tool_call_id: str, name: str, arguments: Any) -> str:
+    async def request_permission(
+        self, run_id: str, tool_call_id: str, name: str, arguments: Any
+    ) -> str:
         """Ask the user (through control) and wait; returns `allow_once` or `reject_once`."""
         request_id = f"perm_{uuid.uuid4().hex}"
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._permissions[request_id] = (run_id, future)
-        self.emit(run_id, "permission.requested", request_id=request_id, tool_call_id=tool_call_id, name=name, input=arguments)
+        self.emit(
+            run_id,
+            "permission.requested",
+            request_id=request_id,
+            tool_call_id=tool_call_id,
+            name=name,
+            input=arguments,
+        )
         try:
             decision = await future
         finally:
@@ -175,18 +193,40 @@ class Backend(abc.ABC):
             active = self._active
             if active is not None and active.shutdown:
                 status = "failed"
-                self.emit(run.run_id, "run.failed", code="driver_stopped", message="the driver was stopped during the run", retryable=True)
+                self.emit(
+                    run.run_id,
+                    "run.failed",
+                    code="driver_stopped",
+                    message="the driver was stopped during the run",
+                    retryable=True,
+                )
             else:
                 status = "cancelled"
-                reason = active.cancel_reason if active is not None and active.cancel_reason else "cancelled"
+                reason = (
+                    active.cancel_reason
+                    if active is not None and active.cancel_reason
+                    else "cancelled"
+                )
                 self.emit(run.run_id, "run.cancelled", reason=reason)
         except RunFailure as failure:
             status = "failed"
-            self.emit(run.run_id, "run.failed", code=failure.code, message=failure.message, retryable=failure.retryable)
+            self.emit(
+                run.run_id,
+                "run.failed",
+                code=failure.code,
+                message=failure.message,
+                retryable=failure.retryable,
+            )
         except Exception as error:
             status = "failed"
             log.exception("run_crashed", extra={"run_id": run.run_id})
-            self.emit(run.run_id, "run.failed", code="driver_error", message=f"{type(error).__name__}: {error}", retryable=False)
+            self.emit(
+                run.run_id,
+                "run.failed",
+                code="driver_error",
+                message=f"{type(error).__name__}: {error}",
+                retryable=False,
+            )
         else:
             self.emit(run.run_id, "run.completed", final_text=final_text)
         finally:
@@ -199,14 +239,20 @@ class Backend(abc.ABC):
         active = self._active
         if active is not None and active.run_id == run.run_id:
             for cancel_id in active.cancel_command_ids:
-                self.sink.command_update(cancel_id, "completed", result={"cancelled": status == "cancelled"})
+                self.sink.command_update(
+                    cancel_id, "completed", result={"cancelled": status == "cancelled"}
+                )
 
     async def _on_turn_cancel(self, command: Command) -> None:
         run_id = command.payload.get("run_id")
         reason = command.payload.get("reason") or "cancelled by the user"
         active = self._active
         if active is None or active.task.done() or (run_id and run_id != active.run_id):
-            self.sink.command_update(command.command_id, "completed", result={"cancelled": False, "reason": "no such active run"})
+            self.sink.command_update(
+                command.command_id,
+                "completed",
+                result={"cancelled": False, "reason": "no such active run"},
+            )
             return
         self.sink.command_update(command.command_id, "accepted")
         active.cancel_command_ids.append(command.command_id)
@@ -223,7 +269,9 @@ class Backend(abc.ABC):
         if pending is None or pending[1].done():
             raise InvalidCommand(f"no pending permission request {request_id!r}")
         pending[1].set_result(decision)
-        self.sink.command_update(command.command_id, "completed", result={"request_id": request_id, "decision": decision})
+        self.sink.command_update(
+            command.command_id, "completed", result={"request_id": request_id, "decision": decision}
+        )
 
     async def _on_session_stop(self, command: Command) -> None:
         self.sink.command_update(command.command_id, "accepted")
@@ -253,9 +301,15 @@ class Backend(abc.ABC):
                 result = await self.prepare_checkpoint(paths)
             except Exception as error:
                 log.exception("checkpoint_prepare_failed")
-                self.sink.command_update(command.command_id, "failed", error=f"{type(error).__name__}: {error}")
+                self.sink.command_update(
+                    command.command_id, "failed", error=f"{type(error).__name__}: {error}"
+                )
                 return
-            self.sink.command_update(command.command_id, "completed", result={**result, "run_active": self.active_run_id is not None})
+            self.sink.command_update(
+                command.command_id,
+                "completed",
+                result={**result, "run_active": self.active_run_id is not None},
+            )
 
         self._spawn(prepare())
 

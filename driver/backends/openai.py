@@ -64,7 +64,13 @@ PASSTHROUGH_OPTIONS = (
 )
 # Responses API parameters an agent's provider options may set (`max_tokens`,
 # `max_completion_tokens` and `reasoning_effort` are translated; see `_responses_request`).
-RESPONSES_PASSTHROUGH_OPTIONS = ("temperature", "top_p", "max_output_tokens", "parallel_tool_calls", "store")
+RESPONSES_PASSTHROUGH_OPTIONS = (
+    "temperature",
+    "top_p",
+    "max_output_tokens",
+    "parallel_tool_calls",
+    "store",
+)
 # Responses API errors worth running the turn again for.
 RETRYABLE_RESPONSE_ERRORS = frozenset({"server_error", "rate_limit_exceeded"})
 # Where OpenAI-compatible servers put streamed reasoning (DeepSeek, vLLM / OpenRouter, Ollama).
@@ -114,7 +120,15 @@ class _Attempt:
 
 class OpenAIBackend(Backend):
     runtime = "openai"
-    capabilities = ("text_stream", "thinking_stream", "tool_stream", "permission_requests", "cancel", "usage", "resume")
+    capabilities = (
+        "text_stream",
+        "thinking_stream",
+        "tool_stream",
+        "permission_requests",
+        "cancel",
+        "usage",
+        "resume",
+    )
 
     def __init__(
         self,
@@ -137,20 +151,26 @@ class OpenAIBackend(Backend):
         self.retry_max_delay = retry_max_delay
         available = builtin_tools()
         self.tools: dict[str, Tool] = {}
-        self.policies: dict[str, str] = {str(name): str(policy) for name, policy in spec.tools.items()}
+        self.policies: dict[str, str] = {
+            str(name): str(policy) for name, policy in spec.tools.items()
+        }
         for name in spec.tools:
             if name in available:
                 self.tools[name] = available[name]
             else:
                 log.warning("tool_not_available", extra={"tool": name})
-        self.tool_context = ToolContext(workspace=self.workspace, environment=dict(spec.environment))
+        self.tool_context = ToolContext(
+            workspace=self.workspace, environment=dict(spec.environment)
+        )
         safe_id = "".join(ch for ch in spec.session_id if ch.isalnum() or ch in "-_") or "session"
         self.conversation_path = self.workspace / CONVERSATIONS_DIR / f"{safe_id}.json"
         self.messages: list[dict[str, Any]] = []
         self._client: openai.AsyncOpenAI | None = None
         # The one part of a step that depends on the API: the call and its stream mapping.
         self._stream_step = (
-            self._stream_responses if spec.gateway.api_style == "responses" else self._stream_chat_completions
+            self._stream_responses
+            if spec.gateway.api_style == "responses"
+            else self._stream_chat_completions
         )
 
     # --- lifecycle -----------------------------------------------------------------------
@@ -171,7 +191,12 @@ class OpenAIBackend(Backend):
             log.warning("mcp_not_supported", extra={"count": len(self.spec.mcp_servers)})
         log.info(
             "backend_started",
-            extra={"runtime": self.runtime, "model": self.spec.model, "api_style": self.spec.gateway.api_style, "tools": sorted(self.tools)},
+            extra={
+                "runtime": self.runtime,
+                "model": self.spec.model,
+                "api_style": self.spec.gateway.api_style,
+                "tools": sorted(self.tools),
+            },
         )
 
     async def close(self) -> None:
@@ -195,7 +220,11 @@ class OpenAIBackend(Backend):
             assistant: dict[str, Any] = {"role": "assistant", "content": step.text or None}
             if step.tool_calls:
                 assistant["tool_calls"] = [
-                    {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
                     for call in step.tool_calls
                 ]
             self.messages.append(assistant)
@@ -232,7 +261,12 @@ class OpenAIBackend(Backend):
                     ) from None
                 log.warning(
                     "model_call_retrying",
-                    extra={"run_id": run_id, "attempt": attempt, "delay_seconds": delay, "error": str(failure)},
+                    extra={
+                        "run_id": run_id,
+                        "attempt": attempt,
+                        "delay_seconds": delay,
+                        "error": str(failure),
+                    },
                 )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.retry_max_delay)
@@ -259,7 +293,9 @@ class OpenAIBackend(Backend):
                 self._interrupt_message(attempt)
                 raise _TransportFailure(_describe(error)) from None
             # Only the tail (usage, [DONE]) is missing: the answer itself is whole.
-            log.warning("model_stream_tail_lost", extra={"run_id": run_id, "error": _describe(error)})
+            log.warning(
+                "model_stream_tail_lost", extra={"run_id": run_id, "error": _describe(error)}
+            )
         except openai.APIError as error:
             self._interrupt_message(attempt)
             raise _model_failure(error) from None
@@ -276,7 +312,13 @@ class OpenAIBackend(Backend):
     def _interrupt_message(self, attempt: _Attempt) -> None:
         """Close what the user saw of a broken attempt; it stays out of the conversation."""
         if attempt.message_id is not None:
-            self.emit(attempt.run_id, "message.completed", message_id=attempt.message_id, text=attempt.text, interrupted=True)
+            self.emit(
+                attempt.run_id,
+                "message.completed",
+                message_id=attempt.message_id,
+                text=attempt.text,
+                interrupted=True,
+            )
 
     # What either API's stream mapping reports while it reads.
 
@@ -359,7 +401,10 @@ class OpenAIBackend(Backend):
                 kind = getattr(event, "type", "")
                 if kind in ("response.output_text.delta", "response.refusal.delta"):
                     self._on_text(attempt, event.delta)
-                elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+                elif kind in (
+                    "response.reasoning_summary_text.delta",
+                    "response.reasoning_text.delta",
+                ):
                     self._on_thought(attempt, event.delta)
                 elif kind in ("response.output_item.added", "response.output_item.done"):
                     item = event.item
@@ -371,20 +416,31 @@ class OpenAIBackend(Backend):
                     if kind == "response.output_item.done" and isinstance(item.arguments, str):
                         call.arguments = item.arguments  # the whole arguments win over the deltas
                 elif kind == "response.function_call_arguments.delta":
-                    attempt.calls.setdefault(event.output_index, _ToolCall()).arguments += event.delta or ""
+                    attempt.calls.setdefault(event.output_index, _ToolCall()).arguments += (
+                        event.delta or ""
+                    )
                 elif kind == "response.function_call_arguments.done":
-                    attempt.calls.setdefault(event.output_index, _ToolCall()).arguments = event.arguments or ""
+                    attempt.calls.setdefault(event.output_index, _ToolCall()).arguments = (
+                        event.arguments or ""
+                    )
                 elif kind in ("response.completed", "response.incomplete"):
                     response = event.response
                     if response.usage is not None:
                         self._on_usage(attempt, _responses_usage(response.usage), response.model)
                     if kind == "response.incomplete":  # e.g. max_output_tokens: keep what came
-                        reason = getattr(getattr(response, "incomplete_details", None), "reason", None)
-                        log.warning("model_answer_incomplete", extra={"run_id": attempt.run_id, "reason": reason})
+                        reason = getattr(
+                            getattr(response, "incomplete_details", None), "reason", None
+                        )
+                        log.warning(
+                            "model_answer_incomplete",
+                            extra={"run_id": attempt.run_id, "reason": reason},
+                        )
                     attempt.done = True
                 elif kind == "response.failed":
                     error = getattr(event.response, "error", None)
-                    raise _response_failure(getattr(error, "code", None), getattr(error, "message", None))
+                    raise _response_failure(
+                        getattr(error, "code", None), getattr(error, "message", None)
+                    )
                 elif kind == "error":
                     raise _response_failure(event.code, event.message)
         finally:
@@ -440,27 +496,37 @@ class OpenAIBackend(Backend):
         try:
             for call in calls:
                 result = await self._run_tool_call(run_id, call)
-                self.messages.append({"role": "tool", "tool_call_id": call.id, "content": result.output})
+                self.messages.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": result.output}
+                )
                 done.add(call.id)
         except asyncio.CancelledError:
             # Every tool call needs an answer or the next request is refused.
             for call in calls:
                 if call.id not in done:
-                    self.messages.append({"role": "tool", "tool_call_id": call.id, "content": INTERRUPTED_OUTPUT})
+                    self.messages.append(
+                        {"role": "tool", "tool_call_id": call.id, "content": INTERRUPTED_OUTPUT}
+                    )
             self._save_conversation()
             raise
 
     async def _run_tool_call(self, run_id: str, call: _ToolCall) -> ToolResult:
         arguments, parse_error = _parse_arguments(call.arguments)
         shown_input: Any = arguments if parse_error is None else {"raw_arguments": call.arguments}
-        self.emit(run_id, "tool.call.started", tool_call_id=call.id, name=call.name, input=shown_input)
+        self.emit(
+            run_id, "tool.call.started", tool_call_id=call.id, name=call.name, input=shown_input
+        )
         started = time.monotonic()
         tool = self.tools.get(call.name)
         if tool is None:
             available = ", ".join(sorted(self.tools)) or "none"
-            result = ToolResult(f"unknown tool {call.name!r}; available tools: {available}", is_error=True)
+            result = ToolResult(
+                f"unknown tool {call.name!r}; available tools: {available}", is_error=True
+            )
         elif parse_error is not None:
-            result = ToolResult(f"the arguments are not a valid JSON object: {parse_error}", is_error=True)
+            result = ToolResult(
+                f"the arguments are not a valid JSON object: {parse_error}", is_error=True
+            )
         else:
             if self.policies.get(call.name) == "ask":
                 decision = await self.request_permission(run_id, call.id, call.name, arguments)
@@ -501,14 +567,20 @@ class OpenAIBackend(Backend):
         if data.get("session_id") not in (None, self.spec.session_id):
             log.warning("conversation_of_another_session", extra={"found": data.get("session_id")})
             return []
-        messages = [m for m in data["messages"] if isinstance(m, dict) and isinstance(m.get("role"), str)]
+        messages = [
+            m for m in data["messages"] if isinstance(m, dict) and isinstance(m.get("role"), str)
+        ]
         log.info("conversation_loaded", extra={"messages": len(messages)})
         return _answer_dangling_tool_calls(messages)
 
     def _save_conversation(self) -> None:
         path = self.conversation_path
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"version": CONVERSATION_VERSION, "session_id": self.spec.session_id, "messages": self.messages}
+        data = {
+            "version": CONVERSATION_VERSION,
+            "session_id": self.spec.session_id,
+            "messages": self.messages,
+        }
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -530,7 +602,10 @@ def _user_content(run: RunInput) -> str:
         details = [str(item[key]) for key in ("mime_type",) if item.get(key)]
         if isinstance(item.get("size"), int):
             details.append(f"{item['size']} bytes")
-        lines.append(f"- {path or item.get('name', 'unnamed file')}" + (f" ({', '.join(details)})" if details else ""))
+        lines.append(
+            f"- {path or item.get('name', 'unnamed file')}"
+            + (f" ({', '.join(details)})" if details else "")
+        )
     return "\n".join(lines)
 
 
@@ -563,8 +638,13 @@ def _responses_usage(usage: Any) -> dict[str, Any]:
     )
 
 
-def _usage_numbers(input_tokens: Any, output_tokens: Any, cached: Any, reasoning: Any) -> dict[str, Any]:
-    payload: dict[str, Any] = {"input_tokens": input_tokens or 0, "output_tokens": output_tokens or 0}
+def _usage_numbers(
+    input_tokens: Any, output_tokens: Any, cached: Any, reasoning: Any
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "input_tokens": input_tokens or 0,
+        "output_tokens": output_tokens or 0,
+    }
     if cached is not None:
         payload["cached_input_tokens"] = cached
     if reasoning is not None:
@@ -602,7 +682,13 @@ def _responses_input(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         role = message.get("role")
         if role == "tool":
             output = _plain_text(message.get("content"))
-            items.append({"type": "function_call_output", "call_id": str(message.get("tool_call_id")), "output": output})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": str(message.get("tool_call_id")),
+                    "output": output,
+                }
+            )
         elif role == "assistant":
             text = _plain_text(message.get("content"))
             if text:
@@ -638,10 +724,16 @@ def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
 
 def _model_failure(error: openai.APIError) -> RunFailure:
     if isinstance(error, openai.APIConnectionError):
-        return RunFailure("model_error", f"could not reach the model gateway: {error.message}", retryable=True)
+        return RunFailure(
+            "model_error", f"could not reach the model gateway: {error.message}", retryable=True
+        )
     if isinstance(error, openai.APIStatusError):
         retryable = error.status_code == 429 or error.status_code >= 500
-        return RunFailure("model_error", f"the model call failed ({error.status_code}): {error.message}", retryable=retryable)
+        return RunFailure(
+            "model_error",
+            f"the model call failed ({error.status_code}): {error.message}",
+            retryable=retryable,
+        )
     return RunFailure("model_error", f"the model call failed: {error.message}", retryable=False)
 
 
@@ -650,7 +742,11 @@ def _response_failure(code: str | None, message: str | None) -> RunFailure:
     detail = message or "no reason given"
     if code:
         detail += f" ({code})"
-    return RunFailure("model_error", f"the model call failed: {detail}", retryable=code in RETRYABLE_RESPONSE_ERRORS)
+    return RunFailure(
+        "model_error",
+        f"the model call failed: {detail}",
+        retryable=code in RETRYABLE_RESPONSE_ERRORS,
+    )
 
 
 def _is_forwarder_error(error: openai.APIStatusError) -> bool:
@@ -677,12 +773,22 @@ def _answer_dangling_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str
     waiting: list[str] = []
     for message in messages:
         if message["role"] != "tool" and waiting:
-            repaired.extend({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_OUTPUT} for call_id in waiting)
+            repaired.extend(
+                {"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_OUTPUT}
+                for call_id in waiting
+            )
             waiting = []
         if message["role"] == "tool" and message.get("tool_call_id") in waiting:
             waiting.remove(message["tool_call_id"])
         repaired.append(message)
         if message["role"] == "assistant":
-            waiting = [str(call.get("id")) for call in message.get("tool_calls") or [] if isinstance(call, dict)]
-    repaired.extend({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_OUTPUT} for call_id in waiting)
+            waiting = [
+                str(call.get("id"))
+                for call in message.get("tool_calls") or []
+                if isinstance(call, dict)
+            ]
+    repaired.extend(
+        {"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_OUTPUT}
+        for call_id in waiting
+    )
     return repaired

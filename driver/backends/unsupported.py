@@ -29,7 +29,10 @@ class UnsupportedBackend(Backend):
         return f"this driver does not implement the runtime {self.requested_runtime!r} (it implements: {', '.join(self.supported)})"
 
     async def start(self) -> None:
-        log.error("runtime_unsupported", extra={"runtime": self.requested_runtime, "supported": self.supported})
+        log.error(
+            "runtime_unsupported",
+            extra={"runtime": self.requested_runtime, "supported": self.supported},
+        )
 
     async def execute(self, run: RunInput) -> str:
         # Never reached through input.start (refused below, before a run starts); kept so
@@ -41,5 +44,11 @@ class UnsupportedBackend(Backend):
             run = _parse_run_input(command.payload)
         except InvalidCommand:
             raise InvalidCommand(self.message) from None
-        self.emit(run.run_id, "run.failed", code="runtime_unsupported", message=self.message, retryable=False)
+        self.emit(
+            run.run_id,
+            "run.failed",
+            code="runtime_unsupported",
+            message=self.message,
+            retryable=False,
+        )
         self.sink.command_update(command.command_id, "failed", error=self.message)

@@ -68,7 +68,9 @@ def optional_str(data: dict[str, Any], key: str) -> str | None:
     return value
 
 
-def optional_int(data: dict[str, Any], key: str, *, minimum: int, maximum: int | None = None) -> int | None:
+def optional_int(
+    data: dict[str, Any], key: str, *, minimum: int, maximum: int | None = None
+) -> int | None:
     value = data.get(key)
     if value is None:
         return None
@@ -78,7 +80,11 @@ def optional_int(data: dict[str, Any], key: str, *, minimum: int, maximum: int |
         raise ToolInputError(f"`{key}` must be an integer")
     if value < minimum or (maximum is not None and value > maximum):
         upper = f" and {maximum}" if maximum is not None else ""
-        raise ToolInputError(f"`{key}` must be between {minimum}{upper}" if upper else f"`{key}` must be at least {minimum}")
+        raise ToolInputError(
+            f"`{key}` must be between {minimum}{upper}"
+            if upper
+            else f"`{key}` must be at least {minimum}"
+        )
     return value
 
 
@@ -97,7 +103,9 @@ def cap_output(text: str, limit: int = MAX_TOOL_OUTPUT_CHARS) -> str:
         return text
     half = limit // 2
     cut = len(text) - 2 * half
-    return f"{text[:half]}\n\n[... output truncated: {cut} characters omitted ...]\n\n{text[-half:]}"
+    return (
+        f"{text[:half]}\n\n[... output truncated: {cut} characters omitted ...]\n\n{text[-half:]}"
+    )
 
 
 class Tool(abc.ABC):
@@ -111,7 +119,11 @@ class Tool(abc.ABC):
         """The Chat Completions `tools[]` entry."""
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
         }
 
     @abc.abstractmethod
@@ -140,6 +152,8 @@ class Tool(abc.ABC):
             return ToolResult(f"{self.name} failed: {error}", is_error=True)
         except Exception as error:  # a tool bug must never take the driver down
             log.exception("tool_crashed", extra={"tool": self.name})
-            return ToolResult(f"{self.name} failed unexpectedly: {type(error).__name__}: {error}", is_error=True)
+            return ToolResult(
+                f"{self.name} failed unexpectedly: {type(error).__name__}: {error}", is_error=True
+            )
         result.output = cap_output(result.output)
         return result

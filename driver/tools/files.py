@@ -69,7 +69,10 @@ class ReadTool(Tool):
     parameters = {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": "File path, absolute or relative to the workspace."},
+            "path": {
+                "type": "string",
+                "description": "File path, absolute or relative to the workspace.",
+            },
             "offset": {"type": "integer", "description": "First line to read (1-based)."},
             "limit": {"type": "integer", "description": "Number of lines to read."},
         },
@@ -84,7 +87,9 @@ class ReadTool(Tool):
 
     def _read(self, path: Path, offset: int, limit: int, context: ToolContext) -> ToolResult:
         if path.is_dir():
-            return ToolResult(f"{context.display(path)} is a directory; use glob to list files", is_error=True)
+            return ToolResult(
+                f"{context.display(path)} is a directory; use glob to list files", is_error=True
+            )
         if not path.exists():
             return ToolResult(f"file not found: {context.display(path)}", is_error=True)
         try:
@@ -126,7 +131,10 @@ class WriteTool(Tool):
     parameters = {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": "File path, absolute or relative to the workspace."},
+            "path": {
+                "type": "string",
+                "description": "File path, absolute or relative to the workspace.",
+            },
             "content": {"type": "string", "description": "The full new content of the file."},
         },
         "required": ["path", "content"],
@@ -157,10 +165,16 @@ class EditTool(Tool):
     parameters = {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": "File path, absolute or relative to the workspace."},
+            "path": {
+                "type": "string",
+                "description": "File path, absolute or relative to the workspace.",
+            },
             "old_string": {"type": "string", "description": "The exact text to replace."},
             "new_string": {"type": "string", "description": "The replacement text."},
-            "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."},
+            "replace_all": {
+                "type": "boolean",
+                "description": "Replace every occurrence (default false).",
+            },
         },
         "required": ["path", "old_string", "new_string"],
     }
@@ -172,14 +186,20 @@ class EditTool(Tool):
         replace_all = optional_bool(arguments, "replace_all")
         return await asyncio.to_thread(self._edit, path, old, new, replace_all, context)
 
-    def _edit(self, path: Path, old: str, new: str, replace_all: bool, context: ToolContext) -> ToolResult:
+    def _edit(
+        self, path: Path, old: str, new: str, replace_all: bool, context: ToolContext
+    ) -> ToolResult:
         shown = context.display(path)
         if old == new:
-            return ToolResult("old_string and new_string are identical; nothing to do", is_error=True)
+            return ToolResult(
+                "old_string and new_string are identical; nothing to do", is_error=True
+            )
         if path.is_dir():
             return ToolResult(f"{shown} is a directory", is_error=True)
         if not path.exists():
-            return ToolResult(f"file not found: {shown} (use write to create a file)", is_error=True)
+            return ToolResult(
+                f"file not found: {shown} (use write to create a file)", is_error=True
+            )
         try:
             text = _read_text(path)
         except ValueError as error:

@@ -61,7 +61,10 @@ class GlobTool(Tool):
         "type": "object",
         "properties": {
             "pattern": {"type": "string", "description": "Glob pattern; `**` matches any depth."},
-            "path": {"type": "string", "description": "Directory to search in (default: the workspace)."},
+            "path": {
+                "type": "string",
+                "description": "Directory to search in (default: the workspace).",
+            },
         },
         "required": ["pattern"],
     }
@@ -91,7 +94,9 @@ class GlobTool(Tool):
             return ToolResult(f"no files match {pattern!r} in {context.display(root)}")
         matches.sort()
         if truncated:
-            matches.append(f"[... more matches not shown; narrow the pattern (limit {MAX_GLOB_RESULTS})]")
+            matches.append(
+                f"[... more matches not shown; narrow the pattern (limit {MAX_GLOB_RESULTS})]"
+            )
         return ToolResult("\n".join(matches))
 
 
@@ -106,8 +111,14 @@ class GrepTool(Tool):
     parameters = {
         "type": "object",
         "properties": {
-            "pattern": {"type": "string", "description": "Regular expression (Python `re` syntax)."},
-            "path": {"type": "string", "description": "File or directory to search (default: the workspace)."},
+            "pattern": {
+                "type": "string",
+                "description": "Regular expression (Python `re` syntax).",
+            },
+            "path": {
+                "type": "string",
+                "description": "File or directory to search (default: the workspace).",
+            },
             "glob": {"type": "string", "description": "Only search files matching this glob."},
             "case_insensitive": {"type": "boolean", "description": "Ignore case (default false)."},
             "max_results": {
@@ -121,16 +132,26 @@ class GrepTool(Tool):
     async def execute(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         raw_pattern = require_str(arguments, "pattern")
         try:
-            pattern = re.compile(raw_pattern, re.IGNORECASE if optional_bool(arguments, "case_insensitive") else 0)
+            pattern = re.compile(
+                raw_pattern, re.IGNORECASE if optional_bool(arguments, "case_insensitive") else 0
+            )
         except re.error as error:
             return ToolResult(f"invalid regular expression {raw_pattern!r}: {error}", is_error=True)
         file_glob = optional_str(arguments, "glob")
-        limit = optional_int(arguments, "max_results", minimum=1, maximum=MAX_GREP_RESULTS) or DEFAULT_GREP_RESULTS
+        limit = (
+            optional_int(arguments, "max_results", minimum=1, maximum=MAX_GREP_RESULTS)
+            or DEFAULT_GREP_RESULTS
+        )
         root = _search_root(arguments, context)
         return await asyncio.to_thread(self._grep, root, pattern, file_glob, limit, context)
 
     def _grep(
-        self, root: Path, pattern: re.Pattern[str], file_glob: str | None, limit: int, context: ToolContext
+        self,
+        root: Path,
+        pattern: re.Pattern[str],
+        file_glob: str | None,
+        limit: int,
+        context: ToolContext,
     ) -> ToolResult:
         results: list[str] = []
         files_with_matches = 0
@@ -151,7 +172,9 @@ class GrepTool(Tool):
             if b"\x00" in data[:8192]:
                 continue
             found = False
-            for number, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
+            for number, line in enumerate(
+                data.decode("utf-8", errors="replace").splitlines(), start=1
+            ):
                 if pattern.search(line):
                     found = True
                     if len(line) > MAX_MATCH_LINE_CHARS:
@@ -164,7 +187,10 @@ class GrepTool(Tool):
             if stopped:
                 break
         if not results:
-            return ToolResult(f"no matches for {pattern.pattern!r} in {context.display(root)}" + (f"\n{stopped}" if stopped else ""))
+            return ToolResult(
+                f"no matches for {pattern.pattern!r} in {context.display(root)}"
+                + (f"\n{stopped}" if stopped else "")
+            )
         if stopped:
             results.append(stopped)
         return ToolResult("\n".join(results))

@@ -23,7 +23,15 @@ RUNTIMES: dict[str, Runtime] = {
         label="OpenAI-compatible tool loop",
         providers=("openai", "deepseek", "openrouter", "ollama", "openai_compatible"),
         capabilities=frozenset(
-            {"text_stream", "thinking_stream", "tool_stream", "permission_requests", "cancel", "usage", "resume"}
+            {
+                "text_stream",
+                "thinking_stream",
+                "tool_stream",
+                "permission_requests",
+                "cancel",
+                "usage",
+                "resume",
+            }
         ),
         implemented=True,
     ),
@@ -31,7 +39,16 @@ RUNTIMES: dict[str, Runtime] = {
         name="claude",
         label="Claude Agent SDK",
         providers=("anthropic",),
-        capabilities=frozenset({"text_stream", "thinking_stream", "tool_stream", "permission_requests", "cancel", "usage"}),
+        capabilities=frozenset(
+            {
+                "text_stream",
+                "thinking_stream",
+                "tool_stream",
+                "permission_requests",
+                "cancel",
+                "usage",
+            }
+        ),
         implemented=False,
     ),
     "acp": Runtime(

@@ -36,8 +36,12 @@ class Agent(SQLModel, table=True):
     environment_id: str | None = Field(default=None, max_length=26)
     skills: list[str] = Field(default_factory=list, sa_type=sa.JSON)
     mcp_servers: list[str] = Field(default_factory=list, sa_type=sa.JSON)
-    status: str = Field(default="draft", max_length=16, sa_column_kwargs={"server_default": "draft"})  # draft | published
-    published_version: int | None = None  # the version new non-Preview threads pin; None while a draft
+    status: str = Field(
+        default="draft", max_length=16, sa_column_kwargs={"server_default": "draft"}
+    )  # draft | published
+    published_version: int | None = (
+        None  # the version new non-Preview threads pin; None while a draft
+    )
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
@@ -70,7 +74,11 @@ UNSET: Final = Unset.UNSET
 
 
 def _set_fields(changes: Any) -> dict[str, Any]:
-    return {f.name: getattr(changes, f.name) for f in fields(changes) if getattr(changes, f.name) is not UNSET}
+    return {
+        f.name: getattr(changes, f.name)
+        for f in fields(changes)
+        if getattr(changes, f.name) is not UNSET
+    }
 
 
 @dataclass(frozen=True)

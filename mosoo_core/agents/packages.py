@@ -39,7 +39,9 @@ MAX_PACKAGE_BYTES = 64 * 1024 * 1024  # the zip as uploaded
 MAX_UNPACKED_BYTES = 64 * 1024 * 1024  # all entries, decompressed
 MAX_ENTRY_BYTES = 16 * 1024 * 1024
 MAX_ENTRIES = 512
-MAX_DIRECTORY_BYTES = 2 * 1024 * 1024  # the zip's central directory, parsed before any limit applies
+MAX_DIRECTORY_BYTES = (
+    2 * 1024 * 1024
+)  # the zip's central directory, parsed before any limit applies
 MAX_MANIFEST_BYTES = 2 * 1024 * 1024
 MAX_PATH_CHARS = 255
 MAX_PROVIDER_OPTIONS_BYTES = 16 * 1024
@@ -48,14 +50,53 @@ _READ_CHUNK = 64 * 1024
 # A fixed timestamp inside the zip, so the same Agent exported at the same time is the same bytes.
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
-_AGENT_FIELDS = ("name", "description", "runtime", "kind", "model", "system_prompt", "tools", "provider_options")
-_MANIFEST_FIELDS = {"format", "version", "exported_at", "agent", "provider", "skills", "mcp_servers", "environment"}
-_SECRET_NAMES = {".env", "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", ".netrc", ".pgpass", "credentials.json"}
+_AGENT_FIELDS = (
+    "name",
+    "description",
+    "runtime",
+    "kind",
+    "model",
+    "system_prompt",
+    "tools",
+    "provider_options",
+)
+_MANIFEST_FIELDS = {
+    "format",
+    "version",
+    "exported_at",
+    "agent",
+    "provider",
+    "skills",
+    "mcp_servers",
+    "environment",
+}
+_SECRET_NAMES = {
+    ".env",
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+    ".netrc",
+    ".pgpass",
+    "credentials.json",
+}
 _SECRET_SUFFIXES = (".env", ".pem", ".key", ".p12", ".pfx")
 _SECRET_DIRS = {"secrets", ".secrets", ".ssh"}
 # Option names that carry a secret; compared with case, "-" and "_" ignored.
-_SECRET_OPTION_KEYS = {"apikey", "key", "secret", "clientsecret", "token", "accesstoken", "authtoken",
-                       "bearertoken", "password", "authorization", "credential", "credentials"}
+_SECRET_OPTION_KEYS = {
+    "apikey",
+    "key",
+    "secret",
+    "clientsecret",
+    "token",
+    "accesstoken",
+    "authtoken",
+    "bearertoken",
+    "password",
+    "authorization",
+    "credential",
+    "credentials",
+}
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
 _EOCD = struct.Struct("<4s4H2LH")
@@ -80,7 +121,9 @@ class ImportReport:
 # --- export -----------------------------------------------------------------------------
 
 
-def export_agent(db: Session, account_id: str, app_id: str, agent_id: str, *, now: datetime | None = None) -> bytes:
+def export_agent(
+    db: Session, account_id: str, app_id: str, agent_id: str, *, now: datetime | None = None
+) -> bytes:
     """The Agent as a `.agent` zip: its profile and a description of its provider, never a
     key, a credential id or anything from the vault."""
     agent = owned_agent(db, account_id, app_id, agent_id)
@@ -88,8 +131,11 @@ def export_agent(db: Session, account_id: str, app_id: str, agent_id: str, *, no
     if agent.provider_credential_id:
         credential = db.get(ProviderCredential, agent.provider_credential_id)
         if credential is not None and credential.app_id == app_id:
-            provider = {"provider": credential.provider, "base_url": credential.base_url,
-                        "models": list(credential.models or [])}
+            provider = {
+                "provider": credential.provider,
+                "base_url": credential.base_url,
+                "models": list(credential.models or []),
+            }
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -177,20 +223,36 @@ def import_agent(db: Session, account_id: str, app_id: str, data: bytes) -> Impo
         notes.append(f"Connected the provider key {credential.name!r} ({credential.base_url}).")
         model = manifest.agent.get("model") or ""
         if model and credential.models and model not in credential.models:
-            reconnect.append(f"Check the model: {model!r} is not in the models of {credential.name!r}.")
+            reconnect.append(
+                f"Check the model: {model!r} is not in the models of {credential.name!r}."
+            )
     if manifest.skills:
-        reconnect.append(f"Add the package's {manifest.skills} skill(s) again: importing skills is not supported yet.")
+        reconnect.append(
+            f"Add the package's {manifest.skills} skill(s) again: importing skills is not supported yet."
+        )
     if manifest.mcp_servers:
         reconnect.append(
             f"Add the package's {manifest.mcp_servers} MCP server(s) again: importing MCP servers is not supported yet."
         )
     if manifest.has_environment:
-        reconnect.append("Set up the environment again: importing environments is not supported yet.")
+        reconnect.append(
+            "Set up the environment again: importing environments is not supported yet."
+        )
 
     profile = manifest.agent
-    created = create_agent(db, account_id, app_id, name=profile["name"], runtime=profile.get("runtime", "openai"),
-                           kind=profile.get("kind", "cattle"))
-    changes = {key: profile[key] for key in _AGENT_FIELDS if key in profile and key not in ("name", "runtime", "kind")}
+    created = create_agent(
+        db,
+        account_id,
+        app_id,
+        name=profile["name"],
+        runtime=profile.get("runtime", "openai"),
+        kind=profile.get("kind", "cattle"),
+    )
+    changes = {
+        key: profile[key]
+        for key in _AGENT_FIELDS
+        if key in profile and key not in ("name", "runtime", "kind")
+    }
     if credential is not None:
         changes["provider_credential_id"] = credential.id
     try:
@@ -200,7 +262,12 @@ def import_agent(db: Session, account_id: str, app_id: str, data: bytes) -> Impo
         db.delete(db.get(Agent, created.id))
         db.flush()
         raise
-    log.info("agent.imported", app_id=app_id, agent_id=created.id, bound_credential=credential is not None)
+    log.info(
+        "agent.imported",
+        app_id=app_id,
+        agent_id=created.id,
+        bound_credential=credential is not None,
+    )
     return ImportReport(agent_id=created.id, reconnect=reconnect, notes=notes)
 
 
@@ -212,17 +279,24 @@ def _check_directory(data: bytes) -> None:
     """Read the zip's end record ourselves, so a package declaring huge numbers of entries
     is refused before `zipfile` builds an object for each of them."""
     at = len(data) - _EOCD.size
-    if not (at >= 0 and data[at:at + 4] == _EOCD_SIGNATURE and data[-2:] == b"\0\0"):
+    if not (at >= 0 and data[at : at + 4] == _EOCD_SIGNATURE and data[-2:] == b"\0\0"):
         at = data.rfind(_EOCD_SIGNATURE, max(0, len(data) - _EOCD.size - 0xFFFF))
     if at < 0 or len(data) - at < _EOCD.size:
         raise _refuse("it is not a zip archive.")
-    _sig, _disk, _cd_disk, entries_here, entries, cd_size, cd_offset, _comment = _EOCD.unpack_from(data, at)
-    if (data[max(0, at - 20):at][:4] == _ZIP64_LOCATOR_SIGNATURE or 0xFFFF in (entries_here, entries)
-            or 0xFFFFFFFF in (cd_size, cd_offset)):
+    _sig, _disk, _cd_disk, entries_here, entries, cd_size, cd_offset, _comment = _EOCD.unpack_from(
+        data, at
+    )
+    if (
+        data[max(0, at - 20) : at][:4] == _ZIP64_LOCATOR_SIGNATURE
+        or 0xFFFF in (entries_here, entries)
+        or 0xFFFFFFFF in (cd_size, cd_offset)
+    ):
         # Zip64 is only needed beyond 65,535 entries or 4 GiB, far past a package's limits.
         raise _refuse(f"it has more than {MAX_ENTRIES} files or is too large (zip64).")
     if max(entries_here, entries) > MAX_ENTRIES:
-        raise _refuse(f"it has {max(entries_here, entries)} files; a package has at most {MAX_ENTRIES}.")
+        raise _refuse(
+            f"it has {max(entries_here, entries)} files; a package has at most {MAX_ENTRIES}."
+        )
     if cd_size > MAX_DIRECTORY_BYTES:
         raise _refuse("its file list is too large.")
 
@@ -244,8 +318,12 @@ def _check_path(info: zipfile.ZipInfo) -> None:
     if stat.S_ISLNK(info.external_attr >> 16):
         raise _refuse(f"{shown!r} is a symbolic link.")
     base = parts[-1].lower()
-    if (base in _SECRET_NAMES or base.endswith(_SECRET_SUFFIXES) or base.startswith(".env.")
-            or any(part.lower() in _SECRET_DIRS for part in parts[:-1])):
+    if (
+        base in _SECRET_NAMES
+        or base.endswith(_SECRET_SUFFIXES)
+        or base.startswith(".env.")
+        or any(part.lower() in _SECRET_DIRS for part in parts[:-1])
+    ):
         raise _refuse(f"{shown!r} looks like a secret; packages never carry secrets.")
 
 
@@ -277,7 +355,9 @@ def _read_manifest(data: bytes) -> bytes:
                 raise _refuse(f"{info.filename[:80]!r} uses an unsupported compression method.")
             # The declared sizes refuse an honest bomb without inflating a byte of it...
             if info.file_size > MAX_ENTRY_BYTES:
-                raise _refuse(f"{info.filename[:80]!r} is larger than {MAX_ENTRY_BYTES // (1024 * 1024)} MiB.")
+                raise _refuse(
+                    f"{info.filename[:80]!r} is larger than {MAX_ENTRY_BYTES // (1024 * 1024)} MiB."
+                )
             declared += info.file_size
             if declared > MAX_UNPACKED_BYTES:
                 raise _refuse(f"it unpacks to more than {MAX_UNPACKED_BYTES // (1024 * 1024)} MiB.")
@@ -298,15 +378,28 @@ def _read_manifest(data: bytes) -> bytes:
                         entry += len(chunk)
                         total += len(chunk)
                         if entry > MAX_ENTRY_BYTES:
-                            raise _refuse(f"{info.filename[:80]!r} is larger than {MAX_ENTRY_BYTES // (1024 * 1024)} MiB.")
+                            raise _refuse(
+                                f"{info.filename[:80]!r} is larger than {MAX_ENTRY_BYTES // (1024 * 1024)} MiB."
+                            )
                         if total > MAX_UNPACKED_BYTES:
-                            raise _refuse(f"it unpacks to more than {MAX_UNPACKED_BYTES // (1024 * 1024)} MiB.")
+                            raise _refuse(
+                                f"it unpacks to more than {MAX_UNPACKED_BYTES // (1024 * 1024)} MiB."
+                            )
                         if keep:
                             if entry > MAX_MANIFEST_BYTES:
-                                raise _refuse(f"{MANIFEST} is larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB.")
+                                raise _refuse(
+                                    f"{MANIFEST} is larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB."
+                                )
                             chunks.append(chunk)
-            except (zipfile.BadZipFile, ValueError, OSError, EOFError, NotImplementedError, RuntimeError,
-                    struct.error):
+            except (
+                zipfile.BadZipFile,
+                ValueError,
+                OSError,
+                EOFError,
+                NotImplementedError,
+                RuntimeError,
+                struct.error,
+            ):
                 raise _refuse(f"{info.filename[:80]!r} is damaged.") from None
             if keep:
                 manifest = b"".join(chunks)
@@ -326,7 +419,9 @@ def _no_constant(name: str) -> Any:
 
 def _parse_manifest(raw: bytes) -> _Manifest:
     try:
-        manifest = json.loads(raw.decode("utf-8"), object_pairs_hook=_json_object, parse_constant=_no_constant)
+        manifest = json.loads(
+            raw.decode("utf-8"), object_pairs_hook=_json_object, parse_constant=_no_constant
+        )
     except (UnicodeDecodeError, ValueError, RecursionError):
         raise _refuse(f"{MANIFEST} is not valid JSON.") from None
     if not isinstance(manifest, dict):
@@ -335,7 +430,9 @@ def _parse_manifest(raw: bytes) -> _Manifest:
         raise _refuse(f"it is not a Mosoo agent package (format must be {FORMAT!r}).")
     version = manifest.get("version")
     if type(version) is not int or version != VERSION:
-        raise _refuse(f"package version {json.dumps(version)[:20]} is not supported (this Mosoo reads version {VERSION}).")
+        raise _refuse(
+            f"package version {json.dumps(version)[:20]} is not supported (this Mosoo reads version {VERSION})."
+        )
     unknown = set(manifest) - _MANIFEST_FIELDS
     if unknown:
         raise _refuse(f"unknown manifest fields: {', '.join(sorted(unknown))[:200]}.")
@@ -367,8 +464,14 @@ def _parse_agent(agent: object) -> dict[str, Any]:
         raise _refuse(f"unknown agent fields: {', '.join(sorted(unknown))[:200]}.")
     if not isinstance(agent.get("name"), str) or not agent["name"].strip():
         raise _refuse("the agent has no name.")
-    for key, limit in (("name", 80), ("description", 500), ("runtime", 32), ("kind", 16), ("model", 200),
-                       ("system_prompt", 100_000)):
+    for key, limit in (
+        ("name", 80),
+        ("description", 500),
+        ("runtime", 32),
+        ("kind", 16),
+        ("model", 200),
+        ("system_prompt", 100_000),
+    ):
         _text(agent, key, limit)
     if len(" ".join(agent["name"].split())) > 80:
         raise _refuse("agent.name is longer than 80 characters.")
@@ -388,7 +491,9 @@ def _parse_agent(agent: object) -> dict[str, Any]:
     if not isinstance(options, dict):
         raise _refuse("agent.provider_options must be an object.")
     if len(json.dumps(options)) > MAX_PROVIDER_OPTIONS_BYTES:
-        raise _refuse(f"agent.provider_options is larger than {MAX_PROVIDER_OPTIONS_BYTES // 1024} KiB.")
+        raise _refuse(
+            f"agent.provider_options is larger than {MAX_PROVIDER_OPTIONS_BYTES // 1024} KiB."
+        )
     if _without_secrets(options) != options:
         raise _refuse("agent.provider_options holds a key or token; packages never carry secrets.")
     return dict(agent)
@@ -414,14 +519,20 @@ def _parse_provider(provider: object) -> _Provider | None:
         _ = parts.port  # raises on a malformed port
     except ValueError:
         raise _refuse("provider.base_url must be an http:// or https:// URL.") from None
-    if (parts.scheme not in ("http", "https") or not parts.hostname
-            or any(c.isspace() or not c.isprintable() for c in base_url)):
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or any(c.isspace() or not c.isprintable() for c in base_url)
+    ):
         raise _refuse("provider.base_url must be an http:// or https:// URL.")
     if parts.username is not None or parts.password is not None:
         raise _refuse("provider.base_url holds credentials; packages never carry secrets.")
     models = provider.get("models", [])
-    if (not isinstance(models, list) or len(models) > MAX_LISTED
-            or not all(isinstance(m, str) and 0 < len(m) <= 200 for m in models)):
+    if (
+        not isinstance(models, list)
+        or len(models) > MAX_LISTED
+        or not all(isinstance(m, str) and 0 < len(m) <= 200 for m in models)
+    ):
         raise _refuse(f"provider.models must be at most {MAX_LISTED} model names.")
     return _Provider(kind=kind, base_url=base_url.rstrip("/"), models=list(models))
 
@@ -443,12 +554,19 @@ def _parse_environment(environment: object) -> bool:
     return bool(environment)
 
 
-def _matching_credential(db: Session, app_id: str, provider: _Provider) -> ProviderCredential | None:
+def _matching_credential(
+    db: Session, app_id: str, provider: _Provider
+) -> ProviderCredential | None:
     """The App's key for the same provider kind and base URL: the default one first, then the oldest."""
     rows = db.exec(
         select(ProviderCredential)
-        .where(ProviderCredential.app_id == app_id, ProviderCredential.provider == provider.kind.value)
-        .order_by(col(ProviderCredential.is_default).desc(), col(ProviderCredential.created_at),
-                  col(ProviderCredential.id))
+        .where(
+            ProviderCredential.app_id == app_id, ProviderCredential.provider == provider.kind.value
+        )
+        .order_by(
+            col(ProviderCredential.is_default).desc(),
+            col(ProviderCredential.created_at),
+            col(ProviderCredential.id),
+        )
     ).all()
     return next((row for row in rows if row.base_url.rstrip("/") == provider.base_url), None)

@@ -19,7 +19,14 @@ from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.identity import get_app
 
-DEFAULT_TOOLS = {"bash": "ask", "read": "allow", "write": "ask", "edit": "ask", "glob": "allow", "grep": "allow"}
+DEFAULT_TOOLS = {
+    "bash": "ask",
+    "read": "allow",
+    "write": "ask",
+    "edit": "ask",
+    "glob": "allow",
+    "grep": "allow",
+}
 REASONING_EFFORTS = ("none", "low", "medium", "high")
 MAX_TOKENS_LIMIT = 200_000
 MAX_BINDINGS = 32  # skills, MCP servers: per Agent
@@ -70,12 +77,23 @@ class Readiness:
 
 def agent_view(agent: Agent) -> AgentView:
     return AgentView(
-        id=agent.id, app_id=agent.app_id, name=agent.name, description=agent.description,
-        runtime=agent.runtime, kind=agent.kind, provider_credential_id=agent.provider_credential_id,
-        model=agent.model, system_prompt=agent.system_prompt, tools=dict(agent.tools),
-        provider_options=dict(agent.provider_options), created_at=agent.created_at, updated_at=agent.updated_at,
-        status=agent.status, published_version=agent.published_version,
-        environment_id=agent.environment_id, skills=list(agent.skills or []),
+        id=agent.id,
+        app_id=agent.app_id,
+        name=agent.name,
+        description=agent.description,
+        runtime=agent.runtime,
+        kind=agent.kind,
+        provider_credential_id=agent.provider_credential_id,
+        model=agent.model,
+        system_prompt=agent.system_prompt,
+        tools=dict(agent.tools),
+        provider_options=dict(agent.provider_options),
+        created_at=agent.created_at,
+        updated_at=agent.updated_at,
+        status=agent.status,
+        published_version=agent.published_version,
+        environment_id=agent.environment_id,
+        skills=list(agent.skills or []),
         mcp_servers=list(agent.mcp_servers or []),
     )
 
@@ -127,7 +145,11 @@ def _option_in_range(key: str, value: Any) -> bool:
     if key == "temperature":
         return not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= 2
     if key == "max_tokens":
-        return not isinstance(value, bool) and isinstance(value, int) and 1 <= value <= MAX_TOKENS_LIMIT
+        return (
+            not isinstance(value, bool)
+            and isinstance(value, int)
+            and 1 <= value <= MAX_TOKENS_LIMIT
+        )
     return value in REASONING_EFFORTS
 
 
@@ -136,7 +158,9 @@ def _clean_provider_options(options: Any, field_name: str | None) -> dict[str, A
     that key, other keys are kept as they are. A refusal names `field_name`, or the option
     itself when it is None."""
     if not isinstance(options, Mapping):
-        raise InvalidInput("Provider options must be an object.", field=field_name or "provider_options")
+        raise InvalidInput(
+            "Provider options must be an object.", field=field_name or "provider_options"
+        )
     cleaned = {key: value for key, value in options.items() if value is not None}
     for key, message in PROVIDER_OPTION_RULES.items():
         if key in cleaned and not _option_in_range(key, cleaned[key]):
@@ -154,7 +178,13 @@ def parse_provider_option(key: str, text: str) -> ProviderOptionChanges:
     value: Any = None
     if clean:
         try:
-            value = float(clean) if key == "temperature" else int(clean) if key == "max_tokens" else clean
+            value = (
+                float(clean)
+                if key == "temperature"
+                else int(clean)
+                if key == "max_tokens"
+                else clean
+            )
         except ValueError:
             raise InvalidInput(PROVIDER_OPTION_RULES[key], field=key) from None
     return ProviderOptionChanges(**{key: value})
@@ -174,7 +204,9 @@ def _clean_binding_list(values: Any, field_name: str, what: str) -> list[str]:
         raise InvalidInput(f"{what} must be a list of ids.", field=field_name)
     cleaned = list(dict.fromkeys(_clean_resource_id(value, field_name, what) for value in values))
     if len(cleaned) > MAX_BINDINGS:
-        raise InvalidInput(f"An agent binds at most {MAX_BINDINGS} {what.lower()}.", field=field_name)
+        raise InvalidInput(
+            f"An agent binds at most {MAX_BINDINGS} {what.lower()}.", field=field_name
+        )
     return cleaned
 
 
@@ -185,7 +217,13 @@ def _clean_environment_id(value: Any) -> str | None:
 
 
 def create_agent(
-    db: Session, account_id: str, app_id: str, *, name: str, runtime: str = "openai", kind: str = "cattle"
+    db: Session,
+    account_id: str,
+    app_id: str,
+    *,
+    name: str,
+    runtime: str = "openai",
+    kind: str = "cattle",
 ) -> AgentView:
     """A new Agent with the default tools (read-only ones allowed, the rest ask first)."""
     get_app(db, account_id, app_id)
@@ -193,7 +231,9 @@ def create_agent(
         raise InvalidInput(f"Unknown runtime {runtime!r}.", field="runtime")
     if kind not in ("pet", "cattle"):
         raise InvalidInput("Kind is pet (Assistant) or cattle (Task).", field="kind")
-    agent = Agent(app_id=app_id, name=_clean_name(name), runtime=runtime, kind=kind, tools=dict(DEFAULT_TOOLS))
+    agent = Agent(
+        app_id=app_id, name=_clean_name(name), runtime=runtime, kind=kind, tools=dict(DEFAULT_TOOLS)
+    )
     db.add(agent)
     db.flush()
     return agent_view(agent)
@@ -201,7 +241,9 @@ def create_agent(
 
 def list_agents(db: Session, account_id: str, app_id: str) -> list[AgentView]:
     get_app(db, account_id, app_id)
-    rows = db.exec(select(Agent).where(Agent.app_id == app_id).order_by(col(Agent.created_at))).all()
+    rows = db.exec(
+        select(Agent).where(Agent.app_id == app_id).order_by(col(Agent.created_at))
+    ).all()
     return [agent_view(row) for row in rows]
 
 
@@ -218,7 +260,10 @@ def last_activity_by_agent(db: Session, account_id: str, app_id: str) -> dict[st
         .where(Agent.app_id == app_id)
         .group_by(col(Agent.id), col(Agent.updated_at))
     ).all()
-    return {agent_id: thread_updated or agent_updated for agent_id, agent_updated, thread_updated in rows}
+    return {
+        agent_id: thread_updated or agent_updated
+        for agent_id, agent_updated, thread_updated in rows
+    }
 
 
 def get_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> AgentView:
@@ -228,7 +273,9 @@ def get_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> Agent
 UPDATABLE = frozenset(f.name for f in fields(AgentChanges))
 
 
-def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, changes: AgentChanges) -> AgentView:
+def update_agent(
+    db: Session, account_id: str, app_id: str, agent_id: str, changes: AgentChanges
+) -> AgentView:
     """Change the profile fields `changes` sets; each is validated, a refusal names its field
     and nothing is saved when one is invalid."""
     agent = owned_agent(db, account_id, app_id, agent_id)
@@ -244,9 +291,14 @@ def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, chang
     if "kind" in values and values["kind"] not in ("pet", "cattle"):
         raise InvalidInput("Kind is pet (Assistant) or cattle (Task).", field="kind")
     for locked in ("kind", "runtime"):
-        if locked in values and values[locked] != getattr(agent, locked) and _ever_published(db, agent.id):
+        if (
+            locked in values
+            and values[locked] != getattr(agent, locked)
+            and _ever_published(db, agent.id)
+        ):
             raise InvalidInput(
-                "Kind and runtime are locked after the first publish; fork the agent to change them.", field=locked
+                "Kind and runtime are locked after the first publish; fork the agent to change them.",
+                field=locked,
             )
     if "model" in values:
         values["model"] = (values["model"] or "").strip()
@@ -255,23 +307,30 @@ def update_agent(db: Session, account_id: str, app_id: str, agent_id: str, chang
     if "system_prompt" in values:
         values["system_prompt"] = values["system_prompt"] or ""
         if len(values["system_prompt"]) > 100_000:
-            raise InvalidInput("The system prompt is limited to 100,000 characters.", field="system_prompt")
+            raise InvalidInput(
+                "The system prompt is limited to 100,000 characters.", field="system_prompt"
+            )
     if "tools" in values:
         values["tools"] = _clean_tools(dict(values["tools"] or {}))
     if "provider_options" in values:
         values["provider_options"] = _clean_provider_options(
-            {} if values["provider_options"] is None else values["provider_options"], "provider_options"
+            {} if values["provider_options"] is None else values["provider_options"],
+            "provider_options",
         )
     if "environment_id" in values:
         values["environment_id"] = _clean_environment_id(values["environment_id"])
     if "skills" in values:
         values["skills"] = _clean_binding_list(values["skills"], "skills", "Skills")
     if "mcp_servers" in values:
-        values["mcp_servers"] = _clean_binding_list(values["mcp_servers"], "mcp_servers", "MCP servers")
+        values["mcp_servers"] = _clean_binding_list(
+            values["mcp_servers"], "mcp_servers", "MCP servers"
+        )
     if values.get("provider_credential_id") and not credential_belongs_to_app(
         db, app_id, values["provider_credential_id"]
     ):
-        raise InvalidInput("That provider key does not exist in this App.", field="provider_credential_id")
+        raise InvalidInput(
+            "That provider key does not exist in this App.", field="provider_credential_id"
+        )
     return _save(db, agent, values)
 
 
@@ -287,7 +346,11 @@ def update_provider_options(
     for key, value in given.items():
         if value is not None and not _option_in_range(key, value):
             raise InvalidInput(PROVIDER_OPTION_RULES[key], field=key)
-    merged = {key: value for key, value in {**(agent.provider_options or {}), **given}.items() if value is not None}
+    merged = {
+        key: value
+        for key, value in {**(agent.provider_options or {}), **given}.items()
+        if value is not None
+    }
     return _save(db, agent, {"provider_options": merged})
 
 
@@ -301,7 +364,10 @@ def _save(db: Session, agent: Agent, values: dict[str, Any]) -> AgentView:
 
 
 def _ever_published(db: Session, agent_id: str) -> bool:
-    return db.exec(select(AgentVersion.id).where(AgentVersion.agent_id == agent_id).limit(1)).first() is not None
+    return (
+        db.exec(select(AgentVersion.id).where(AgentVersion.agent_id == agent_id).limit(1)).first()
+        is not None
+    )
 
 
 def existing_skills(db: Session, app_id: str, skill_ids: list[str]) -> list[str]:
@@ -328,29 +394,53 @@ def readiness(db: Session, agent: AgentView) -> Readiness:
     warnings: list[Blocker] = []
     runtime = RUNTIMES.get(agent.runtime)
     if runtime is None or not runtime.implemented:
-        blockers.append(Blocker("runtime_unsupported", f"The {agent.runtime} runtime is not available yet.", "runtime"))
+        blockers.append(
+            Blocker(
+                "runtime_unsupported",
+                f"The {agent.runtime} runtime is not available yet.",
+                "runtime",
+            )
+        )
     if not agent.provider_credential_id:
-        blockers.append(Blocker("no_provider_key", "Choose a provider key.", "provider_credential_id"))
+        blockers.append(
+            Blocker("no_provider_key", "Choose a provider key.", "provider_credential_id")
+        )
     elif not credential_belongs_to_app(db, agent.app_id, agent.provider_credential_id):
-        blockers.append(Blocker("provider_key_missing", "The chosen provider key was deleted.", "provider_credential_id"))
+        blockers.append(
+            Blocker(
+                "provider_key_missing",
+                "The chosen provider key was deleted.",
+                "provider_credential_id",
+            )
+        )
     if not agent.model:
         blockers.append(Blocker("model_not_set", "Set the model.", "model"))
     if agent.environment_id and not environment_exists(db, agent.app_id, agent.environment_id):
-        blockers.append(Blocker(
-            "environment_missing", "The chosen environment does not exist; choose another or the default.",
-            "environment_id",
-        ))
+        blockers.append(
+            Blocker(
+                "environment_missing",
+                "The chosen environment does not exist; choose another or the default.",
+                "environment_id",
+            )
+        )
     found_skills = set(existing_skills(db, agent.app_id, agent.skills))
     for skill_id in agent.skills:
         if skill_id not in found_skills:
-            warnings.append(Blocker("skill_missing", f"Skill {skill_id} is missing; runs go without it.", "skills"))
+            warnings.append(
+                Blocker(
+                    "skill_missing", f"Skill {skill_id} is missing; runs go without it.", "skills"
+                )
+            )
     found_servers = set(existing_mcp_servers(db, agent.app_id, agent.mcp_servers))
     for server_id in agent.mcp_servers:
         if server_id not in found_servers:
-            blockers.append(Blocker(
-                "mcp_server_invalid", f"MCP server {server_id} does not exist; remove it or connect it again.",
-                "mcp_servers",
-            ))
+            blockers.append(
+                Blocker(
+                    "mcp_server_invalid",
+                    f"MCP server {server_id} does not exist; remove it or connect it again.",
+                    "mcp_servers",
+                )
+            )
     return Readiness(ready=not blockers, blockers=blockers, warnings=warnings)
 
 
@@ -395,10 +485,15 @@ def delete_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> De
 
     agent = owned_agent(db, account_id, app_id, agent_id)
     subject = f"agent:{agent.id}"
-    thread_ids = list(db.exec(select(AgentSession.id).where(AgentSession.agent_id == agent.id)).all())
+    thread_ids = list(
+        db.exec(select(AgentSession.id).where(AgentSession.agent_id == agent.id)).all()
+    )
     drivers = db.exec(
         select(DriverInstance).where(
-            or_(col(DriverInstance.subject) == subject, col(DriverInstance.session_id).in_(thread_ids))
+            or_(
+                col(DriverInstance.subject) == subject,
+                col(DriverInstance.session_id).in_(thread_ids),
+            )
         )
     ).all()
     live = [driver.id for driver in drivers if driver.status != "stopped"]
@@ -409,7 +504,11 @@ def delete_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> De
     db.delete(agent)
     db.flush()
     return DeletedAgent(
-        agent_id=agent.id, app_id=app_id, subject=subject, thread_ids=thread_ids, driver_instance_ids=live,
+        agent_id=agent.id,
+        app_id=app_id,
+        subject=subject,
+        thread_ids=thread_ids,
+        driver_instance_ids=live,
         had_sandboxes=bool(drivers),
     )
 
@@ -427,13 +526,25 @@ def fork_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> Agen
     versions and threads stay with the original. Kind and runtime are free again."""
     source = owned_agent(db, account_id, app_id, agent_id)
     suffix = " (copy)"
-    name = source.name if len(source.name) + len(suffix) <= 80 else source.name[: 80 - len(suffix)].rstrip()
+    name = (
+        source.name
+        if len(source.name) + len(suffix) <= 80
+        else source.name[: 80 - len(suffix)].rstrip()
+    )
     fork = Agent(
-        app_id=app_id, name=name + suffix, description=source.description, runtime=source.runtime,
-        kind=source.kind, provider_credential_id=source.provider_credential_id, model=source.model,
-        system_prompt=source.system_prompt, tools=copy.deepcopy(source.tools),
-        provider_options=copy.deepcopy(source.provider_options), environment_id=source.environment_id,
-        skills=list(source.skills or []), mcp_servers=list(source.mcp_servers or []),
+        app_id=app_id,
+        name=name + suffix,
+        description=source.description,
+        runtime=source.runtime,
+        kind=source.kind,
+        provider_credential_id=source.provider_credential_id,
+        model=source.model,
+        system_prompt=source.system_prompt,
+        tools=copy.deepcopy(source.tools),
+        provider_options=copy.deepcopy(source.provider_options),
+        environment_id=source.environment_id,
+        skills=list(source.skills or []),
+        mcp_servers=list(source.mcp_servers or []),
     )
     db.add(fork)
     db.flush()

@@ -16,8 +16,18 @@ from mosoo_core.errors import Conflict, InvalidInput, NotFound
 
 # What a version freezes: everything a run needs from the profile.
 PROFILE_FIELDS = (
-    "name", "description", "runtime", "kind", "provider_credential_id", "model", "system_prompt", "tools",
-    "provider_options", "environment_id", "skills", "mcp_servers",
+    "name",
+    "description",
+    "runtime",
+    "kind",
+    "provider_credential_id",
+    "model",
+    "system_prompt",
+    "tools",
+    "provider_options",
+    "environment_id",
+    "skills",
+    "mcp_servers",
 )
 # Fields versions published before they existed do not hold: such a version runs without them,
 # never with whatever the draft binds today.
@@ -35,7 +45,9 @@ class VersionView:
     created_at: datetime
 
 
-def versions_using_credential(db: Session, app_id: str, credential_id: str) -> list[tuple[str, int]]:
+def versions_using_credential(
+    db: Session, app_id: str, credential_id: str
+) -> list[tuple[str, int]]:
     """(Agent name, version number) of the versions that can still run with the key: the
     published version of each Agent and every version a thread pins."""
     from mosoo_core.sessions.models import AgentSession
@@ -51,11 +63,17 @@ def versions_using_credential(db: Session, app_id: str, credential_id: str) -> l
         if (version.profile or {}).get("provider_credential_id") != credential_id:
             continue
         published = agent.status == "published" and agent.published_version == version.number
-        pinned = published or db.exec(
-            select(AgentSession.id)
-            .where(AgentSession.agent_id == agent.id, AgentSession.agent_version == version.number)
-            .limit(1)
-        ).first() is not None
+        pinned = (
+            published
+            or db.exec(
+                select(AgentSession.id)
+                .where(
+                    AgentSession.agent_id == agent.id, AgentSession.agent_version == version.number
+                )
+                .limit(1)
+            ).first()
+            is not None
+        )
         if pinned:
             used.append((agent.name, version.number))
     return used
@@ -63,8 +81,12 @@ def versions_using_credential(db: Session, app_id: str, credential_id: str) -> l
 
 def version_view(row: AgentVersion) -> VersionView:
     return VersionView(
-        id=row.id, agent_id=row.agent_id, number=row.number, summary=row.summary,
-        profile=copy.deepcopy(row.profile), created_at=row.created_at,
+        id=row.id,
+        agent_id=row.agent_id,
+        number=row.number,
+        summary=row.summary,
+        profile=copy.deepcopy(row.profile),
+        created_at=row.created_at,
     )
 
 
@@ -73,13 +95,17 @@ def frozen_profile(agent: Agent) -> dict[str, Any]:
     return {name: copy.deepcopy(getattr(agent, name)) for name in PROFILE_FIELDS}
 
 
-def publish_agent(db: Session, account_id: str, app_id: str, agent_id: str, summary: str = "") -> VersionView:
+def publish_agent(
+    db: Session, account_id: str, app_id: str, agent_id: str, summary: str = ""
+) -> VersionView:
     """Freeze the draft as the next numbered version and make it the published one.
     Refused while readiness has blockers."""
     agent = owned_agent(db, account_id, app_id, agent_id)
     summary = " ".join((summary or "").split())
     if len(summary) > MAX_SUMMARY_CHARS:
-        raise InvalidInput(f"Summaries are at most {MAX_SUMMARY_CHARS} characters.", field="summary")
+        raise InvalidInput(
+            f"Summaries are at most {MAX_SUMMARY_CHARS} characters.", field="summary"
+        )
     ready = readiness(db, agent_view(agent))
     if not ready.ready:
         reasons = " ".join(blocker.message for blocker in ready.blockers)
@@ -87,7 +113,9 @@ def publish_agent(db: Session, account_id: str, app_id: str, agent_id: str, summ
     # Lock the row (PostgreSQL) so two concurrent publishes cannot take the same number.
     locked = db.get(Agent, agent.id, with_for_update=True)
     assert locked is not None
-    latest = db.exec(select(func.max(AgentVersion.number)).where(AgentVersion.agent_id == agent.id)).one()
+    latest = db.exec(
+        select(func.max(AgentVersion.number)).where(AgentVersion.agent_id == agent.id)
+    ).one()
     version = AgentVersion(
         agent_id=agent.id, number=(latest or 0) + 1, summary=summary, profile=frozen_profile(locked)
     )
@@ -112,12 +140,16 @@ def list_versions(db: Session, account_id: str, app_id: str, agent_id: str) -> l
     """The Agent's versions, newest first."""
     owned_agent(db, account_id, app_id, agent_id)
     rows = db.exec(
-        select(AgentVersion).where(AgentVersion.agent_id == agent_id).order_by(col(AgentVersion.number).desc())
+        select(AgentVersion)
+        .where(AgentVersion.agent_id == agent_id)
+        .order_by(col(AgentVersion.number).desc())
     ).all()
     return [version_view(row) for row in rows]
 
 
-def get_version(db: Session, account_id: str, app_id: str, agent_id: str, number: int) -> VersionView:
+def get_version(
+    db: Session, account_id: str, app_id: str, agent_id: str, number: int
+) -> VersionView:
     owned_agent(db, account_id, app_id, agent_id)
     row = _version_row(db, agent_id, number)
     if row is None:
@@ -140,7 +172,9 @@ def thread_profile(db: Session, agent: Agent, agent_version: int | None) -> Agen
     row = _version_row(db, agent.id, agent_version)
     if row is None:
         return None
-    frozen = {name: copy.deepcopy(row.profile[name]) for name in PROFILE_FIELDS if name in row.profile}
+    frozen = {
+        name: copy.deepcopy(row.profile[name]) for name in PROFILE_FIELDS if name in row.profile
+    }
     for name, absent in _ABSENT_MEANS.items():
         frozen.setdefault(name, copy.deepcopy(absent))
     return dataclasses.replace(view, **frozen)

@@ -56,7 +56,9 @@ def request_teardown(stored: list[sessions.StoredEvent]) -> None:
 
 
 class DriverConnection:
-    def __init__(self, websocket: WebSocket, redis: aioredis.Redis, heartbeat_interval_ms: int) -> None:
+    def __init__(
+        self, websocket: WebSocket, redis: aioredis.Redis, heartbeat_interval_ms: int
+    ) -> None:
         self.websocket = websocket
         self.redis = redis
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -71,7 +73,9 @@ class DriverConnection:
             await self.websocket.send_text(encode(message))
 
     async def refuse(self, code: str, reason: str) -> None:
-        log.warning("driver.refused", instance_id=self.instance_id or None, code=code, reason=reason)
+        log.warning(
+            "driver.refused", instance_id=self.instance_id or None, code=code, reason=reason
+        )
         with contextlib.suppress(Exception):
             await self.send(Close(code=code, reason=reason))
             await self.websocket.close(code=1008, reason=code)
@@ -132,7 +136,11 @@ class DriverConnection:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await pusher
             await asyncio.to_thread(self._disconnected)
-            log.info("driver.disconnected", instance_id=self.instance_id, connection_id=self.connection_id)
+            log.info(
+                "driver.disconnected",
+                instance_id=self.instance_id,
+                connection_id=self.connection_id,
+            )
 
     def _accept(self, hello: Hello) -> driver_plane.DriverWelcome:
         with session_scope() as db:
@@ -178,7 +186,12 @@ class DriverConnection:
             await asyncio.to_thread(self._command_update, message)
         elif isinstance(message, Logs):
             for line in message.lines:
-                log.info("driver.log", instance_id=self.instance_id, level=line.level, message=line.message[:2000])
+                log.info(
+                    "driver.log",
+                    instance_id=self.instance_id,
+                    level=line.level,
+                    message=line.message[:2000],
+                )
         elif isinstance(message, Hello):
             raise ProtocolError("unexpected_hello", "hello was already received")
 
@@ -190,7 +203,9 @@ class DriverConnection:
         with session_scope() as db:
             instance = db.get(DriverInstance, self.instance_id)
             if instance is None or instance.connection_id != self.connection_id:
-                raise driver_plane.DriverRefused("superseded", "a newer connection replaced this one")
+                raise driver_plane.DriverRefused(
+                    "superseded", "a newer connection replaced this one"
+                )
             return driver_plane.ingest_driver_events(db, instance, list(message.events))
 
     def _command_update(self, update: CommandUpdate) -> None:
@@ -205,8 +220,10 @@ class DriverConnection:
             pipe = self.redis.pipeline(transaction=False)
             for event in fresh:
                 pipe.xadd(
-                    streams.events_stream(event.session_id), streams.event_fields(event),
-                    maxlen=streams.STREAM_MAXLEN, approximate=True,
+                    streams.events_stream(event.session_id),
+                    streams.event_fields(event),
+                    maxlen=streams.STREAM_MAXLEN,
+                    approximate=True,
                 )
             await pipe.execute()
         except Exception as error:  # viewers fall back to the database
@@ -238,5 +255,9 @@ class DriverConnection:
 
     def _pending_commands(self) -> list[Command]:
         with session_scope() as db:
-            rows = driver_plane.undelivered_commands(db, self.instance_id, after_seq=self.sent_command_seq)
-            return [Command(command_id=r.id, seq=r.seq, kind=r.kind, payload=r.payload) for r in rows]
+            rows = driver_plane.undelivered_commands(
+                db, self.instance_id, after_seq=self.sent_command_seq
+            )
+            return [
+                Command(command_id=r.id, seq=r.seq, kind=r.kind, payload=r.payload) for r in rows
+            ]

@@ -25,7 +25,15 @@ from mosoo_core.sessions import driver_plane
 log = get_logger(__name__)
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 # Headers that describe our hop, not the payload.
-_HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "upgrade"}
+_HOP_HEADERS = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "content-encoding",
+    "upgrade",
+}
+
 
 @dataclass(frozen=True)
 class Upstream:
@@ -36,7 +44,9 @@ class Upstream:
 
 def _error(status: int, code: str, message: str) -> JSONResponse:
     # OpenAI-style error body so SDKs surface a readable message.
-    return JSONResponse({"error": {"code": code, "message": message, "type": code}}, status_code=status)
+    return JSONResponse(
+        {"error": {"code": code, "message": message, "type": code}}, status_code=status
+    )
 
 
 def _bearer(request: Request) -> str | None:
@@ -104,19 +114,27 @@ def build_routes(
     """`resolve_upstream(db, grant)` decrypts the run's credential (vault)."""
     client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(600.0, connect=15.0))
 
-    def authorize(token: str | None, model: str | None) -> tuple[driver_plane.GrantContext, Upstream] | JSONResponse:
+    def authorize(
+        token: str | None, model: str | None
+    ) -> tuple[driver_plane.GrantContext, Upstream] | JSONResponse:
         with session_scope() as db:
             grant = driver_plane.resolve_model_grant(db, token)
             if grant is None:
-                return _error(401, "invalid_grant", "The model grant is unknown, expired or its run is over.")
+                return _error(
+                    401, "invalid_grant", "The model grant is unknown, expired or its run is over."
+                )
             if model is not None and grant.allowed_models and model not in grant.allowed_models:
-                return _error(403, "model_not_allowed", f"Model {model!r} is not allowed for this run.")
+                return _error(
+                    403, "model_not_allowed", f"Model {model!r} is not allowed for this run."
+                )
             try:
                 return grant, resolve_upstream(db, grant)
             except (LookupError, MosooError):
                 return _error(409, "provider_missing", "The run's provider key no longer exists.")
 
-    def record(grant: driver_plane.GrantContext, upstream: Upstream, model: str, tap: UsageTap) -> None:
+    def record(
+        grant: driver_plane.GrantContext, upstream: Upstream, model: str, tap: UsageTap
+    ) -> None:
         tap.finish()
         numbers = usage.parse_usage(tap.usage)
         if numbers is None:
@@ -124,8 +142,14 @@ def build_routes(
             return
         with session_scope() as db:
             usage.record_usage(
-                db, app_id=grant.app_id, provider=upstream.provider, model=tap.model or model,
-                numbers=numbers, agent_id=grant.agent_id, session_id=grant.session_id, run_id=grant.run_id,
+                db,
+                app_id=grant.app_id,
+                provider=upstream.provider,
+                model=tap.model or model,
+                numbers=numbers,
+                agent_id=grant.agent_id,
+                session_id=grant.session_id,
+                run_id=grant.run_id,
                 purpose=grant.purpose,
             )
 
@@ -148,7 +172,10 @@ def build_routes(
         streaming = isinstance(payload, dict) and bool(payload.get("stream"))
         if streaming and path.endswith("chat/completions"):
             # Ask for the usage chunk so every streamed call can be recorded exactly.
-            payload["stream_options"] = {**(payload.get("stream_options") or {}), "include_usage": True}
+            payload["stream_options"] = {
+                **(payload.get("stream_options") or {}),
+                "include_usage": True,
+            }
             body = json.dumps(payload).encode()
         # Identity encoding: the bytes we relay are exactly the provider's bytes.
         headers = {
@@ -159,12 +186,22 @@ def build_routes(
         url = f"{upstream.base_url.rstrip('/')}/{path}"
         try:
             upstream_request = client.build_request(
-                request.method, url, content=body or None, headers=headers, params=request.query_params
+                request.method,
+                url,
+                content=body or None,
+                headers=headers,
+                params=request.query_params,
             )
             answer = await client.send(upstream_request, stream=True)
         except httpx.HTTPError as error:
-            log.warning("gateway.upstream_unreachable", run_id=grant.run_id, error=type(error).__name__)
-            return _error(502, "upstream_unreachable", f"The provider could not be reached ({type(error).__name__}).")
+            log.warning(
+                "gateway.upstream_unreachable", run_id=grant.run_id, error=type(error).__name__
+            )
+            return _error(
+                502,
+                "upstream_unreachable",
+                f"The provider could not be reached ({type(error).__name__}).",
+            )
         tap = UsageTap(streaming=streaming)
 
         async def relay() -> AsyncIterator[bytes]:
@@ -177,9 +214,14 @@ def build_routes(
             if answer.status_code < 400 and request.method == "POST":
                 await asyncio.to_thread(record, grant, upstream, model or "", tap)
 
-        response_headers = {k: v for k, v in answer.headers.items() if k.lower() not in _HOP_HEADERS}
+        response_headers = {
+            k: v for k, v in answer.headers.items() if k.lower() not in _HOP_HEADERS
+        }
         return StreamingResponse(
-            relay(), status_code=answer.status_code, headers=response_headers, background=BackgroundTask(done)
+            relay(),
+            status_code=answer.status_code,
+            headers=response_headers,
+            background=BackgroundTask(done),
         )
 
     return [Route("/gateway/openai/v1/{path:path}", openai_proxy, methods=["GET", "POST"])]

@@ -80,7 +80,9 @@ def resolve_upstream(db: Any, grant: driver_plane.GrantContext) -> Upstream:
 def sweep_once(heartbeat_interval_ms: int) -> int:
     """Missed heartbeats -> `rescheduling`; 120 s without the driver -> `driver_lost`."""
     with session_scope() as db:
-        stored = driver_plane.sweep_lost_drivers(db, heartbeat_interval=timedelta(milliseconds=heartbeat_interval_ms))
+        stored = driver_plane.sweep_lost_drivers(
+            db, heartbeat_interval=timedelta(milliseconds=heartbeat_interval_ms)
+        )
     streams.publish_events(stored)
     request_teardown(stored)
     return len(stored)
@@ -114,12 +116,17 @@ async def _serve_all() -> None:
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()
     app = build_app()
+
     # Both servers share one app; its lifespan (the sweep) runs once, with the TCP server.
-    common = {"log_level": "warning", "access_log": False, "ws_max_size": MAX_FRAME_BYTES + 1024}
+    def config(**where: Any) -> uvicorn.Config:
+        return uvicorn.Config(
+            app, log_level="warning", access_log=False, ws_max_size=MAX_FRAME_BYTES + 1024, **where
+        )
+
     servers = [
-        uvicorn.Server(uvicorn.Config(app, uds=str(socket_path), lifespan="off", **common)),  # type: ignore[arg-type]
+        uvicorn.Server(config(uds=str(socket_path), lifespan="off")),
         uvicorn.Server(
-            uvicorn.Config(app, host=settings.control_host, port=settings.control_port, lifespan="on", **common)  # type: ignore[arg-type]
+            config(host=settings.control_host, port=settings.control_port, lifespan="on")
         ),
     ]
     loop = asyncio.get_running_loop()
@@ -140,7 +147,12 @@ async def _serve_all() -> None:
         await asyncio.sleep(0.05)
     if all(server.started for server in servers):
         os.chmod(socket_path, 0o666)  # sandbox users (non-root) must be able to dial it
-        log.info("control.ready", socket=str(socket_path), host=settings.control_host, port=settings.control_port)
+        log.info(
+            "control.ready",
+            socket=str(socket_path),
+            host=settings.control_host,
+            port=settings.control_port,
+        )
     await asyncio.gather(*tasks)
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()

@@ -82,7 +82,9 @@ def record_artifacts(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> l
         known = {
             row.path: row.sha256
             for row in db.exec(
-                select(StoredFile).where(StoredFile.session_id == session_id, StoredFile.kind == "artifact")
+                select(StoredFile).where(
+                    StoredFile.session_id == session_id, StoredFile.kind == "artifact"
+                )
             ).all()
         }
     if backend.exec(ref, ["test", "-d", OUTPUTS_DIR], timeout=30).exit_code != 0:
@@ -103,12 +105,18 @@ def record_artifacts(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> l
         for output in outputs:
             row = db.exec(
                 select(StoredFile).where(
-                    StoredFile.session_id == session_id, StoredFile.kind == "artifact", StoredFile.path == output.path
+                    StoredFile.session_id == session_id,
+                    StoredFile.kind == "artifact",
+                    StoredFile.path == output.path,
                 )
             ).first()
             if row is None:
                 row = StoredFile(
-                    app_id=app_id, agent_id=agent_id, session_id=session_id, kind="artifact", path=output.path,
+                    app_id=app_id,
+                    agent_id=agent_id,
+                    session_id=session_id,
+                    kind="artifact",
+                    path=output.path,
                     name=output.name,
                 )
             elif row.sha256 == output.spooled.sha256:
@@ -117,7 +125,11 @@ def record_artifacts(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> l
                 replaced.append(row.object_key)
             row.run_id, row.status, row.name = run_id, "ready", output.name
             row.media_type = media_type_for(output.name, None)
-            row.size, row.sha256, row.object_key = output.spooled.size, output.spooled.sha256, keys[output.path]
+            row.size, row.sha256, row.object_key = (
+                output.spooled.size,
+                output.spooled.sha256,
+                keys[output.path],
+            )
             row.updated_at = now
             db.add(row)
             db.flush()
@@ -128,7 +140,11 @@ def record_artifacts(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> l
 
 
 def _read_outputs(
-    backend: SandboxBackend, ref: SandboxRef, run_id: str, known: dict[str, str], since: datetime | None
+    backend: SandboxBackend,
+    ref: SandboxRef,
+    run_id: str,
+    known: dict[str, str],
+    since: datetime | None,
 ) -> list[_Output]:
     """Spool the outputs worth recording to temporary files (hashing as they stream)."""
     outputs: list[_Output] = []
@@ -147,10 +163,21 @@ def _read_outputs(
                 if not_before is not None and member.mtime < not_before:
                     continue  # a shared (Pet) workspace: written before this run
                 if len(outputs) >= MAX_ARTIFACTS_PER_RUN:
-                    log.warning("run.artifact_skipped", run_id=run_id, path=path, reason="too many files")
+                    log.warning(
+                        "run.artifact_skipped", run_id=run_id, path=path, reason="too many files"
+                    )
                     continue
-                if member.size > MAX_ARTIFACT_BYTES or total + member.size > MAX_ARTIFACT_TOTAL_BYTES:
-                    log.warning("run.artifact_skipped", run_id=run_id, path=path, size=member.size, reason="too large")
+                if (
+                    member.size > MAX_ARTIFACT_BYTES
+                    or total + member.size > MAX_ARTIFACT_TOTAL_BYTES
+                ):
+                    log.warning(
+                        "run.artifact_skipped",
+                        run_id=run_id,
+                        path=path,
+                        size=member.size,
+                        reason="too large",
+                    )
                     continue
                 handle = archive.extractfile(member)
                 if handle is None:
@@ -170,4 +197,3 @@ def _read_outputs(
                 output.spooled.path.unlink()
         raise
     return outputs
-

@@ -40,7 +40,9 @@ def attachment_path(file_id: str, name: str) -> str:
     return f"{ATTACHMENTS_DIR}/{file_id}/{name}"
 
 
-def deliver_attachments(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> list[dict[str, Any]]:
+def deliver_attachments(
+    backend: SandboxBackend, ref: SandboxRef, run_id: str
+) -> list[dict[str, Any]]:
     """Put the run's attachments into the sandbox and return the `input.start` manifest
     [{file_id, name, mime_type, size, path}]. A file deleted since the message was sent is
     left out. SandboxError when a file cannot be delivered or is not readable inside."""
@@ -66,23 +68,34 @@ def deliver_attachments(backend: SandboxBackend, ref: SandboxRef, run_id: str) -
         except (OSError, ValueError) as error:
             raise SandboxError(f"could not deliver the attachment {row.name}: {error}") from error
         except Exception as error:  # the S3 client's own errors
-            raise SandboxError(f"could not read the attachment {row.name} from the store: {error}") from error
-        manifest.append({
-            "file_id": row.id, "name": row.name, "mime_type": row.media_type, "size": row.size,
-            "path": attachment_path(row.id, row.name),
-        })
+            raise SandboxError(
+                f"could not read the attachment {row.name} from the store: {error}"
+            ) from error
+        manifest.append(
+            {
+                "file_id": row.id,
+                "name": row.name,
+                "mime_type": row.media_type,
+                "size": row.size,
+                "path": attachment_path(row.id, row.name),
+            }
+        )
     if manifest:
         paths = [item["path"] for item in manifest]
         result = backend.exec(ref, ["sh", "-c", _CHECK_READABLE, "sh", *paths], timeout=60)
         if result.exit_code != 0:
-            raise SandboxError(f"the attachment {result.stdout_text or paths[0]} is not visible in the sandbox")
+            raise SandboxError(
+                f"the attachment {result.stdout_text or paths[0]} is not visible in the sandbox"
+            )
     log.info("run.attachments_delivered", run_id=run_id, count=len(manifest))
     return manifest
 
 
 def _write(store: ObjectStore, key: str, folder: Path, name: str) -> None:
     if not name or "/" in name or "\x00" in name or name in (".", ".."):
-        raise ValueError(f"unsafe attachment name {name!r}")  # names are sanitized on upload; never trust a row
+        raise ValueError(
+            f"unsafe attachment name {name!r}"
+        )  # names are sanitized on upload; never trust a row
     if folder.exists():
         remove_read_only_tree(folder)  # a retried dispatch starts over
     folder.mkdir()
@@ -140,7 +153,9 @@ def remove_stale_attachments(backend: SandboxBackend, ref: SandboxRef) -> int:
             db.exec(
                 select(StoredFile.id)
                 .join(SessionRun, SessionRun.id == StoredFile.run_id)  # type: ignore[arg-type]
-                .where(col(StoredFile.id).in_(present), col(SessionRun.status).in_(ACTIVE_RUN_STATUSES))
+                .where(
+                    col(StoredFile.id).in_(present), col(SessionRun.status).in_(ACTIVE_RUN_STATUSES)
+                )
             ).all()
         )
     return remove_attachments(backend, ref, [name for name in present if name not in active])

@@ -16,7 +16,9 @@ _BIDI = {chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E
 # Zero-width characters hide differences between names that look the same.
 _ZERO_WIDTH = {"\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u180e"}
 # RFC 6838 restricted names: `type/subtype`, parameters dropped.
-_MEDIA_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$")
+_MEDIA_TYPE = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$"
+)
 
 
 def _dropped(char: str) -> bool:
@@ -39,7 +41,9 @@ def sanitize_name(raw: str) -> str:
     """A safe file name, or InvalidInput(field="name") when nothing usable is left."""
     name = clean_name(raw)
     if not name:
-        raise InvalidInput("The file name is empty once unsafe characters are removed.", field="name")
+        raise InvalidInput(
+            "The file name is empty once unsafe characters are removed.", field="name"
+        )
     return name
 
 

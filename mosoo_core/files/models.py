@@ -24,7 +24,9 @@ class StoredFile(SQLModel, table=True):
     session_id: str | None = Field(
         default=None, foreign_key="agent_session.id", index=True, ondelete="CASCADE", max_length=26
     )
-    run_id: str | None = Field(default=None, max_length=26, index=True)  # the run that named / wrote it
+    run_id: str | None = Field(
+        default=None, max_length=26, index=True
+    )  # the run that named / wrote it
     kind: str = Field(max_length=16, index=True)  # attachment | artifact
     status: str = Field(default="pending", max_length=16, index=True)
     name: str = Field(max_length=255)  # sanitized file name
@@ -32,6 +34,8 @@ class StoredFile(SQLModel, table=True):
     media_type: str = Field(default="application/octet-stream", max_length=200)
     size: int = 0
     sha256: str = Field(default="", max_length=64, index=True)
-    object_key: str = Field(default="", max_length=300, index=True)  # {app_id}/blobs/sha256/{digest}
+    object_key: str = Field(
+        default="", max_length=300, index=True
+    )  # {app_id}/blobs/sha256/{digest}
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime, index=True)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)

@@ -74,9 +74,20 @@ class FileView:
 
 def file_view(row: StoredFile) -> FileView:
     return FileView(
-        id=row.id, app_id=row.app_id, agent_id=row.agent_id, session_id=row.session_id, run_id=row.run_id,
-        kind=row.kind, status=row.status, name=row.name, path=row.path, media_type=row.media_type,
-        size=row.size, sha256=row.sha256, created_at=row.created_at, updated_at=row.updated_at,
+        id=row.id,
+        app_id=row.app_id,
+        agent_id=row.agent_id,
+        session_id=row.session_id,
+        run_id=row.run_id,
+        kind=row.kind,
+        status=row.status,
+        name=row.name,
+        path=row.path,
+        media_type=row.media_type,
+        size=row.size,
+        sha256=row.sha256,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
     )
 
 
@@ -115,7 +126,9 @@ def spool(source: IO[bytes], limit: int = MAX_FILE_BYTES) -> Spooled:
             while chunk := source.read(CHUNK):
                 size += len(chunk)
                 if size > limit:
-                    raise PayloadTooLarge(f"Files are limited to {limit // (1024 * 1024)} MiB each.")
+                    raise PayloadTooLarge(
+                        f"Files are limited to {limit // (1024 * 1024)} MiB each."
+                    )
                 digest.update(chunk)
                 target.write(chunk)
     except BaseException:
@@ -169,9 +182,9 @@ def _owned_file(db: Session, account_id: str, file_id: str) -> StoredFile:
 def _thread_attachment_count(db: Session, session_id: str) -> int:
     return int(
         db.exec(
-            select(func.count()).select_from(StoredFile).where(
-                StoredFile.session_id == session_id, StoredFile.kind == "attachment"
-            )
+            select(func.count())
+            .select_from(StoredFile)
+            .where(StoredFile.session_id == session_id, StoredFile.kind == "attachment")
         ).one()
     )
 
@@ -180,8 +193,15 @@ def _thread_attachment_count(db: Session, session_id: str) -> int:
 
 
 def upload_file(
-    db: Session, account_id: str, app_id: str, agent_id: str, source: IO[bytes], filename: str,
-    media_type: str | None = None, *, session_id: str | None = None,
+    db: Session,
+    account_id: str,
+    app_id: str,
+    agent_id: str,
+    source: IO[bytes],
+    filename: str,
+    media_type: str | None = None,
+    *,
+    session_id: str | None = None,
 ) -> FileView:
     """Store an attachment for an Agent of the account's App, optionally already on one of
     its threads. Streams (never holds the file in memory), refuses more than 64 MiB
@@ -205,8 +225,16 @@ def upload_file(
     spooled = spool(source)
     key = store_spooled(app_id, spooled)
     row = StoredFile(
-        app_id=app_id, agent_id=agent_id, session_id=session_id, kind="attachment", status="ready", name=name,
-        media_type=media_type_for(name, media_type), size=spooled.size, sha256=spooled.sha256, object_key=key,
+        app_id=app_id,
+        agent_id=agent_id,
+        session_id=session_id,
+        kind="attachment",
+        status="ready",
+        name=name,
+        media_type=media_type_for(name, media_type),
+        size=spooled.size,
+        sha256=spooled.sha256,
+        object_key=key,
     )
     db.add(row)
     db.flush()
@@ -215,8 +243,15 @@ def upload_file(
 
 
 def list_files(
-    db: Session, account_id: str, app_id: str, *, session_id: str | None = None, kind: str | None = None,
-    query: str | None = None, ids: Sequence[str] | None = None, limit: int = 200,
+    db: Session,
+    account_id: str,
+    app_id: str,
+    *,
+    session_id: str | None = None,
+    kind: str | None = None,
+    query: str | None = None,
+    ids: Sequence[str] | None = None,
+    limit: int = 200,
 ) -> list[FileView]:
     """The App's files, newest first; filter by thread, kind, a name search or ids."""
     _owned_app(db, account_id, app_id)
@@ -224,7 +259,9 @@ def list_files(
         raise InvalidInput("kind must be attachment or artifact.", field="kind")
     if not (1 <= limit <= MAX_LIST_LIMIT):
         raise InvalidInput(f"limit must be between 1 and {MAX_LIST_LIMIT}.", field="limit")
-    statement = select(StoredFile).where(StoredFile.app_id == app_id, StoredFile.status != "deleting")
+    statement = select(StoredFile).where(
+        StoredFile.app_id == app_id, StoredFile.status != "deleting"
+    )
     if session_id is not None:
         thread = _owned_thread(db, account_id, session_id)
         if thread.app_id != app_id:
@@ -233,13 +270,20 @@ def list_files(
     if kind is not None:
         statement = statement.where(StoredFile.kind == kind)
     if query and query.strip():
-        pattern = "%" + query.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        pattern = (
+            "%" + query.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        )
         statement = statement.where(
-            sa.or_(col(StoredFile.name).ilike(pattern, escape="\\"), col(StoredFile.path).ilike(pattern, escape="\\"))
+            sa.or_(
+                col(StoredFile.name).ilike(pattern, escape="\\"),
+                col(StoredFile.path).ilike(pattern, escape="\\"),
+            )
         )
     if ids is not None:
         statement = statement.where(col(StoredFile.id).in_(list(ids)))
-    statement = statement.order_by(col(StoredFile.created_at).desc(), col(StoredFile.id).desc()).limit(limit)
+    statement = statement.order_by(
+        col(StoredFile.created_at).desc(), col(StoredFile.id).desc()
+    ).limit(limit)
     return [file_view(row) for row in db.exec(statement).all()]
 
 
@@ -248,7 +292,9 @@ def list_thread_files(
 ) -> list[FileView]:
     """A thread's attachments and artifacts, oldest first (the order they appeared)."""
     thread = _owned_thread(db, account_id, session_id)
-    statement = select(StoredFile).where(StoredFile.session_id == thread.id, StoredFile.status != "deleting")
+    statement = select(StoredFile).where(
+        StoredFile.session_id == thread.id, StoredFile.status != "deleting"
+    )
     if ids is not None:
         statement = statement.where(col(StoredFile.id).in_(list(ids)))
     statement = statement.order_by(col(StoredFile.created_at), col(StoredFile.id))
@@ -268,7 +314,9 @@ def open_file(db: Session, account_id: str, file_id: str) -> tuple[FileView, IO[
     return file_view(row), store.open(row.object_key)
 
 
-def delete_file(db: Session, account_id: str, file_id: str, *, session_id: str | None = None) -> None:
+def delete_file(
+    db: Session, account_id: str, file_id: str, *, session_id: str | None = None
+) -> None:
     """Delete a file record; with session_id, only a file of that thread (NotFound otherwise).
     Its object goes from the store after the caller commits, if no other row uses it."""
     row = _owned_file(db, account_id, file_id)
@@ -280,7 +328,9 @@ def delete_file(db: Session, account_id: str, file_id: str, *, session_id: str |
     purge_after_commit(db, [key])
 
 
-def bind_attachments(db: Session, thread: Any, run_id: str, file_ids: Sequence[str]) -> list[dict[str, Any]]:
+def bind_attachments(
+    db: Session, thread: Any, run_id: str, file_ids: Sequence[str]
+) -> list[dict[str, Any]]:
     """Bind the attachments a message names to its thread and run (what send_message calls).
     Returns the run's manifest [{file_id, name, media_type, size}]. Each must be a ready
     attachment of the thread's Agent (NotFound otherwise, also for other owners'), not bound
@@ -289,13 +339,21 @@ def bind_attachments(db: Session, thread: Any, run_id: str, file_ids: Sequence[s
     if not wanted:
         return []
     if len(wanted) > MAX_ATTACHMENTS_PER_MESSAGE:
-        raise InvalidInput(f"A message can name at most {MAX_ATTACHMENTS_PER_MESSAGE} files.", field="file_ids")
-    rows = {row.id: row for row in db.exec(select(StoredFile).where(col(StoredFile.id).in_(wanted))).all()}
+        raise InvalidInput(
+            f"A message can name at most {MAX_ATTACHMENTS_PER_MESSAGE} files.", field="file_ids"
+        )
+    rows = {
+        row.id: row
+        for row in db.exec(select(StoredFile).where(col(StoredFile.id).in_(wanted))).all()
+    }
     for file_id in wanted:
         row = rows.get(file_id)
         if (
-            row is None or row.app_id != thread.app_id or row.agent_id != thread.agent_id
-            or row.kind != "attachment" or row.status == "deleting"
+            row is None
+            or row.app_id != thread.app_id
+            or row.agent_id != thread.agent_id
+            or row.kind != "attachment"
+            or row.status == "deleting"
         ):
             raise NotFound(f"File {file_id} not found.")
         if row.session_id is not None and row.session_id != thread.id:
@@ -304,14 +362,18 @@ def bind_attachments(db: Session, thread: Any, run_id: str, file_ids: Sequence[s
             raise InvalidInput(f"File {file_id} is not ready yet.", field="file_ids")
     new = sum(1 for file_id in wanted if rows[file_id].session_id is None)
     if new and _thread_attachment_count(db, thread.id) + new > MAX_ATTACHMENTS_PER_THREAD:
-        raise InvalidInput(f"A thread holds at most {MAX_ATTACHMENTS_PER_THREAD} attachments.", field="file_ids")
+        raise InvalidInput(
+            f"A thread holds at most {MAX_ATTACHMENTS_PER_THREAD} attachments.", field="file_ids"
+        )
     now = utcnow()
     manifest = []
     for file_id in wanted:
         row = rows[file_id]
         row.session_id, row.run_id, row.updated_at = thread.id, run_id, now
         db.add(row)
-        manifest.append({"file_id": row.id, "name": row.name, "media_type": row.media_type, "size": row.size})
+        manifest.append(
+            {"file_id": row.id, "name": row.name, "media_type": row.media_type, "size": row.size}
+        )
     db.flush()
     return manifest
 
@@ -323,7 +385,9 @@ def _unreferenced(db: Session, keys: Iterable[str]) -> list[str]:
     keys = sorted({key for key in keys if key})
     if not keys:
         return []
-    used = set(db.exec(select(StoredFile.object_key).where(col(StoredFile.object_key).in_(keys))).all())
+    used = set(
+        db.exec(select(StoredFile.object_key).where(col(StoredFile.object_key).in_(keys))).all()
+    )
     return [key for key in keys if key not in used]
 
 
@@ -342,7 +406,9 @@ def remove_thread_files(db: Session, session_id: str) -> list[str]:
 def agent_object_keys(db: Session, agent_id: str) -> list[str]:
     """The object keys an Agent's files use (its rows go with the Agent by cascade); give them
     to `purge_objects` once the deletion is committed."""
-    return sorted(set(db.exec(select(StoredFile.object_key).where(StoredFile.agent_id == agent_id)).all()))
+    return sorted(
+        set(db.exec(select(StoredFile.object_key).where(StoredFile.agent_id == agent_id)).all())
+    )
 
 
 def purge_objects(keys: Iterable[str], *, engine: Engine | None = None) -> int:

@@ -105,7 +105,9 @@ class S3Store:
     def delete_prefix(self, prefix: str) -> int:
         paginator = self.client.get_paginator("list_objects_v2")  # type: ignore[attr-defined]
         count = 0
-        for page in paginator.paginate(Bucket=self.bucket, Prefix=_check_key(prefix.rstrip("/")) + "/"):
+        for page in paginator.paginate(
+            Bucket=self.bucket, Prefix=_check_key(prefix.rstrip("/")) + "/"
+        ):
             keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
             if keys:
                 self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})  # type: ignore[attr-defined]

@@ -52,14 +52,22 @@ def _default_names(email: str) -> tuple[str, str]:
 
 
 def sign_in_identity(
-    db: Session, *, provider: str, subject: str, email: str, name: str = "", now: datetime | None = None
+    db: Session,
+    *,
+    provider: str,
+    subject: str,
+    email: str,
+    name: str = "",
+    now: datetime | None = None,
 ) -> Account:
     """The Account behind a verified identity; the first sign-in creates Account, Organization
     and default App. The same verified email is the same Account whichever the provider."""
     now = now or utcnow()
     email = normalize_email(email)
     identity = db.exec(
-        select(AuthIdentity).where(AuthIdentity.provider == provider, AuthIdentity.subject == subject)
+        select(AuthIdentity).where(
+            AuthIdentity.provider == provider, AuthIdentity.subject == subject
+        )
     ).first()
     if identity is not None:
         account = db.get(Account, identity.account_id)
@@ -68,7 +76,9 @@ def sign_in_identity(
     account = db.exec(select(Account).where(Account.email == email)).first()
     if account is None:
         display, org_name = _default_names(email)
-        account = Account(email=email, name=(name or display)[:NAME_MAX], created_at=now, updated_at=now)
+        account = Account(
+            email=email, name=(name or display)[:NAME_MAX], created_at=now, updated_at=now
+        )
         db.add(account)
         db.flush()
         organization = Organization(
@@ -76,8 +86,14 @@ def sign_in_identity(
         )
         db.add(organization)
         db.flush()
-        db.add(App(organization_id=organization.id, name="Default App", created_at=now, updated_at=now))
-    db.add(AuthIdentity(account_id=account.id, provider=provider, subject=subject, email=email, created_at=now))
+        db.add(
+            App(organization_id=organization.id, name="Default App", created_at=now, updated_at=now)
+        )
+    db.add(
+        AuthIdentity(
+            account_id=account.id, provider=provider, subject=subject, email=email, created_at=now
+        )
+    )
     db.flush()
     return account
 
@@ -119,7 +135,9 @@ def update_profile(db: Session, account_id: str, *, name: str) -> AccountView:
 
 def get_organization(db: Session, account_id: str) -> OrganizationView:
     organization = _organization_of(db, account_id)
-    return OrganizationView(id=organization.id, name=organization.name, created_at=organization.created_at)
+    return OrganizationView(
+        id=organization.id, name=organization.name, created_at=organization.created_at
+    )
 
 
 def rename_organization(db: Session, account_id: str, *, name: str) -> OrganizationView:
@@ -133,14 +151,18 @@ def rename_organization(db: Session, account_id: str, *, name: str) -> Organizat
 
 
 def _app_view(app: App) -> AppView:
-    return AppView(id=app.id, name=app.name, organization_id=app.organization_id, created_at=app.created_at)
+    return AppView(
+        id=app.id, name=app.name, organization_id=app.organization_id, created_at=app.created_at
+    )
 
 
 def list_apps(db: Session, account_id: str) -> list[AppView]:
     """The account's Apps, oldest first (the default App leads)."""
     organization = _organization_of(db, account_id)
     apps = db.exec(
-        select(App).where(App.organization_id == organization.id).order_by(col(App.created_at), col(App.id))
+        select(App)
+        .where(App.organization_id == organization.id)
+        .order_by(col(App.created_at), col(App.id))
     ).all()
     return [_app_view(app) for app in apps]
 
@@ -163,7 +185,12 @@ def create_app(db: Session, account_id: str, *, name: str) -> AppView:
     """Add an App to the account's Organization."""
     organization = _organization_of(db, account_id)
     now = utcnow()
-    app = App(organization_id=organization.id, name=clean_name(name, "App name"), created_at=now, updated_at=now)
+    app = App(
+        organization_id=organization.id,
+        name=clean_name(name, "App name"),
+        created_at=now,
+        updated_at=now,
+    )
     db.add(app)
     db.flush()
     return _app_view(app)

@@ -39,7 +39,13 @@ STARTS_WINDOW_SECONDS = 600
 # Rows are kept a day past expiry so a late poll still gets a precise answer.
 _KEEP_AFTER_EXPIRY = timedelta(days=1)
 
-PENDING, AUTHORIZED, DENIED, EXPIRED, CONSUMED = "pending", "authorized", "denied", "expired", "consumed"
+PENDING, AUTHORIZED, DENIED, EXPIRED, CONSUMED = (
+    "pending",
+    "authorized",
+    "denied",
+    "expired",
+    "consumed",
+)
 
 
 @dataclass(frozen=True)
@@ -116,12 +122,16 @@ def _check_start_rate(ip: str) -> None:
         return
     if count > STARTS_PER_IP:
         retry = STARTS_WINDOW_SECONDS - int(utcnow().timestamp()) % STARTS_WINDOW_SECONDS
-        raise RateLimited("Too many sign-in attempts from this address. Try again later.", max(1, retry))
+        raise RateLimited(
+            "Too many sign-in attempts from this address. Try again later.", max(1, retry)
+        )
 
 
 def _purge_stale(db: Session, now: datetime) -> None:
     db.exec(
-        sa.delete(DeviceAuthorization).where(col(DeviceAuthorization.expires_at) < now - _KEEP_AFTER_EXPIRY)
+        sa.delete(DeviceAuthorization).where(
+            col(DeviceAuthorization.expires_at) < now - _KEEP_AFTER_EXPIRY
+        )
     )
 
 
@@ -135,7 +145,9 @@ def start_device_authorization(
     device_code = secrets.token_urlsafe(32)
     user_code = _new_user_code()
     # 20^8 codes: a clash is rare, but the column is unique, so draw again rather than fail.
-    while db.exec(select(DeviceAuthorization.id).where(DeviceAuthorization.user_code == user_code)).first():
+    while db.exec(
+        select(DeviceAuthorization.id).where(DeviceAuthorization.user_code == user_code)
+    ).first():
         user_code = _new_user_code()
     db.add(
         DeviceAuthorization(
@@ -168,7 +180,9 @@ def _by_user_code(db: Session, user_code: str, now: datetime) -> DeviceAuthoriza
     code = normalize_user_code(user_code)
     row = None
     if len(code) == USER_CODE_LENGTH:
-        row = db.exec(select(DeviceAuthorization).where(DeviceAuthorization.user_code == code)).first()
+        row = db.exec(
+            select(DeviceAuthorization).where(DeviceAuthorization.user_code == code)
+        ).first()
     if row is None:
         raise NotFound("No sign-in request has this code. Check the code shown in your terminal.")
     _expire_if_due(db, row, now)
@@ -185,7 +199,9 @@ def _view(row: DeviceAuthorization) -> DeviceAuthorizationView:
     )
 
 
-def describe_device_authorization(db: Session, user_code: str, *, now: datetime | None = None) -> DeviceAuthorizationView:
+def describe_device_authorization(
+    db: Session, user_code: str, *, now: datetime | None = None
+) -> DeviceAuthorizationView:
     """What the confirmation page shows for a user code (NotFound when nobody issued it)."""
     return _view(_by_user_code(db, user_code, now or utcnow()))
 
@@ -198,7 +214,9 @@ _NOT_DECIDABLE = {
 }
 
 
-def _decide(db: Session, account_id: str, user_code: str, status: str, now: datetime | None) -> DeviceAuthorizationView:
+def _decide(
+    db: Session, account_id: str, user_code: str, status: str, now: datetime | None
+) -> DeviceAuthorizationView:
     now = now or utcnow()
     if db.get(Account, account_id) is None:
         raise NotFound("Account not found.")
@@ -238,20 +256,32 @@ def poll_device_authorization(
     row = None
     if device_code and len(device_code) <= 200:
         row = db.exec(
-            select(DeviceAuthorization).where(DeviceAuthorization.device_code_hash == token_digest(device_code))
+            select(DeviceAuthorization).where(
+                DeviceAuthorization.device_code_hash == token_digest(device_code)
+            )
         ).first()
     if row is None:
-        return DeviceRefusal("invalid_grant", "Unknown device code. Run `mosoo login` again.", POLL_INTERVAL_SECONDS)
+        return DeviceRefusal(
+            "invalid_grant", "Unknown device code. Run `mosoo login` again.", POLL_INTERVAL_SECONDS
+        )
     if row.status == CONSUMED:
-        return DeviceRefusal("invalid_grant", "This device code has already been used.", row.interval_seconds)
+        return DeviceRefusal(
+            "invalid_grant", "This device code has already been used.", row.interval_seconds
+        )
     _expire_if_due(db, row, now)
     if row.status == EXPIRED:
         return DeviceRefusal(
-            "expired_token", "The code expired before it was approved. Run `mosoo login` again.", row.interval_seconds
+            "expired_token",
+            "The code expired before it was approved. Run `mosoo login` again.",
+            row.interval_seconds,
         )
     if row.status == DENIED:
-        return DeviceRefusal("access_denied", "The sign-in request was denied.", row.interval_seconds)
-    too_soon = row.last_polled_at is not None and now - row.last_polled_at < timedelta(seconds=row.interval_seconds)
+        return DeviceRefusal(
+            "access_denied", "The sign-in request was denied.", row.interval_seconds
+        )
+    too_soon = row.last_polled_at is not None and now - row.last_polled_at < timedelta(
+        seconds=row.interval_seconds
+    )
     row.last_polled_at = now
     if row.status == PENDING:
         if too_soon:
@@ -259,12 +289,16 @@ def poll_device_authorization(
             db.add(row)
             db.flush()
             return DeviceRefusal(
-                "slow_down", f"Polling too fast; wait {row.interval_seconds} seconds between polls.", row.interval_seconds
+                "slow_down",
+                f"Polling too fast; wait {row.interval_seconds} seconds between polls.",
+                row.interval_seconds,
             )
         db.add(row)
         db.flush()
         return DeviceRefusal(
-            "authorization_pending", "Waiting for the code to be approved in the console.", row.interval_seconds
+            "authorization_pending",
+            "Waiting for the code to be approved in the console.",
+            row.interval_seconds,
         )
     db.add(row)
     db.flush()
@@ -276,15 +310,27 @@ def poll_device_authorization(
     ).rowcount
     account = db.get(Account, row.account_id) if row.account_id else None
     if claimed != 1 or account is None:
-        return DeviceRefusal("invalid_grant", "This device code has already been used.", row.interval_seconds)
-    created = create_access_token(db, account.id, f"CLI · {row.client_name}"[:80], source="cli", now=now)
+        return DeviceRefusal(
+            "invalid_grant", "This device code has already been used.", row.interval_seconds
+        )
+    created = create_access_token(
+        db, account.id, f"CLI · {row.client_name}"[:80], source="cli", now=now
+    )
     db.execute(
         sa.update(DeviceAuthorization)
         .where(col(DeviceAuthorization.id) == row.id)
         .values(access_token_id=created.token.id)
     )
     db.refresh(row)
-    log.info("device.consumed", device_authorization_id=row.id, account_id=account.id, token_id=created.token.id)
+    log.info(
+        "device.consumed",
+        device_authorization_id=row.id,
+        account_id=account.id,
+        token_id=created.token.id,
+    )
     return DeviceGrant(
-        access_token=created.secret, token_id=created.token.id, account_id=account.id, account_email=account.email
+        access_token=created.secret,
+        token_id=created.token.id,
+        account_id=account.id,
+        account_email=account.email,
     )

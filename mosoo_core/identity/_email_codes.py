@@ -48,25 +48,38 @@ def _retry_after(db: Session, created_at: Any, condition: Any, now: datetime) ->
 
 
 def _count_since(db: Session, model: Any, condition: Any, since: datetime) -> int:
-    return int(db.exec(select(func.count()).select_from(model).where(condition, model.created_at > since)).one())
+    return int(
+        db.exec(
+            select(func.count()).select_from(model).where(condition, model.created_at > since)
+        ).one()
+    )
 
 
 def _check_send_limits(db: Session, email: str, ip: str, now: datetime) -> None:
     settings = get_settings()
     since = now - WINDOW
-    if _count_since(db, EmailCode, EmailCode.email == email, since) >= settings.email_sends_per_address_per_hour:
+    if (
+        _count_since(db, EmailCode, EmailCode.email == email, since)
+        >= settings.email_sends_per_address_per_hour
+    ):
         raise RateLimited(
             "Too many codes were requested for this address. Try again later.",
             _retry_after(db, EmailCode.created_at, EmailCode.email == email, now),
         )
-    if ip and _count_since(db, EmailCode, EmailCode.requested_ip == ip, since) >= settings.email_sends_per_ip_per_hour:
+    if (
+        ip
+        and _count_since(db, EmailCode, EmailCode.requested_ip == ip, since)
+        >= settings.email_sends_per_ip_per_hour
+    ):
         raise RateLimited(
             "Too many codes were requested from your network. Try again later.",
             _retry_after(db, EmailCode.created_at, EmailCode.requested_ip == ip, now),
         )
 
 
-def request_email_code(db: Session, *, email: str, ip: str = "", now: datetime | None = None) -> CodeRequested:
+def request_email_code(
+    db: Session, *, email: str, ip: str = "", now: datetime | None = None
+) -> CodeRequested:
     """Send a fresh sign-in code to an address. Known and unknown addresses get the same
     answer (an account is only created when a code is verified)."""
     settings = get_settings()
@@ -119,13 +132,20 @@ def _check_verify_throttle(db: Session, email: str, ip: str, now: datetime) -> N
     settings = get_settings()
     since = now - WINDOW
     by_address = SignInFailure.email == email
-    if _count_since(db, SignInFailure, by_address, since) >= settings.email_verify_failures_per_address_per_hour:
+    if (
+        _count_since(db, SignInFailure, by_address, since)
+        >= settings.email_verify_failures_per_address_per_hour
+    ):
         raise RateLimited(
             "Too many wrong codes for this address. Try again later.",
             _retry_after(db, SignInFailure.created_at, by_address, now),
         )
     by_ip = SignInFailure.ip == ip
-    if ip and _count_since(db, SignInFailure, by_ip, since) >= settings.email_verify_failures_per_ip_per_hour:
+    if (
+        ip
+        and _count_since(db, SignInFailure, by_ip, since)
+        >= settings.email_verify_failures_per_ip_per_hour
+    ):
         raise RateLimited(
             "Too many wrong codes from your network. Try again later.",
             _retry_after(db, SignInFailure.created_at, by_ip, now),

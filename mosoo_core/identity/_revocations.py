@@ -65,7 +65,9 @@ def session_id_for_token(db: Session, token: str | None) -> str | None:
     check: `resolve_session` says whether the session may still act."""
     if not token or len(token) > 200:
         return None
-    return db.exec(select(AuthSession.id).where(AuthSession.token_hash == token_digest(token))).first()
+    return db.exec(
+        select(AuthSession.id).where(AuthSession.token_hash == token_digest(token))
+    ).first()
 
 
 def ended_sessions(
@@ -84,10 +86,14 @@ def ended_sessions(
     for start in range(0, len(wanted), _IN_BATCH):
         batch = wanted[start : start + _IN_BATCH]
         rows = db.exec(
-            select(AuthSession.id, AuthSession.expires_at, AuthSession.revoked_at).where(col(AuthSession.id).in_(batch))
+            select(AuthSession.id, AuthSession.expires_at, AuthSession.revoked_at).where(
+                col(AuthSession.id).in_(batch)
+            )
         ).all()
         for session_id, expires_at, revoked_at in rows:
-            revoked = revoked_at is not None and (revoked_before is None or revoked_at < revoked_before)
+            revoked = revoked_at is not None and (
+                revoked_before is None or revoked_at < revoked_before
+            )
             if expires_at > now and not revoked:
                 alive.add(session_id)
     return set(wanted) - alive
@@ -98,12 +104,18 @@ def publish_session_revoked(session_id: str, *, redis_url: str | None = None) ->
     url = redis_url or get_settings().redis_url
     try:
         client = redis.Redis.from_url(
-            url, socket_timeout=PUBLISH_TIMEOUT_SECONDS, socket_connect_timeout=PUBLISH_TIMEOUT_SECONDS
+            url,
+            socket_timeout=PUBLISH_TIMEOUT_SECONDS,
+            socket_connect_timeout=PUBLISH_TIMEOUT_SECONDS,
         )
         with client:
             client.publish(revoked_channel(url), session_id)
     except (redis.RedisError, OSError) as error:
-        log.warning("identity.session_revoked_publish_failed", session_id=session_id, error=type(error).__name__)
+        log.warning(
+            "identity.session_revoked_publish_failed",
+            session_id=session_id,
+            error=type(error).__name__,
+        )
         return False
     return True
 
@@ -158,10 +170,11 @@ async def revoked_sessions(
                         yield data.decode() if isinstance(data, bytes) else str(data)
         except (redis.RedisError, OSError) as error:
             if not failing:
-                log.warning("identity.revocations_unavailable", channel=channel, error=type(error).__name__)
+                log.warning(
+                    "identity.revocations_unavailable", channel=channel, error=type(error).__name__
+                )
             failing = True
         finally:
             with contextlib.suppress(redis.RedisError, OSError):
                 await client.aclose()
         await asyncio.sleep(resubscribe_seconds)
-

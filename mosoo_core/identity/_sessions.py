@@ -23,7 +23,12 @@ class NewSession:
 
 
 def start_session(
-    db: Session, account_id: str, *, method: str, user_agent: str = "", replaces: str | None = None,
+    db: Session,
+    account_id: str,
+    *,
+    method: str,
+    user_agent: str = "",
+    replaces: str | None = None,
     now: datetime | None = None,
 ) -> NewSession:
     """Open a browser session for an account that has just proven who it is. `replaces` is
@@ -89,18 +94,27 @@ def issue_login_ticket(db: Session, account_id: str, *, now: datetime | None = N
 
 
 def redeem_login_ticket(
-    db: Session, ticket: str, *, user_agent: str = "", replaces: str | None = None, now: datetime | None = None
+    db: Session,
+    ticket: str,
+    *,
+    user_agent: str = "",
+    replaces: str | None = None,
+    now: datetime | None = None,
 ) -> NewSession:
     """Trade a ticket for a session; a used, expired or unknown ticket is refused."""
     now = now or utcnow()
-    row = db.exec(select(LoginTicket).where(LoginTicket.ticket_hash == token_digest(ticket or ""))).first()
+    row = db.exec(
+        select(LoginTicket).where(LoginTicket.ticket_hash == token_digest(ticket or ""))
+    ).first()
     if row is None or row.used_at is not None or row.expires_at <= now:
         raise Unauthenticated("This sign-in link is no longer valid. Sign in again.")
     if db.get(Account, row.account_id) is None:
         raise Unauthenticated("This sign-in link is no longer valid. Sign in again.")
     row.used_at = now
     db.add(row)
-    return start_session(db, row.account_id, method="email", user_agent=user_agent, replaces=replaces, now=now)
+    return start_session(
+        db, row.account_id, method="email", user_agent=user_agent, replaces=replaces, now=now
+    )
 
 
 def purge_expired_sign_in_records(db: Session, *, now: datetime | None = None) -> int:

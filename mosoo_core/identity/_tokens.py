@@ -64,7 +64,12 @@ def clean_label(raw: str) -> str:
 
 
 def create_access_token(
-    db: Session, account_id: str, label: str, *, source: str = "console", now: datetime | None = None
+    db: Session,
+    account_id: str,
+    label: str,
+    *,
+    source: str = "console",
+    now: datetime | None = None,
 ) -> CreatedToken:
     """Mint a token for an account. The secret is returned once and never stored."""
     if source not in SOURCES:
@@ -96,7 +101,9 @@ def list_access_tokens(db: Session, account_id: str) -> list[AccessTokenView]:
     return [_view(row) for row in rows]
 
 
-def revoke_access_token(db: Session, account_id: str, token_id: str, *, now: datetime | None = None) -> None:
+def revoke_access_token(
+    db: Session, account_id: str, token_id: str, *, now: datetime | None = None
+) -> None:
     """The token stops working at once. Another account's (or an unknown) id is NotFound."""
     row = db.get(AccessToken, token_id) if token_id else None
     if row is None or row.account_id != account_id or row.revoked_at is not None:
@@ -106,7 +113,9 @@ def revoke_access_token(db: Session, account_id: str, token_id: str, *, now: dat
     db.flush()
 
 
-def authenticate_access_token(db: Session, secret: str | None, *, now: datetime | None = None) -> AccessTokenView:
+def authenticate_access_token(
+    db: Session, secret: str | None, *, now: datetime | None = None
+) -> AccessTokenView:
     """The live token behind a secret; Unauthenticated when malformed, unknown or revoked."""
     if not secret or not _TOKEN_SHAPE.fullmatch(secret):
         raise Unauthenticated(_REFUSED)

@@ -131,7 +131,9 @@ class DeviceAuthorization(SQLModel, table=True):
     id: str = _id_field()
     device_code_hash: str = Field(max_length=64, unique=True)
     user_code: str = Field(max_length=16, unique=True, index=True)
-    status: str = Field(default="pending", max_length=16)  # pending|authorized|denied|expired|consumed
+    status: str = Field(
+        default="pending", max_length=16
+    )  # pending|authorized|denied|expired|consumed
     client_name: str = Field(default="", max_length=80)
     account_id: str | None = Field(default=None, foreign_key="account.id", ondelete="CASCADE")
     access_token_id: str | None = Field(default=None, max_length=26)
@@ -149,7 +151,9 @@ class IdempotencyRecord(SQLModel, table=True):
     __table_args__ = (sa.UniqueConstraint("account_id", "scope", "key", name="uq_idempotency_key"),)
     id: str = _id_field()
     account_id: str = Field(foreign_key="account.id", index=True, ondelete="CASCADE")
-    scope: str = Field(max_length=300)  # method and route of the call, e.g. "POST /threads/{id}/events"
+    scope: str = Field(
+        max_length=300
+    )  # method and route of the call, e.g. "POST /threads/{id}/events"
     key: str = Field(max_length=255)
     request_hash: str = Field(max_length=64)
     status_code: int = 0  # 0 while the first call is still being answered

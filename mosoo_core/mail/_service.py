@@ -57,7 +57,10 @@ def _send_smtp(settings: Settings, row: OutboundEmail) -> None:
     timeout = settings.smtp_timeout_seconds
     if settings.smtp_ssl:
         client: smtplib.SMTP = smtplib.SMTP_SSL(
-            settings.smtp_host, settings.smtp_port, timeout=timeout, context=ssl.create_default_context()
+            settings.smtp_host,
+            settings.smtp_port,
+            timeout=timeout,
+            context=ssl.create_default_context(),
         )
     else:
         client = smtplib.SMTP(settings.smtp_host, settings.smtp_port, timeout=timeout)
@@ -89,7 +92,9 @@ def deliver_email(db: Session, email_id: str, *, now: datetime | None = None) ->
             row.body = ""
         db.add(row)
         db.flush()
-        log.warning("email.delivery_failed", email_id=row.id, attempts=row.attempts, error=row.last_error)
+        log.warning(
+            "email.delivery_failed", email_id=row.id, attempts=row.attempts, error=row.last_error
+        )
         return row.status
     row.status = "sent"
     row.sent_at = now or utcnow()
@@ -100,11 +105,15 @@ def deliver_email(db: Session, email_id: str, *, now: datetime | None = None) ->
     return row.status
 
 
-def pending_email_ids(db: Session, *, older_than: timedelta = timedelta(0), now: datetime | None = None) -> list[str]:
+def pending_email_ids(
+    db: Session, *, older_than: timedelta = timedelta(0), now: datetime | None = None
+) -> list[str]:
     """Messages still waiting for delivery (the beat sweep retries them)."""
     cutoff = (now or utcnow()) - older_than
     rows = db.exec(
-        select(OutboundEmail.id).where(OutboundEmail.status == "pending", OutboundEmail.created_at <= cutoff)
+        select(OutboundEmail.id).where(
+            OutboundEmail.status == "pending", OutboundEmail.created_at <= cutoff
+        )
     ).all()
     return list(rows)
 
@@ -120,10 +129,14 @@ def list_dev_mailbox(db: Session, *, limit: int = 50) -> list[MailboxMessage]:
     return [MailboxMessage(r.id, r.to_address, r.subject, r.body, r.created_at) for r in rows]
 
 
-def purge_dev_mailbox(db: Session, *, older_than: timedelta = timedelta(days=1), now: datetime | None = None) -> int:
+def purge_dev_mailbox(
+    db: Session, *, older_than: timedelta = timedelta(days=1), now: datetime | None = None
+) -> int:
     cutoff = (now or utcnow()) - older_than
     rows = db.exec(
-        select(OutboundEmail).where(OutboundEmail.status == "dev_mailbox", OutboundEmail.created_at < cutoff)
+        select(OutboundEmail).where(
+            OutboundEmail.status == "dev_mailbox", OutboundEmail.created_at < cutoff
+        )
     ).all()
     for row in rows:
         db.delete(row)

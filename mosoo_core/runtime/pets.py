@@ -54,18 +54,26 @@ def _subject(agent_id: str) -> str:
 
 
 def _ever_had_driver(db: Session, agent_id: str) -> bool:
-    return db.exec(
-        select(DriverInstance.id).where(DriverInstance.subject == _subject(agent_id)).limit(1)
-    ).first() is not None
+    return (
+        db.exec(
+            select(DriverInstance.id).where(DriverInstance.subject == _subject(agent_id)).limit(1)
+        ).first()
+        is not None
+    )
 
 
 def _active_run(db: Session, agent_id: str) -> bool:
-    return db.exec(
-        select(SessionRun.id)
-        .join(AgentSession, col(AgentSession.id) == col(SessionRun.session_id))
-        .where(AgentSession.agent_id == agent_id, col(SessionRun.status).in_(ACTIVE_RUN_STATUSES))
-        .limit(1)
-    ).first() is not None
+    return (
+        db.exec(
+            select(SessionRun.id)
+            .join(AgentSession, col(AgentSession.id) == col(SessionRun.session_id))
+            .where(
+                AgentSession.agent_id == agent_id, col(SessionRun.status).in_(ACTIVE_RUN_STATUSES)
+            )
+            .limit(1)
+        ).first()
+        is not None
+    )
 
 
 def pet_sandbox_status(
@@ -83,12 +91,15 @@ def pet_sandbox_status(
         return PetSandbox(exists=False)
     ref = refs[0]
     return PetSandbox(
-        exists=True, state=ref.state,
+        exists=True,
+        state=ref.state,
         pending=agents.pending_sandbox_fields(agent, ref.labels.get(LABEL_BUILT_FROM)),
     )
 
 
-def apply_pet_changes(account_id: str, app_id: str, agent_id: str, backend: SandboxBackend | None = None) -> str:
+def apply_pet_changes(
+    account_id: str, app_id: str, agent_id: str, backend: SandboxBackend | None = None
+) -> str:
     """Recreate the Agent's Pet sandbox so pending changes take effect: refused (Conflict)
     while a run of the Agent is active; `/workspace` is checkpointed first and, if that
     fails, the old sandbox stays and the Conflict says why. Returns "recreated", or "none"
@@ -120,7 +131,9 @@ def apply_pet_changes(account_id: str, app_id: str, agent_id: str, backend: Sand
             store.delete(key)
             raise Conflict("A run started while applying. Wait for it to finish, then apply again.")
         drivers = db.exec(
-            select(DriverInstance).where(DriverInstance.subject == _subject(agent_id), DriverInstance.status != "stopped")
+            select(DriverInstance).where(
+                DriverInstance.subject == _subject(agent_id), DriverInstance.status != "stopped"
+            )
         ).all()
         for driver in drivers:
             driver_plane.mark_stopped(db, driver.id)

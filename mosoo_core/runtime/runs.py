@@ -78,7 +78,9 @@ class BootPlan:
 
 
 LABEL_INSTALLATION = "mosoo.installation"
-LABEL_BUILT_FROM = "mosoo.built_from"  # on Pet sandboxes: what they were built from (agents.sandbox_fingerprint)
+LABEL_BUILT_FROM = (
+    "mosoo.built_from"  # on Pet sandboxes: what they were built from (agents.sandbox_fingerprint)
+)
 
 
 def installation_label() -> dict[str, str]:
@@ -102,14 +104,18 @@ def checkpoint_prefix(app_id: str, session_id: str) -> str:
     return f"{app_id}/checkpoints/{session_id}"
 
 
-def remove_agent_sandboxes(deleted: agents.DeletedAgent, backend: SandboxBackend | None = None) -> int:
+def remove_agent_sandboxes(
+    deleted: agents.DeletedAgent, backend: SandboxBackend | None = None
+) -> int:
     """Remove a deleted Agent's Pet sandbox and the sandboxes of its drivers that were still
     live. Returns how many were removed; what a failure leaves behind, `sweep_sandboxes` removes."""
     if not deleted.had_sandboxes:
         return 0  # no driver ever ran for it: nothing to look for (and no backend to start)
     backend = backend or get_backend()
     selectors = [{LABEL_SUBJECT: deleted.subject, **installation_label()}]
-    selectors += [{LABEL_DRIVER_INSTANCE: instance_id} for instance_id in deleted.driver_instance_ids]
+    selectors += [
+        {LABEL_DRIVER_INSTANCE: instance_id} for instance_id in deleted.driver_instance_ids
+    ]
     removed = 0
     for labels in selectors:
         for ref in backend.list_by_label(labels):
@@ -117,7 +123,9 @@ def remove_agent_sandboxes(deleted: agents.DeletedAgent, backend: SandboxBackend
                 backend.remove(ref)
                 removed += 1
             except SandboxError as error:
-                log.warning("agent.sandbox_remove_failed", agent_id=deleted.agent_id, error=str(error)[:300])
+                log.warning(
+                    "agent.sandbox_remove_failed", agent_id=deleted.agent_id, error=str(error)[:300]
+                )
     return removed
 
 
@@ -136,12 +144,18 @@ def delete_agent_everywhere(
         store.delete_prefix(checkpoint_prefix(deleted.app_id, thread_id))
     store.delete_prefix(pet_checkpoint_key(deleted.app_id, deleted.agent_id).rsplit("/", 1)[0])
     sandboxes = remove_agent_sandboxes(deleted, backend)
-    log.info("agent.deleted", agent_id=agent_id, threads=len(deleted.thread_ids), sandboxes=sandboxes)
+    log.info(
+        "agent.deleted", agent_id=agent_id, threads=len(deleted.thread_ids), sandboxes=sandboxes
+    )
     return deleted
 
 
-def _fail(db: Session, run: SessionRun, code: str, message: str, retryable: bool) -> list[sessions.StoredEvent]:
-    return driver_plane.finish_run(db, run, "failed", code=code, message=message, retryable=retryable, emit_event=True)
+def _fail(
+    db: Session, run: SessionRun, code: str, message: str, retryable: bool
+) -> list[sessions.StoredEvent]:
+    return driver_plane.finish_run(
+        db, run, "failed", code=code, message=message, retryable=retryable, emit_event=True
+    )
 
 
 def openai_api_style(db: Session, credential_id: str) -> Literal["chat_completions", "responses"]:
@@ -163,15 +177,25 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
     session = db.get(AgentSession, run.session_id)
     agent = db.get(Agent, session.agent_id) if session else None
     if session is None or agent is None:
-        return None, _fail(db, run, "agent_missing", "The agent of this thread no longer exists.", False)
+        return None, _fail(
+            db, run, "agent_missing", "The agent of this thread no longer exists.", False
+        )
     # The pinned version's frozen profile, or the live draft (Preview threads).
     profile = agents.thread_profile(db, agent, session.agent_version)
     if profile is None:
-        return None, _fail(db, run, "agent_version_missing", "The agent version of this thread no longer exists.", False)
+        return None, _fail(
+            db,
+            run,
+            "agent_version_missing",
+            "The agent version of this thread no longer exists.",
+            False,
+        )
     ready = agents.readiness(db, profile)
     if not ready.ready:
         reasons = "; ".join(b.message for b in ready.blockers)
-        return None, _fail(db, run, "readiness_blocked", f"The agent is not ready: {reasons}", False)
+        return None, _fail(
+            db, run, "readiness_blocked", f"The agent is not ready: {reasons}", False
+        )
     assert profile.provider_credential_id is not None
     subject = f"agent:{agent.id}" if profile.kind == "pet" else f"session:{session.id}"
     driver = driver_plane.register_driver(
@@ -185,19 +209,29 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
     skills = agents.existing_skills(db, run.app_id, profile.skills)
     mcp_servers = agents.existing_mcp_servers(db, run.app_id, profile.mcp_servers)
     spec = ExecutionSpec(
-        app_id=run.app_id, agent_id=agent.id, session_id=session.id, runtime=profile.runtime, model=profile.model,
-        system_prompt=profile.system_prompt, tools=dict(profile.tools),
+        app_id=run.app_id,
+        agent_id=agent.id,
+        session_id=session.id,
+        runtime=profile.runtime,
+        model=profile.model,
+        system_prompt=profile.system_prompt,
+        tools=dict(profile.tools),
         provider_options=dict(profile.provider_options),
-        gateway=GatewayGrant(grant=grant, api_style=openai_api_style(db, profile.provider_credential_id)),
+        gateway=GatewayGrant(
+            grant=grant, api_style=openai_api_style(db, profile.provider_credential_id)
+        ),
         skills=[{"id": skill_id} for skill_id in skills],
         mcp_servers=[{"id": server_id} for server_id in mcp_servers],
     )
     # The stored snapshot never holds the grant.
     run.snapshot = {
-        **spec.model_dump(exclude={"gateway"}), "kind": profile.kind, "credential_id": profile.provider_credential_id,
+        **spec.model_dump(exclude={"gateway"}),
+        "kind": profile.kind,
+        "credential_id": profile.provider_credential_id,
         "agent_version": session.agent_version,
         "bindings": {
-            "environment_id": profile.environment_id, "skills": list(profile.skills),
+            "environment_id": profile.environment_id,
+            "skills": list(profile.skills),
             "mcp_servers": list(profile.mcp_servers),
         },
     }
@@ -205,12 +239,21 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
     run.driver_instance_id = driver.instance_id
     db.add(run)
     payload = BootPayload(
-        control_url=CONTROL_URL, driver_instance_id=driver.instance_id, boot_token=driver.boot_token,
-        runtime=profile.runtime, execution_spec=spec,
+        control_url=CONTROL_URL,
+        driver_instance_id=driver.instance_id,
+        boot_token=driver.boot_token,
+        runtime=profile.runtime,
+        execution_spec=spec,
     )
     plan = BootPlan(
-        run_id=run.id, session_id=session.id, app_id=run.app_id, agent_id=agent.id, kind=profile.kind,
-        subject=subject, instance_id=driver.instance_id, payload_json=payload.model_dump_json(),
+        run_id=run.id,
+        session_id=session.id,
+        app_id=run.app_id,
+        agent_id=agent.id,
+        kind=profile.kind,
+        subject=subject,
+        instance_id=driver.instance_id,
+        payload_json=payload.model_dump_json(),
         built_from=agents.sandbox_fingerprint(profile),
     )
     return plan, []
@@ -227,12 +270,17 @@ def _sandbox_for(backend: SandboxBackend, plan: BootPlan) -> SandboxRef:
     if plan.kind == "pet":
         labels[LABEL_BUILT_FROM] = plan.built_from
     spec = SandboxSpec(
-        subject=plan.subject, app_id=plan.app_id, driver_instance_id=plan.instance_id,
-        control_socket=settings.resolved_control_socket, labels=labels,
+        subject=plan.subject,
+        app_id=plan.app_id,
+        driver_instance_id=plan.instance_id,
+        control_socket=settings.resolved_control_socket,
+        labels=labels,
     )
     ref = backend.create(spec)
     if plan.kind == "pet":
-        _restore_pet_workspace(backend, ref, plan)  # even for a stopped run: later runs reuse this sandbox
+        _restore_pet_workspace(
+            backend, ref, plan
+        )  # even for a stopped run: later runs reuse this sandbox
     if plan.kind == "cattle":
         store = get_store()
         key = checkpoint_key(plan.app_id, plan.session_id)
@@ -314,7 +362,9 @@ def _still_wanted(run_id: str) -> bool:
         return run is not None and run.status in ACTIVE_RUN_STATUSES
 
 
-def _wait_ready(run_id: str, instance_id: str, timeout: float) -> Literal["ready", "stopped", "timeout"]:
+def _wait_ready(
+    run_id: str, instance_id: str, timeout: float
+) -> Literal["ready", "stopped", "timeout"]:
     """Wait for the driver's ready (a Redis key control sets), and end the wait as soon as the
     run is stopped or its thread deleted (the database says so; looked at every 0.25 s)."""
     client = streams.sync_client()
@@ -355,7 +405,9 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
             return "failed"
         # A worker died while booting this run, which was stopped meanwhile: release its boot.
         stopped_boot = (
-            run is not None and run.status not in ACTIVE_RUN_STATUSES and run.driver_instance_id is not None
+            run is not None
+            and run.status not in ACTIVE_RUN_STATUSES
+            and run.driver_instance_id is not None
             and run.started_at is None
         )
         if not stopped_boot:
@@ -388,17 +440,26 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
         if ref is not None and plan.kind == "pet":
             files.remove_attachments(backend, ref, _attachment_ids(run_id))
         _teardown(backend, plan.instance_id, plan.kind)
-        return _fail_by_id(run_id, "sandbox_failed", f"The sandbox could not start: {error.message[:300]}", True)
+        return _fail_by_id(
+            run_id, "sandbox_failed", f"The sandbox could not start: {error.message[:300]}", True
+        )
     outcome = "stopped" if stopped else _wait_ready(run_id, plan.instance_id, READY_TIMEOUT_SECONDS)
     if outcome == "timeout":
         _teardown(backend, plan.instance_id, plan.kind)
-        return _fail_by_id(run_id, "driver_boot_timeout", "The driver did not report ready within 60 seconds.", True)
+        return _fail_by_id(
+            run_id,
+            "driver_boot_timeout",
+            "The driver did not report ready within 60 seconds.",
+            True,
+        )
     if outcome == "ready":
         with session_scope() as db:
             run = db.get(SessionRun, run_id)
             if run is not None and run.status in ACTIVE_RUN_STATUSES:
                 driver_plane.enqueue_command(
-                    db, plan.instance_id, "input.start",
+                    db,
+                    plan.instance_id,
+                    "input.start",
                     {"run_id": run_id, "text": run.input_text, "attachments": attachments},
                 )
             else:
@@ -407,7 +468,12 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
         return _release_stopped_boot(backend, plan, started)
     mark.end()  # before the driver hears of its input, so the run's own teardown never waits for us
     streams.notify_driver(plan.instance_id)
-    log.info("run.dispatched", run_id=run_id, instance_id=plan.instance_id, seconds=round(time.monotonic() - started, 3))
+    log.info(
+        "run.dispatched",
+        run_id=run_id,
+        instance_id=plan.instance_id,
+        seconds=round(time.monotonic() - started, 3),
+    )
     return "booting"
 
 
@@ -420,7 +486,9 @@ def _release_stopped_boot(backend: SandboxBackend, plan: BootPlan, boot_started:
     except SandboxError as error:
         log.warning("run.boot_release_failed", run_id=plan.run_id, error=str(error)[:300])
     log.info(
-        "run.boot_stopped", run_id=plan.run_id, instance_id=plan.instance_id,
+        "run.boot_stopped",
+        run_id=plan.run_id,
+        instance_id=plan.instance_id,
         seconds=round(time.monotonic() - boot_started, 3),
     )
     return _status(plan.run_id)
@@ -446,7 +514,9 @@ def _fail_by_id(run_id: str, code: str, message: str, retryable: bool) -> str:
     return "failed"
 
 
-def _abandon_boot(db: Session, run: SessionRun, backend: SandboxBackend | None) -> list[sessions.StoredEvent]:
+def _abandon_boot(
+    db: Session, run: SessionRun, backend: SandboxBackend | None
+) -> list[sessions.StoredEvent]:
     instance = db.get(DriverInstance, run.driver_instance_id) if run.driver_instance_id else None
     if instance is not None:
         if run.snapshot.get("kind", "cattle") == "pet":
@@ -454,7 +524,13 @@ def _abandon_boot(db: Session, run: SessionRun, backend: SandboxBackend | None) 
         else:
             _remove_sandboxes_of(backend or get_backend(), instance.id)
             driver_plane.mark_stopped(db, instance.id)
-    return _fail(db, run, "dispatch_interrupted", "The worker stopped while starting the sandbox. Send the message again.", True)
+    return _fail(
+        db,
+        run,
+        "dispatch_interrupted",
+        "The worker stopped while starting the sandbox. Send the message again.",
+        True,
+    )
 
 
 def _teardown(backend: SandboxBackend, instance_id: str, kind: str) -> None:
@@ -501,13 +577,25 @@ def _release_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> 
         run = db.get(SessionRun, run_id)
         if run is None or run.status in ACTIVE_RUN_STATUSES or not run.driver_instance_id:
             return "skipped"
-        instance_id, kind, status = run.driver_instance_id, run.snapshot.get("kind", "cattle"), run.status
+        instance_id, kind, status = (
+            run.driver_instance_id,
+            run.snapshot.get("kind", "cattle"),
+            run.status,
+        )
         app_id, session_id = run.app_id, run.session_id
         attached = [str(item.get("file_id", "")) for item in run.attachments]
         # A file a newer message of the thread named again is that run's now (Pet: it stays).
-        rebound = set(db.exec(
-            select(StoredFile.id).where(col(StoredFile.id).in_(attached), StoredFile.run_id != run_id)
-        ).all()) if attached else set()
+        rebound = (
+            set(
+                db.exec(
+                    select(StoredFile.id).where(
+                        col(StoredFile.id).in_(attached), StoredFile.run_id != run_id
+                    )
+                ).all()
+            )
+            if attached
+            else set()
+        )
         attached = [file_id for file_id in attached if file_id not in rebound]
         started = run.started_at is not None  # a run that never started wrote nothing
         instance = db.get(DriverInstance, instance_id)
@@ -519,7 +607,11 @@ def _release_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> 
         return "kept"
     backend = backend or get_backend()
     if kind == "pet":
-        pets = backend.list_by_label({LABEL_SUBJECT: subject, **installation_label()}) if subject else []
+        pets = (
+            backend.list_by_label({LABEL_SUBJECT: subject, **installation_label()})
+            if subject
+            else []
+        )
         for ref in pets[:1]:
             if ref.state == "running" and started:
                 _record_outputs(backend, ref, run_id)
@@ -546,7 +638,9 @@ def _release_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> 
     return "removed"
 
 
-def record_run_outputs(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> list[files.FileView]:
+def record_run_outputs(
+    backend: SandboxBackend, ref: SandboxRef, run_id: str
+) -> list[files.FileView]:
     """Record the run's new or changed outputs as artifacts of its thread and announce them
     in one `session_files.updated` event (none when nothing changed). Safe to run twice."""
     changed = files.record_artifacts(backend, ref, run_id)
@@ -556,10 +650,18 @@ def record_run_outputs(backend: SandboxBackend, ref: SandboxRef, run_id: str) ->
         run = db.get(SessionRun, run_id)
         if run is None:
             return changed
-        events = driver_plane.append_events(db, run.session_id, [driver_plane.NewEvent(
-            type="session_files.updated", run_id=run_id, source_event_id=f"session_files:{run_id}",
-            payload={"run_id": run_id, "files": [view.to_public() for view in changed]},
-        )])
+        events = driver_plane.append_events(
+            db,
+            run.session_id,
+            [
+                driver_plane.NewEvent(
+                    type="session_files.updated",
+                    run_id=run_id,
+                    source_event_id=f"session_files:{run_id}",
+                    payload={"run_id": run_id, "files": [view.to_public() for view in changed]},
+                )
+            ],
+        )
     streams.publish_events(events)
     return changed
 
@@ -573,7 +675,10 @@ def _record_outputs(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> No
 
 
 def _checkpoint(backend: SandboxBackend, ref: SandboxRef, app_id: str, session_id: str) -> None:
-    get_store().put(checkpoint_key(app_id, session_id), cast(IO[bytes], ChunkReader(backend.get_archive(ref, WORKSPACE))))
+    get_store().put(
+        checkpoint_key(app_id, session_id),
+        cast(IO[bytes], ChunkReader(backend.get_archive(ref, WORKSPACE))),
+    )
 
 
 STUCK_BOOT_AFTER = timedelta(seconds=READY_TIMEOUT_SECONDS + 60)
@@ -602,7 +707,9 @@ def sweep_stuck_boots(backend: SandboxBackend | None = None, *, now: datetime | 
     return failed
 
 
-def sweep_sandboxes(backend: SandboxBackend | None = None, *, grace: timedelta = timedelta(minutes=2)) -> int:
+def sweep_sandboxes(
+    backend: SandboxBackend | None = None, *, grace: timedelta = timedelta(minutes=2)
+) -> int:
     """Remove sandboxes nothing needs any more: a Cattle sandbox whose driver's run is over
     (or unknown), a Pet sandbox whose Agent was deleted."""
     backend = backend or get_backend()
@@ -617,7 +724,9 @@ def sweep_sandboxes(backend: SandboxBackend | None = None, *, grace: timedelta =
             else:
                 instance = db.get(DriverInstance, instance_id) if instance_id else None
                 run = (
-                    db.exec(select(SessionRun).where(SessionRun.driver_instance_id == instance.id)).first()
+                    db.exec(
+                        select(SessionRun).where(SessionRun.driver_instance_id == instance.id)
+                    ).first()
                     if instance is not None
                     else None
                 )

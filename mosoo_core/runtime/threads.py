@@ -19,14 +19,18 @@ from mosoo_core.runtime.sandbox import (
 log = get_logger(__name__)
 
 
-def remove_thread_sandboxes(deleted: sessions.DeletedThread, backend: SandboxBackend | None = None) -> int:
+def remove_thread_sandboxes(
+    deleted: sessions.DeletedThread, backend: SandboxBackend | None = None
+) -> int:
     """Remove the thread's Cattle sandboxes (a Pet sandbox is the Agent's and stays; the
     thread's driver inside it was told to stop). What a failure leaves, `sweep_sandboxes` removes."""
     if not deleted.driver_instance_ids:
         return 0  # no driver ever ran for it: nothing to look for (and no backend to start)
     backend = backend or get_backend()
     selectors = [{LABEL_SUBJECT: deleted.subject, **installation_label()}]
-    selectors += [{LABEL_DRIVER_INSTANCE: instance_id} for instance_id in deleted.driver_instance_ids]
+    selectors += [
+        {LABEL_DRIVER_INSTANCE: instance_id} for instance_id in deleted.driver_instance_ids
+    ]
     removed = 0
     seen: set[str] = set()
     for labels in selectors:
@@ -38,7 +42,11 @@ def remove_thread_sandboxes(deleted: sessions.DeletedThread, backend: SandboxBac
                 backend.remove(ref)
                 removed += 1
             except SandboxError as error:
-                log.warning("thread.sandbox_remove_failed", thread_id=deleted.thread_id, error=str(error)[:300])
+                log.warning(
+                    "thread.sandbox_remove_failed",
+                    thread_id=deleted.thread_id,
+                    error=str(error)[:300],
+                )
     return removed
 
 
@@ -60,6 +68,10 @@ def delete_thread_everywhere(
     checkpoints = get_store().delete_prefix(checkpoint_prefix(deleted.app_id, deleted.thread_id))
     sandboxes = remove_thread_sandboxes(deleted, backend)
     log.info(
-        "thread.deleted", thread_id=thread_id, objects=purged, checkpoints=checkpoints, sandboxes=sandboxes,
+        "thread.deleted",
+        thread_id=thread_id,
+        objects=purged,
+        checkpoints=checkpoints,
+        sandboxes=sandboxes,
     )
     return deleted

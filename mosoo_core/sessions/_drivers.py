@@ -51,7 +51,12 @@ class DriverWelcome:
 
 
 def register_driver(
-    db: Session, *, app_id: str, subject: str, runtime: str, session_id: str | None = None,
+    db: Session,
+    *,
+    app_id: str,
+    subject: str,
+    runtime: str,
+    session_id: str | None = None,
     now: datetime | None = None,
 ) -> NewDriver:
     """A driver about to boot: its id and single-use boot token (valid 60 s)."""
@@ -76,7 +81,9 @@ def accept_hello(db: Session, hello: Hello, *, now: datetime | None = None) -> D
     after that only the latest resume token does. Rotates the resume token."""
     now = now or utcnow()
     instance = db.exec(
-        select(DriverInstance).where(DriverInstance.id == hello.driver_instance_id).with_for_update()
+        select(DriverInstance)
+        .where(DriverInstance.id == hello.driver_instance_id)
+        .with_for_update()
     ).first()
     if instance is None or instance.status in ("stopped", "lost"):
         raise DriverRefused("unknown_instance", "no such driver instance")
@@ -98,7 +105,12 @@ def accept_hello(db: Session, hello: Hello, *, now: datetime | None = None) -> D
     if hello.runtime != instance.runtime:
         # The boot token was presented and is burned (and the row lock released) even so.
         db.add(instance)
-        commit_refusal(db, DriverRefused("runtime_mismatch", f"instance runs {instance.runtime!r}, not {hello.runtime!r}"))
+        commit_refusal(
+            db,
+            DriverRefused(
+                "runtime_mismatch", f"instance runs {instance.runtime!r}, not {hello.runtime!r}"
+            ),
+        )
     resume_token = secrets.token_urlsafe(32)
     instance.resume_token_hash = _digest(resume_token)
     instance.connection_id = new_id()
@@ -123,7 +135,9 @@ def _live_instance(db: Session, instance_id: str, connection_id: str) -> DriverI
     return instance
 
 
-def record_heartbeat(db: Session, instance_id: str, connection_id: str, *, now: datetime | None = None) -> None:
+def record_heartbeat(
+    db: Session, instance_id: str, connection_id: str, *, now: datetime | None = None
+) -> None:
     instance = _live_instance(db, instance_id, connection_id)
     instance.last_heartbeat_at = now or utcnow()
     if instance.status == "disconnected":
@@ -132,16 +146,24 @@ def record_heartbeat(db: Session, instance_id: str, connection_id: str, *, now: 
     db.add(instance)
 
 
-def mark_ready(db: Session, instance_id: str, connection_id: str, *, now: datetime | None = None) -> None:
+def mark_ready(
+    db: Session, instance_id: str, connection_id: str, *, now: datetime | None = None
+) -> None:
     instance = _live_instance(db, instance_id, connection_id)
     instance.ready_at = instance.ready_at or (now or utcnow())
     db.add(instance)
 
 
-def mark_disconnected(db: Session, instance_id: str, connection_id: str, *, now: datetime | None = None) -> bool:
+def mark_disconnected(
+    db: Session, instance_id: str, connection_id: str, *, now: datetime | None = None
+) -> bool:
     """The socket closed; returns False when a newer connection already took over."""
     instance = db.get(DriverInstance, instance_id)
-    if instance is None or instance.connection_id != connection_id or instance.status != "connected":
+    if (
+        instance is None
+        or instance.connection_id != connection_id
+        or instance.status != "connected"
+    ):
         return False
     instance.status = "disconnected"
     instance.disconnected_at = now or utcnow()
@@ -157,20 +179,28 @@ def mark_stopped(db: Session, instance_id: str) -> None:
         db.add(instance)
 
 
-def enqueue_command(db: Session, instance_id: str, kind: str, payload: dict[str, Any]) -> DriverCommand:
+def enqueue_command(
+    db: Session, instance_id: str, kind: str, payload: dict[str, Any]
+) -> DriverCommand:
     """Queue a command for a driver; seqs are consecutive per instance."""
     if kind not in COMMAND_KINDS:
         raise ValueError(f"unknown command kind {kind!r}")
     last = db.exec(
-        select(sa.func.max(DriverCommand.seq)).where(DriverCommand.driver_instance_id == instance_id)
+        select(sa.func.max(DriverCommand.seq)).where(
+            DriverCommand.driver_instance_id == instance_id
+        )
     ).one()
-    command = DriverCommand(driver_instance_id=instance_id, seq=(last or 0) + 1, kind=kind, payload=payload)
+    command = DriverCommand(
+        driver_instance_id=instance_id, seq=(last or 0) + 1, kind=kind, payload=payload
+    )
     db.add(command)
     db.flush()
     return command
 
 
-def undelivered_commands(db: Session, instance_id: str, *, after_seq: int = 0) -> list[DriverCommand]:
+def undelivered_commands(
+    db: Session, instance_id: str, *, after_seq: int = 0
+) -> list[DriverCommand]:
     """Commands the driver has not finished, oldest first (re-sent after a reconnect)."""
     return list(
         db.exec(

@@ -76,14 +76,17 @@ def append_events(db: Session, session_id: str, events: list[NewEvent]) -> list[
     if source_ids:
         rows = db.exec(
             select(SessionEvent).where(
-                SessionEvent.session_id == session_id, col(SessionEvent.source_event_id).in_(source_ids)
+                SessionEvent.session_id == session_id,
+                col(SessionEvent.source_event_id).in_(source_ids),
             )
         ).all()
         existing = {row.source_event_id: row for row in rows if row.source_event_id}
     fresh: list[NewEvent] = []
     seen: set[str] = set()
     for event in events:
-        if event.source_event_id and (event.source_event_id in existing or event.source_event_id in seen):
+        if event.source_event_id and (
+            event.source_event_id in existing or event.source_event_id in seen
+        ):
             continue
         if event.source_event_id:
             seen.add(event.source_event_id)
@@ -124,7 +127,9 @@ def append_events(db: Session, session_id: str, events: list[NewEvent]) -> list[
     return ordered
 
 
-def read_events(db: Session, session_id: str, *, after_seq: int = 0, limit: int = 500) -> list[StoredEvent]:
+def read_events(
+    db: Session, session_id: str, *, after_seq: int = 0, limit: int = 500
+) -> list[StoredEvent]:
     rows = db.exec(
         select(SessionEvent)
         .where(SessionEvent.session_id == session_id, SessionEvent.seq > after_seq)

@@ -32,22 +32,33 @@ def _digest(token: str) -> str:
 
 
 def issue_model_grant(
-    db: Session, run: SessionRun, *, credential_id: str, allowed_models: list[str],
-    ttl: timedelta = DEFAULT_GRANT_TTL, now: datetime | None = None,
+    db: Session,
+    run: SessionRun,
+    *,
+    credential_id: str,
+    allowed_models: list[str],
+    ttl: timedelta = DEFAULT_GRANT_TTL,
+    now: datetime | None = None,
 ) -> str:
     """A new opaque grant for the run (only its digest is stored)."""
     token = GRANT_PREFIX + secrets.token_urlsafe(32)
     db.add(
         ModelGrant(
-            token_hash=_digest(token), run_id=run.id, app_id=run.app_id, credential_id=credential_id,
-            allowed_models=list(allowed_models), expires_at=(now or utcnow()) + ttl,
+            token_hash=_digest(token),
+            run_id=run.id,
+            app_id=run.app_id,
+            credential_id=credential_id,
+            allowed_models=list(allowed_models),
+            expires_at=(now or utcnow()) + ttl,
         )
     )
     db.flush()
     return token
 
 
-def resolve_model_grant(db: Session, token: str | None, *, now: datetime | None = None) -> GrantContext | None:
+def resolve_model_grant(
+    db: Session, token: str | None, *, now: datetime | None = None
+) -> GrantContext | None:
     """The run behind a grant, or None when unknown, expired or the run is over."""
     if not token or not token.startswith(GRANT_PREFIX) or len(token) > 200:
         return None
@@ -61,7 +72,11 @@ def resolve_model_grant(db: Session, token: str | None, *, now: datetime | None 
     if session is None:
         return None
     return GrantContext(
-        run_id=run.id, session_id=session.id, app_id=run.app_id, agent_id=session.agent_id,
-        purpose=session.purpose, credential_id=grant.credential_id,
+        run_id=run.id,
+        session_id=session.id,
+        app_id=run.app_id,
+        agent_id=session.agent_id,
+        purpose=session.purpose,
+        credential_id=grant.credential_id,
         allowed_models=tuple(grant.allowed_models),
     )

@@ -29,19 +29,30 @@ def _parse_time(value: str) -> datetime | None:
     return parsed if parsed.tzinfo else None
 
 
-def set_session_status(db: Session, session: AgentSession, status: str, **extra: Any) -> list[StoredEvent]:
+def set_session_status(
+    db: Session, session: AgentSession, status: str, **extra: Any
+) -> list[StoredEvent]:
     """Change a thread's status and log a `session.status` event (nothing when unchanged)."""
     if session.status == status:
         return []
     session.status = status
     db.add(session)
     db.flush()
-    return append_events(db, session.id, [NewEvent(type="session.status", payload={"status": status, **extra})])
+    return append_events(
+        db, session.id, [NewEvent(type="session.status", payload={"status": status, **extra})]
+    )
 
 
 def finish_run(
-    db: Session, run: SessionRun, status: str, *, code: str | None = None, message: str | None = None,
-    retryable: bool | None = None, emit_event: bool = False, now: datetime | None = None,
+    db: Session,
+    run: SessionRun,
+    status: str,
+    *,
+    code: str | None = None,
+    message: str | None = None,
+    retryable: bool | None = None,
+    emit_event: bool = False,
+    now: datetime | None = None,
 ) -> list[StoredEvent]:
     """Close a run (completed, failed, cancelled, expired); the thread is usable again."""
     if run.status not in ACTIVE_RUN_STATUSES:
@@ -56,7 +67,9 @@ def finish_run(
         payload: dict[str, Any] = {}
         if status == "failed":
             payload = {"code": code, "message": message, "retryable": bool(retryable)}
-        stored += append_events(db, run.session_id, [NewEvent(type=f"run.{status}", payload=payload, run_id=run.id)])
+        stored += append_events(
+            db, run.session_id, [NewEvent(type=f"run.{status}", payload=payload, run_id=run.id)]
+        )
     session = db.get(AgentSession, run.session_id)
     if session is not None:
         stored += set_session_status(db, session, "idle")
@@ -70,7 +83,9 @@ _RUN_STATUS_BY_KIND = {
 }
 
 
-def ingest_driver_events(db: Session, instance: DriverInstance, events: list[DriverEvent]) -> list[StoredEvent]:
+def ingest_driver_events(
+    db: Session, instance: DriverInstance, events: list[DriverEvent]
+) -> list[StoredEvent]:
     """Store a driver's batch (one transaction, duplicates dropped) and apply run transitions.
     Events for a run that this driver instance does not serve are refused."""
     runs: dict[str, SessionRun] = {}
@@ -120,8 +135,12 @@ def _apply(db: Session, run: SessionRun, event: DriverEvent) -> list[StoredEvent
     if event.kind == "run.failed":
         payload = event.payload
         return finish_run(
-            db, run, "failed", code=str(payload.get("code") or "run_failed")[:64],
-            message=str(payload.get("message") or "")[:2000], retryable=bool(payload.get("retryable")),
+            db,
+            run,
+            "failed",
+            code=str(payload.get("code") or "run_failed")[:64],
+            message=str(payload.get("message") or "")[:2000],
+            retryable=bool(payload.get("retryable")),
         )
     return []
 
@@ -136,26 +155,38 @@ def sweep_lost_drivers(
     silent_since = now - 3 * heartbeat_interval
     for instance in db.exec(
         select(DriverInstance).where(
-            DriverInstance.status == "connected", col(DriverInstance.last_heartbeat_at) < silent_since
+            DriverInstance.status == "connected",
+            col(DriverInstance.last_heartbeat_at) < silent_since,
         )
     ).all():
         instance.status = "disconnected"
         instance.disconnected_at = instance.last_heartbeat_at or now
         db.add(instance)
-    for instance in db.exec(select(DriverInstance).where(DriverInstance.status == "disconnected")).all():
+    for instance in db.exec(
+        select(DriverInstance).where(DriverInstance.status == "disconnected")
+    ).all():
         active = db.exec(
             select(SessionRun).where(
-                SessionRun.driver_instance_id == instance.id, col(SessionRun.status).in_(ACTIVE_RUN_STATUSES)
+                SessionRun.driver_instance_id == instance.id,
+                col(SessionRun.status).in_(ACTIVE_RUN_STATUSES),
             )
         ).all()
-        lost = instance.disconnected_at is not None and instance.disconnected_at <= now - DRIVER_LOST_AFTER
+        lost = (
+            instance.disconnected_at is not None
+            and instance.disconnected_at <= now - DRIVER_LOST_AFTER
+        )
         for run in active:
             session = db.get(AgentSession, run.session_id)
             if lost:
                 stored += finish_run(
-                    db, run, "failed", code="driver_lost",
+                    db,
+                    run,
+                    "failed",
+                    code="driver_lost",
                     message="The sandbox's driver stopped answering for 120 seconds.",
-                    retryable=True, emit_event=True, now=now,
+                    retryable=True,
+                    emit_event=True,
+                    now=now,
                 )
             elif session is not None:
                 stored += set_session_status(db, session, "rescheduling")

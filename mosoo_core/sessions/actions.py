@@ -59,7 +59,9 @@ def require_runnable(db: Session, thread: AgentSession) -> None:
     agent = db.get(Agent, thread.agent_id)
     profile = agents.thread_profile(db, agent, thread.agent_version) if agent is not None else None
     if profile is None:
-        raise Conflict("The agent version this thread runs no longer exists.", code="readiness_blocked")
+        raise Conflict(
+            "The agent version this thread runs no longer exists.", code="readiness_blocked"
+        )
     readiness = agents.readiness(db, profile)
     if not readiness.ready:
         raise Conflict(
@@ -84,8 +86,14 @@ def _dispatch(account_id: str, sent: Sent) -> None:
 
 
 def start_thread(
-    account_id: str, agent_id: str, *, purpose: str, message: str | None = None,
-    file_ids: Sequence[str] = (), end_user_id: str | None = None, title: str | None = None,
+    account_id: str,
+    agent_id: str,
+    *,
+    purpose: str,
+    message: str | None = None,
+    file_ids: Sequence[str] = (),
+    end_user_id: str | None = None,
+    title: str | None = None,
 ) -> StartedThread:
     """A new thread pinned to the Agent's published version, with an optional first message
     (then its run is handed to the worker)."""
@@ -113,7 +121,12 @@ def start_thread(
 
 
 def send_and_dispatch(
-    account_id: str, thread_id: str, text: str, *, file_ids: Sequence[str] = (), refuse_archived: bool = False
+    account_id: str,
+    thread_id: str,
+    text: str,
+    *,
+    file_ids: Sequence[str] = (),
+    refuse_archived: bool = False,
 ) -> Sent:
     """Store the user's message on a thread and hand its run to the worker. The console
     unarchives a thread on a new message; the API refuses archived threads
@@ -121,7 +134,9 @@ def send_and_dispatch(
     with session_scope() as db:
         thread = service.owned_session(db, account_id, thread_id)
         if refuse_archived and thread.archived_at is not None:
-            raise Conflict("This thread is archived. Unarchive it to send messages.", code="thread_archived")
+            raise Conflict(
+                "This thread is archived. Unarchive it to send messages.", code="thread_archived"
+            )
         require_runnable(db, thread)
         sent = service.send_message(db, account_id, thread_id, text, file_ids=file_ids)
     _dispatch(account_id, sent)
@@ -164,14 +179,24 @@ def latest_run(db: Session, account_id: str, thread_id: str) -> RunView | None:
     """The thread's most recent run (active or finished), or None before the first message."""
     service.owned_session(db, account_id, thread_id)
     row = db.exec(
-        select(SessionRun).where(SessionRun.session_id == thread_id).order_by(col(SessionRun.created_at).desc())
+        select(SessionRun)
+        .where(SessionRun.session_id == thread_id)
+        .order_by(col(SessionRun.created_at).desc())
     ).first()
     return run_view(row) if row is not None else None
 
 
 def list_agent_threads(
-    db: Session, account_id: str, agent_id: str, *, end_user_id: str | None = None, status: str | None = None,
-    archived: bool | None = None, ids: Sequence[str] = (), limit: int = 20, cursor: str | None = None,
+    db: Session,
+    account_id: str,
+    agent_id: str,
+    *,
+    end_user_id: str | None = None,
+    status: str | None = None,
+    archived: bool | None = None,
+    ids: Sequence[str] = (),
+    limit: int = 20,
+    cursor: str | None = None,
 ) -> ThreadPage:
     """An Agent's threads, newest first, one page at a time (`cursor` is the last id seen)."""
     agent = account_agent(db, account_id, agent_id)
@@ -181,7 +206,9 @@ def list_agent_threads(
         raise InvalidInput(f"status must be one of {', '.join(SESSION_STATUSES)}.", field="status")
     if len(ids) > IDS_MAX:
         raise InvalidInput(f"Ask for at most {IDS_MAX} ids at once.", field="ids")
-    query = select(AgentSession).where(AgentSession.agent_id == agent.id, AgentSession.app_id == agent.app_id)
+    query = select(AgentSession).where(
+        AgentSession.agent_id == agent.id, AgentSession.app_id == agent.app_id
+    )
     if end_user_id is not None:
         query = query.where(AgentSession.end_user_id == end_user_id)
     if status is not None:

@@ -36,7 +36,9 @@ class AgentSession(SQLModel, table=True):
     status: str = Field(default="idle", max_length=16, index=True)
     purpose: str = Field(default="preview", max_length=16)  # preview | console | api | channel
     end_user_id: str | None = Field(default=None, max_length=200, index=True)
-    agent_version: int | None = None  # the published version this thread runs; None = the draft (Preview)
+    agent_version: int | None = (
+        None  # the published version this thread runs; None = the draft (Preview)
+    )
     last_seq: int = 0
     archived_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     created_at: datetime = _now()
@@ -46,7 +48,9 @@ class AgentSession(SQLModel, table=True):
 class SessionRun(SQLModel, table=True):
     __tablename__ = "session_run"
     id: str = _id()
-    session_id: str = Field(foreign_key="agent_session.id", index=True, ondelete="CASCADE", max_length=26)
+    session_id: str = Field(
+        foreign_key="agent_session.id", index=True, ondelete="CASCADE", max_length=26
+    )
     app_id: str = Field(max_length=26, index=True)
     status: str = Field(default="queued", max_length=16, index=True)
     input_text: str = Field(default="", sa_type=sa.Text)
@@ -72,7 +76,9 @@ class SessionEvent(SQLModel, table=True):
         sa.UniqueConstraint("session_id", "source_event_id", name="uq_session_event_source"),
     )
     id: str = _id()
-    session_id: str = Field(foreign_key="agent_session.id", index=True, ondelete="CASCADE", max_length=26)
+    session_id: str = Field(
+        foreign_key="agent_session.id", index=True, ondelete="CASCADE", max_length=26
+    )
     seq: int
     run_id: str | None = Field(default=None, max_length=64, index=True)
     type: str = Field(max_length=48)  # the public event type of PRODUCT.md
@@ -108,7 +114,9 @@ class DriverCommand(SQLModel, table=True):
     """Commands for a driver stay here, ordered by seq, until it reports them done."""
 
     __tablename__ = "driver_command"
-    __table_args__ = (sa.UniqueConstraint("driver_instance_id", "seq", name="uq_driver_command_seq"),)
+    __table_args__ = (
+        sa.UniqueConstraint("driver_instance_id", "seq", name="uq_driver_command_seq"),
+    )
     id: str = _id()
     driver_instance_id: str = Field(
         foreign_key="driver_instance.id", index=True, ondelete="CASCADE", max_length=26
@@ -116,7 +124,9 @@ class DriverCommand(SQLModel, table=True):
     seq: int
     kind: str = Field(max_length=32)
     payload: dict[str, Any] = Field(default_factory=dict, sa_type=sa.JSON)
-    status: str = Field(default="pending", max_length=16, index=True)  # pending|accepted|completed|failed
+    status: str = Field(
+        default="pending", max_length=16, index=True
+    )  # pending|accepted|completed|failed
     error: str | None = Field(default=None, max_length=4096)
     created_at: datetime = _now()
     updated_at: datetime = _now()

@@ -56,18 +56,32 @@ class Sent:
 
 def session_view(row: AgentSession) -> SessionView:
     return SessionView(
-        id=row.id, app_id=row.app_id, agent_id=row.agent_id, title=row.title, status=row.status,
-        purpose=row.purpose, end_user_id=row.end_user_id, last_seq=row.last_seq,
-        archived=row.archived_at is not None, created_at=row.created_at, updated_at=row.updated_at,
+        id=row.id,
+        app_id=row.app_id,
+        agent_id=row.agent_id,
+        title=row.title,
+        status=row.status,
+        purpose=row.purpose,
+        end_user_id=row.end_user_id,
+        last_seq=row.last_seq,
+        archived=row.archived_at is not None,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
         agent_version=row.agent_version,
     )
 
 
 def run_view(row: SessionRun) -> RunView:
     return RunView(
-        id=row.id, session_id=row.session_id, status=row.status, error_code=row.error_code,
-        error_message=row.error_message, error_retryable=row.error_retryable, created_at=row.created_at,
-        started_at=row.started_at, finished_at=row.finished_at,
+        id=row.id,
+        session_id=row.session_id,
+        status=row.status,
+        error_code=row.error_code,
+        error_message=row.error_message,
+        error_retryable=row.error_retryable,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
     )
 
 
@@ -84,7 +98,12 @@ def owned_session(db: Session, account_id: str, session_id: str) -> AgentSession
 
 
 def create_session(
-    db: Session, account_id: str, app_id: str, agent_id: str, *, purpose: str = "preview",
+    db: Session,
+    account_id: str,
+    app_id: str,
+    agent_id: str,
+    *,
+    purpose: str = "preview",
     end_user_id: str | None = None,
 ) -> SessionView:
     """Start an empty thread with an Agent of the account's App. Preview threads run the
@@ -106,7 +125,11 @@ def create_session(
             )
         agent_version = agent.published_version
     row = AgentSession(
-        app_id=app_id, agent_id=agent_id, purpose=purpose, end_user_id=end_user_id, agent_version=agent_version
+        app_id=app_id,
+        agent_id=agent_id,
+        purpose=purpose,
+        end_user_id=end_user_id,
+        agent_version=agent_version,
     )
     db.add(row)
     db.flush()
@@ -137,11 +160,15 @@ def send_message(
     if not text:
         raise InvalidInput("Write a message first.", field="text")
     if len(text) > MAX_MESSAGE_CHARS:
-        raise InvalidInput(f"Messages are limited to {MAX_MESSAGE_CHARS:,} characters.", field="text")
+        raise InvalidInput(
+            f"Messages are limited to {MAX_MESSAGE_CHARS:,} characters.", field="text"
+        )
     if session.status == "terminated":
         raise Conflict("This thread has ended.")
     if active_run(db, session.id) is not None:
-        raise Conflict("The agent is still working on the previous message. Wait for it or press Stop.")
+        raise Conflict(
+            "The agent is still working on the previous message. Wait for it or press Stop."
+        )
     if session.archived_at is not None:
         session.archived_at = None  # a new message unarchives (PRODUCT.md)
     from mosoo_core.sessions.threads import title_untitled_thread  # threads builds on this module
@@ -159,7 +186,9 @@ def send_message(
     payload: dict[str, Any] = {"text": text}
     if attachments:
         payload["attachments"] = attachments
-    events = append_events(db, session.id, [NewEvent(type="user.message", payload=payload, run_id=run.id)])
+    events = append_events(
+        db, session.id, [NewEvent(type="user.message", payload=payload, run_id=run.id)]
+    )
     events += set_session_status(db, session, "running")
     return Sent(run=run_view(run), events=events)
 
@@ -172,7 +201,9 @@ def cancel_active_run(db: Session, account_id: str, session_id: str) -> list[Sto
         return []
     if run.driver_instance_id is None or run.status in ("queued", "booting"):
         return finish_run(db, run, "cancelled", emit_event=True)
-    _drivers.enqueue_command(db, run.driver_instance_id, "turn.cancel", {"run_id": run.id, "reason": "user"})
+    _drivers.enqueue_command(
+        db, run.driver_instance_id, "turn.cancel", {"run_id": run.id, "reason": "user"}
+    )
     return []
 
 
@@ -190,7 +221,10 @@ def resolve_permission(
     if request_id not in pending:
         raise NotFound("Permission request not found.")
     _drivers.enqueue_command(
-        db, run.driver_instance_id, "permission.resolve", {"request_id": request_id, "decision": decision}
+        db,
+        run.driver_instance_id,
+        "permission.resolve",
+        {"request_id": request_id, "decision": decision},
     )
 
 
@@ -222,4 +256,3 @@ def get_run(db: Session, account_id: str, run_id: str) -> RunView:
         raise NotFound("Run not found.")
     owned_session(db, account_id, run.session_id)
     return run_view(run)
-

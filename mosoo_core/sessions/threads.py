@@ -96,7 +96,9 @@ def title_untitled_thread(db: Session, session: AgentSession, text: str) -> None
     message's run is added: a thread with an earlier run keeps its empty title)."""
     if session.title:
         return
-    earlier = db.exec(select(SessionRun.id).where(SessionRun.session_id == session.id).limit(1)).first()
+    earlier = db.exec(
+        select(SessionRun.id).where(SessionRun.session_id == session.id).limit(1)
+    ).first()
     if earlier is not None:
         return
     title = auto_title(text)
@@ -108,7 +110,10 @@ def title_untitled_thread(db: Session, session: AgentSession, text: str) -> None
 def _working_clause() -> sa.ColumnElement[bool]:
     has_active_run = (
         select(SessionRun.id)
-        .where(SessionRun.session_id == AgentSession.id, col(SessionRun.status).in_(ACTIVE_RUN_STATUSES))
+        .where(
+            SessionRun.session_id == AgentSession.id,
+            col(SessionRun.status).in_(ACTIVE_RUN_STATUSES),
+        )
         .exists()
     )
     return sa.or_(col(AgentSession.status).in_(WORKING_STATUSES), has_active_run)
@@ -133,7 +138,12 @@ def _section_clause(section: str) -> sa.ColumnElement[bool]:
 
 
 def _filters(
-    app_id: str, *, agent_id: str | None, failed: bool | None, end_user_id: str | None, ids: Sequence[str] | None,
+    app_id: str,
+    *,
+    agent_id: str | None,
+    failed: bool | None,
+    end_user_id: str | None,
+    ids: Sequence[str] | None,
 ) -> list[sa.ColumnElement[bool]]:
     clauses: list[sa.ColumnElement[bool]] = [col(AgentSession.app_id) == app_id]
     if agent_id:
@@ -149,9 +159,17 @@ def _filters(
 
 
 def list_threads(
-    db: Session, account_id: str, app_id: str, *, section: str | None = None, agent_id: str | None = None,
-    failed: bool | None = None, end_user_id: str | None = None, ids: Sequence[str] | None = None,
-    limit: int = 50, before: str | None = None,
+    db: Session,
+    account_id: str,
+    app_id: str,
+    *,
+    section: str | None = None,
+    agent_id: str | None = None,
+    failed: bool | None = None,
+    end_user_id: str | None = None,
+    ids: Sequence[str] | None = None,
+    limit: int = 50,
+    before: str | None = None,
 ) -> list[ThreadRow]:
     """The App's threads, most recently active first. `failed=True` keeps threads whose last
     run failed (False: those whose last run did not). `before` is the id of the last row of
@@ -166,7 +184,9 @@ def list_threads(
     query = (
         select(AgentSession, Agent.name, _working_clause().label("working"))
         .join(Agent, col(Agent.id) == AgentSession.agent_id)
-        .where(*_filters(app_id, agent_id=agent_id, failed=failed, end_user_id=end_user_id, ids=ids))
+        .where(
+            *_filters(app_id, agent_id=agent_id, failed=failed, end_user_id=end_user_id, ids=ids)
+        )
     )
     if section is not None:
         query = query.where(_section_clause(section))
@@ -177,16 +197,26 @@ def list_threads(
         query = query.where(
             sa.or_(
                 col(AgentSession.updated_at) < cursor.updated_at,
-                sa.and_(col(AgentSession.updated_at) == cursor.updated_at, col(AgentSession.id) < cursor.id),
+                sa.and_(
+                    col(AgentSession.updated_at) == cursor.updated_at,
+                    col(AgentSession.id) < cursor.id,
+                ),
             )
         )
-    query = query.order_by(col(AgentSession.updated_at).desc(), col(AgentSession.id).desc()).limit(limit)
+    query = query.order_by(col(AgentSession.updated_at).desc(), col(AgentSession.id).desc()).limit(
+        limit
+    )
     found = db.exec(query).all()
     return _rows(db, [(row, name, bool(is_working)) for row, name, is_working in found])
 
 
 def count_threads(
-    db: Session, account_id: str, app_id: str, *, agent_id: str | None = None, failed: bool | None = None,
+    db: Session,
+    account_id: str,
+    app_id: str,
+    *,
+    agent_id: str | None = None,
+    failed: bool | None = None,
     end_user_id: str | None = None,
 ) -> dict[str, int]:
     """How many threads each section holds under the same filters as `list_threads`."""
@@ -194,7 +224,11 @@ def count_threads(
     clauses = _filters(app_id, agent_id=agent_id, failed=failed, end_user_id=end_user_id, ids=None)
     counts = {}
     for section in SECTIONS:
-        query = select(sa.func.count()).select_from(AgentSession).where(*clauses, _section_clause(section))
+        query = (
+            select(sa.func.count())
+            .select_from(AgentSession)
+            .where(*clauses, _section_clause(section))
+        )
         counts[section] = int(db.exec(query).one())
     return counts
 
@@ -207,20 +241,33 @@ def _rows(db: Session, found: list[tuple[AgentSession, str, bool]]) -> list[Thre
     rows = []
     for thread, agent_name, is_working in found:
         run = last_runs.get(thread.id)
-        section = "working" if is_working else ("archived" if thread.archived_at is not None else "completed")
+        section = (
+            "working"
+            if is_working
+            else ("archived" if thread.archived_at is not None else "completed")
+        )
         display = thread.title or clip_at_word(
             " ".join(first_messages.get(thread.id, "").split()), PREVIEW_MAX_CHARS
         )
         rows.append(
             ThreadRow(
-                id=thread.id, app_id=thread.app_id, agent_id=thread.agent_id, agent_name=agent_name,
-                title=thread.title, display_title=display or "New thread", status=thread.status,
-                section=section, purpose=thread.purpose, end_user_id=thread.end_user_id,
-                agent_version=thread.agent_version, archived=thread.archived_at is not None,
+                id=thread.id,
+                app_id=thread.app_id,
+                agent_id=thread.agent_id,
+                agent_name=agent_name,
+                title=thread.title,
+                display_title=display or "New thread",
+                status=thread.status,
+                section=section,
+                purpose=thread.purpose,
+                end_user_id=thread.end_user_id,
+                agent_version=thread.agent_version,
+                archived=thread.archived_at is not None,
                 last_run_status=run.status if run else None,
                 last_run_error_code=run.error_code if run else None,
                 last_run_error_message=run.error_message if run else None,
-                created_at=thread.created_at, updated_at=thread.updated_at,
+                created_at=thread.created_at,
+                updated_at=thread.updated_at,
             )
         )
     return rows
@@ -259,13 +306,16 @@ def _first_messages(db: Session, thread_ids: list[str]) -> dict[str, str]:
     )
     events = db.exec(
         select(SessionEvent).join(
-            first, sa.and_(first.c.session_id == SessionEvent.session_id, first.c.seq == SessionEvent.seq)
+            first,
+            sa.and_(first.c.session_id == SessionEvent.session_id, first.c.seq == SessionEvent.seq),
         )
     ).all()
     return {event.session_id: str(event.payload.get("text", "")) for event in events}
 
 
-def get_thread(db: Session, account_id: str, thread_id: str, *, app_id: str | None = None) -> ThreadRow:
+def get_thread(
+    db: Session, account_id: str, thread_id: str, *, app_id: str | None = None
+) -> ThreadRow:
     """One thread as an inbox row; NotFound for a thread the account does not own and, with
     `app_id`, for one of another App (a page of one App never shows another's thread)."""
     from mosoo_core.agents.models import Agent
@@ -287,7 +337,9 @@ def rename_thread(db: Session, account_id: str, thread_id: str, title: str) -> T
     if len(clean) > TITLE_MAX_CHARS:
         raise InvalidInput(f"Titles are at most {TITLE_MAX_CHARS} characters.", field="title")
     if thread.archived_at is not None:
-        raise Conflict("This thread is archived. Unarchive it to rename it.", code="thread_archived")
+        raise Conflict(
+            "This thread is archived. Unarchive it to rename it.", code="thread_archived"
+        )
     thread.title = clean
     db.add(thread)
     db.flush()
@@ -334,11 +386,14 @@ def delete_thread(db: Session, account_id: str, thread_id: str) -> DeletedThread
             _drivers.mark_stopped(db, driver.id)
     object_keys = remove_thread_files(db, thread.id)
     deleted = DeletedThread(
-        thread_id=thread.id, app_id=thread.app_id, agent_id=thread.agent_id, subject=f"session:{thread.id}",
-        driver_instance_ids=[driver.id for driver in drivers], live_driver_instance_ids=live,
+        thread_id=thread.id,
+        app_id=thread.app_id,
+        agent_id=thread.agent_id,
+        subject=f"session:{thread.id}",
+        driver_instance_ids=[driver.id for driver in drivers],
+        live_driver_instance_ids=live,
         object_keys=object_keys,
     )
     db.delete(thread)
     db.flush()
     return deleted
-

@@ -109,7 +109,9 @@ class Transcript:
 
     @property
     def pending_permissions(self) -> list[TranscriptItem]:
-        return [item for item in self.items if item.kind == "permission" and item.status == "pending"]
+        return [
+            item for item in self.items if item.kind == "permission" and item.status == "pending"
+        ]
 
     # --- folding ---------------------------------------------------------------------------
 
@@ -157,9 +159,19 @@ class Transcript:
     def _on_user_message(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
         self._close_open()
         files = payload.get("attachments")
-        names = [str(f.get("name", "")) for f in files if isinstance(f, Mapping)] if isinstance(files, list) else []
+        names = (
+            [str(f.get("name", "")) for f in files if isinstance(f, Mapping)]
+            if isinstance(files, list)
+            else []
+        )
         self._append(
-            TranscriptItem(key=key, kind="user", run_id=run_id, text=str(payload.get("text", "")), attachments=names)
+            TranscriptItem(
+                key=key,
+                kind="user",
+                run_id=run_id,
+                text=str(payload.get("text", "")),
+                attachments=names,
+            )
         )
         if run_id:
             self.active_run_id = run_id
@@ -182,14 +194,23 @@ class Transcript:
             return
         self._close_open()
         index = self._append(
-            TranscriptItem(key=key, kind="assistant", run_id=run_id, text=text, streaming=True, message_id=message_id)
+            TranscriptItem(
+                key=key,
+                kind="assistant",
+                run_id=run_id,
+                text=text,
+                streaming=True,
+                message_id=message_id,
+            )
         )
         if message_id:
             self._messages.setdefault(message_id, []).append(index)
         if run_id:
             self._runs_with_text.add(run_id)
 
-    def _on_message_completed(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+    def _on_message_completed(
+        self, key: str, run_id: str | None, payload: Mapping[str, Any]
+    ) -> None:
         text = payload.get("text")
         message_id = str(payload.get("message_id") or "")
         open_item = self.open_item
@@ -199,12 +220,21 @@ class Transcript:
         self._close_open()
         if not segments:
             if isinstance(text, str) and text:
-                self._append(TranscriptItem(key=key, kind="assistant", run_id=run_id, text=text, message_id=message_id))
+                self._append(
+                    TranscriptItem(
+                        key=key, kind="assistant", run_id=run_id, text=text, message_id=message_id
+                    )
+                )
                 if run_id:
                     self._runs_with_text.add(run_id)
             return
         # One unbroken segment: the completed text is the authoritative whole.
-        if len(segments) == 1 and isinstance(text, str) and text and self.items[segments[0]].text != text:
+        if (
+            len(segments) == 1
+            and isinstance(text, str)
+            and text
+            and self.items[segments[0]].text != text
+        ):
             self.items[segments[0]].text = text
             self._changed()
 
@@ -215,15 +245,22 @@ class Transcript:
             item.text += text
             return
         self._close_open()
-        self._append(TranscriptItem(key=key, kind="thinking", run_id=run_id, text=text, streaming=True))
+        self._append(
+            TranscriptItem(key=key, kind="thinking", run_id=run_id, text=text, streaming=True)
+        )
 
     def _on_tool_started(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
         self._close_open()
         tool_call_id = str(payload.get("tool_call_id", ""))
         index = self._append(
             TranscriptItem(
-                key=key, kind="tool", run_id=run_id, tool_call_id=tool_call_id,
-                name=str(payload.get("name", "")), input=payload.get("input"), status="running",
+                key=key,
+                kind="tool",
+                run_id=run_id,
+                tool_call_id=tool_call_id,
+                name=str(payload.get("name", "")),
+                input=payload.get("input"),
+                status="running",
             )
         )
         if tool_call_id:
@@ -235,7 +272,9 @@ class Transcript:
         index = self._tools.get(tool_call_id)
         if index is None:  # a completion without its start (should not happen): still show it
             index = self._append(
-                TranscriptItem(key=key, kind="tool", run_id=run_id, tool_call_id=tool_call_id, name="tool")
+                TranscriptItem(
+                    key=key, kind="tool", run_id=run_id, tool_call_id=tool_call_id, name="tool"
+                )
             )
             if tool_call_id:
                 self._tools[tool_call_id] = index
@@ -244,18 +283,27 @@ class Transcript:
         item.output = output if isinstance(output, str) else str(output)
         item.is_error = bool(payload.get("is_error"))
         duration = payload.get("duration_ms")
-        item.duration_ms = duration if isinstance(duration, int) and not isinstance(duration, bool) else None
+        item.duration_ms = (
+            duration if isinstance(duration, int) and not isinstance(duration, bool) else None
+        )
         item.status = "error" if item.is_error else "done"
         self._changed()
 
-    def _on_confirmation_required(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+    def _on_confirmation_required(
+        self, key: str, run_id: str | None, payload: Mapping[str, Any]
+    ) -> None:
         self._close_open()
         request_id = str(payload.get("request_id", ""))
         index = self._append(
             TranscriptItem(
-                key=key, kind="permission", run_id=run_id, request_id=request_id,
-                tool_call_id=str(payload.get("tool_call_id", "")), name=str(payload.get("name", "")),
-                input=payload.get("input"), status="pending",
+                key=key,
+                kind="permission",
+                run_id=run_id,
+                request_id=request_id,
+                tool_call_id=str(payload.get("tool_call_id", "")),
+                name=str(payload.get("name", "")),
+                input=payload.get("input"),
+                status="pending",
             )
         )
         if request_id:
@@ -264,7 +312,9 @@ class Transcript:
         if tool is not None and tool.status == "running":
             tool.status = "waiting"
 
-    def _on_confirmation_resolved(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+    def _on_confirmation_resolved(
+        self, key: str, run_id: str | None, payload: Mapping[str, Any]
+    ) -> None:
         index = self._permissions.get(str(payload.get("request_id", "")))
         if index is None:
             return
@@ -284,7 +334,10 @@ class Transcript:
         self._close_open()
         self._append(
             TranscriptItem(
-                key=key, kind="file", run_id=run_id, name=str(payload.get("path", "")),
+                key=key,
+                kind="file",
+                run_id=run_id,
+                name=str(payload.get("path", "")),
                 status=str(payload.get("change", "modified")),
             )
         )
@@ -292,7 +345,11 @@ class Transcript:
     def _on_session_files(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
         listed = payload.get("files")
         found = [
-            {"id": str(f.get("id", "")), "name": str(f.get("name", "")), "path": str(f.get("path", ""))}
+            {
+                "id": str(f.get("id", "")),
+                "name": str(f.get("name", "")),
+                "path": str(f.get("path", "")),
+            }
             for f in (listed if isinstance(listed, list) else [])
             if isinstance(f, Mapping) and f.get("id")
         ]
@@ -310,12 +367,18 @@ class Transcript:
                 self._changed()
         self._status_changed()
 
-    def _on_run_end(self, key: str, run_id: str | None, payload: Mapping[str, Any], status: str) -> None:
+    def _on_run_end(
+        self, key: str, run_id: str | None, payload: Mapping[str, Any], status: str
+    ) -> None:
         self._close_open()
         if run_id and status == "completed" and run_id not in self._runs_with_text:
             final_text = payload.get("final_text")
             if isinstance(final_text, str) and final_text:
-                self._append(TranscriptItem(key=f"{key}-final", kind="assistant", run_id=run_id, text=final_text))
+                self._append(
+                    TranscriptItem(
+                        key=f"{key}-final", kind="assistant", run_id=run_id, text=final_text
+                    )
+                )
                 self._runs_with_text.add(run_id)
         for item in self.items:
             if run_id is not None and item.run_id != run_id:
@@ -325,7 +388,10 @@ class Transcript:
             elif item.kind == "permission" and item.status == "pending":
                 item.status = "expired"
         end = TranscriptItem(
-            key=key, kind="run_end", run_id=run_id, status=status,
+            key=key,
+            kind="run_end",
+            run_id=run_id,
+            status=status,
             usage=self._run_usage.get(run_id) if run_id else None,
         )
         if status == "failed":

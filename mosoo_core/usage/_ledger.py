@@ -27,25 +27,45 @@ def parse_usage(usage: dict[str, Any] | None) -> UsageNumbers | None:
     if not isinstance(usage, dict):
         return None
     prompt_details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
-    output_details = usage.get("completion_tokens_details") or usage.get("output_tokens_details") or {}
+    output_details = (
+        usage.get("completion_tokens_details") or usage.get("output_tokens_details") or {}
+    )
     return UsageNumbers(
         input_tokens=_int(usage.get("prompt_tokens", usage.get("input_tokens"))),
-        cached_input_tokens=_int(prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else 0),
+        cached_input_tokens=_int(
+            prompt_details.get("cached_tokens") if isinstance(prompt_details, dict) else 0
+        ),
         output_tokens=_int(usage.get("completion_tokens", usage.get("output_tokens"))),
-        reasoning_tokens=_int(output_details.get("reasoning_tokens") if isinstance(output_details, dict) else 0),
+        reasoning_tokens=_int(
+            output_details.get("reasoning_tokens") if isinstance(output_details, dict) else 0
+        ),
     )
 
 
 def record_usage(
-    db: Session, *, app_id: str, provider: str, model: str, numbers: UsageNumbers,
-    agent_id: str | None = None, session_id: str | None = None, run_id: str | None = None,
+    db: Session,
+    *,
+    app_id: str,
+    provider: str,
+    model: str,
+    numbers: UsageNumbers,
+    agent_id: str | None = None,
+    session_id: str | None = None,
+    run_id: str | None = None,
     purpose: str = "preview",
 ) -> UsageEvent:
     """One row per model call."""
     row = UsageEvent(
-        app_id=app_id, agent_id=agent_id, session_id=session_id, run_id=run_id, purpose=purpose,
-        provider=provider, model=model[:200], input_tokens=numbers.input_tokens,
-        cached_input_tokens=numbers.cached_input_tokens, output_tokens=numbers.output_tokens,
+        app_id=app_id,
+        agent_id=agent_id,
+        session_id=session_id,
+        run_id=run_id,
+        purpose=purpose,
+        provider=provider,
+        model=model[:200],
+        input_tokens=numbers.input_tokens,
+        cached_input_tokens=numbers.cached_input_tokens,
+        output_tokens=numbers.output_tokens,
         reasoning_tokens=numbers.reasoning_tokens,
     )
     db.add(row)

@@ -22,10 +22,14 @@ def _model_ids(payload: object) -> list[str] | None:
     data = payload.get("data") if isinstance(payload, dict) else None
     if not isinstance(data, list):
         return None
-    return [item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)]
+    return [
+        item["id"] for item in data if isinstance(item, dict) and isinstance(item.get("id"), str)
+    ]
 
 
-def check_provider_connection(db: Session, account_id: str, app_id: str, credential_id: str) -> ConnectionResult:
+def check_provider_connection(
+    db: Session, account_id: str, app_id: str, credential_id: str
+) -> ConnectionResult:
     """List the provider's models (`GET {base_url}/models`) with the stored key, as the
     gateway would send it. Says whether the key works, how long the call took and which
     models the provider offers; changes nothing."""
@@ -45,7 +49,9 @@ def check_provider_connection(db: Session, account_id: str, app_id: str, credent
         if status in (401, 403):
             result = ConnectionResult(False, "The provider refused the key.", latency_ms=latency_ms)
         elif status >= 300:
-            result = ConnectionResult(False, f"The provider answered HTTP {status}.", latency_ms=latency_ms)
+            result = ConnectionResult(
+                False, f"The provider answered HTTP {status}.", latency_ms=latency_ms
+            )
         else:
             try:
                 models = _model_ids(answer.json())
@@ -53,25 +59,35 @@ def check_provider_connection(db: Session, account_id: str, app_id: str, credent
                 models = None
             if models is None:
                 result = ConnectionResult(
-                    False, "The provider answered, but not with a list of models. Check the base URL.",
+                    False,
+                    "The provider answered, but not with a list of models. Check the base URL.",
                     latency_ms=latency_ms,
                 )
             else:
                 result = ConnectionResult(
-                    True, f"Connected in {latency_ms} ms; the provider lists {len(models)} model(s).",
-                    models=models, latency_ms=latency_ms,
+                    True,
+                    f"Connected in {latency_ms} ms; the provider lists {len(models)} model(s).",
+                    models=models,
+                    latency_ms=latency_ms,
                 )
     except httpx.TimeoutException:
         latency_ms = round((time.perf_counter() - started) * 1000)
         result = ConnectionResult(
-            False, f"{host} did not answer within {CONNECTION_TIMEOUT_SECONDS:.0f} s.", latency_ms=latency_ms
+            False,
+            f"{host} did not answer within {CONNECTION_TIMEOUT_SECONDS:.0f} s.",
+            latency_ms=latency_ms,
         )
     except httpx.HTTPError:
         latency_ms = round((time.perf_counter() - started) * 1000)
         result = ConnectionResult(False, f"Could not reach {host}.", latency_ms=latency_ms)
     # Only ids, the outcome and the status: never the key, the headers or the answer's body.
     log.info(
-        "provider_credential.tested", app_id=app_id, credential_id=credential.id, provider=provider,
-        ok=result.ok, status=status, latency_ms=result.latency_ms,
+        "provider_credential.tested",
+        app_id=app_id,
+        credential_id=credential.id,
+        provider=provider,
+        ok=result.ok,
+        status=status,
+        latency_ms=result.latency_ms,
     )
     return result

@@ -72,7 +72,9 @@ def _clean_base_url(raw: str, provider: ProviderKind) -> str:
     if not url:
         raise InvalidInput("Enter the provider's base URL.", field="base_url")
     if len(url) > BASE_URL_MAX:
-        raise InvalidInput(f"The base URL must be at most {BASE_URL_MAX} characters.", field="base_url")
+        raise InvalidInput(
+            f"The base URL must be at most {BASE_URL_MAX} characters.", field="base_url"
+        )
     try:
         parts = urlsplit(url)
         hostname = parts.hostname
@@ -107,7 +109,9 @@ def _clean_models(raw: Sequence[str], default_model: str) -> tuple[list[str], st
         if not model:
             raise InvalidInput("Model names cannot be empty.", field="models")
         if len(model) > MODEL_NAME_MAX:
-            raise InvalidInput(f"A model name must be at most {MODEL_NAME_MAX} characters.", field="models")
+            raise InvalidInput(
+                f"A model name must be at most {MODEL_NAME_MAX} characters.", field="models"
+            )
         if model not in models:
             models.append(model)
     if len(models) > MODELS_MAX:
@@ -116,11 +120,15 @@ def _clean_models(raw: Sequence[str], default_model: str) -> tuple[list[str], st
     if not default:
         return models, models[0] if models else ""
     if default not in models:
-        raise InvalidInput("The default model must be one of the listed models.", field="default_model")
+        raise InvalidInput(
+            "The default model must be one of the listed models.", field="default_model"
+        )
     return models, default
 
 
-def _validated(db: Session, app_id: str, data: ProviderCredentialInput, *, except_id: str | None) -> _Clean:
+def _validated(
+    db: Session, app_id: str, data: ProviderCredentialInput, *, except_id: str | None
+) -> _Clean:
     name = _clean_name(data.name)
     provider = _clean_provider(data.provider)
     base_url = _clean_base_url(data.base_url, provider)
@@ -163,7 +171,9 @@ def _view(credential: ProviderCredential) -> ProviderCredentialView:
     )
 
 
-def _owned_credential(db: Session, account_id: str, app_id: str, credential_id: str) -> ProviderCredential:
+def _owned_credential(
+    db: Session, account_id: str, app_id: str, credential_id: str
+) -> ProviderCredential:
     identity.get_app(db, account_id, app_id)
     credential = db.get(ProviderCredential, credential_id) if credential_id else None
     # Another App's (or owner's) credential is indistinguishable from one that does not exist.
@@ -174,7 +184,9 @@ def _owned_credential(db: Session, account_id: str, app_id: str, credential_id: 
 
 def _clear_default(db: Session, app_id: str) -> None:
     for other in db.exec(
-        select(ProviderCredential).where(ProviderCredential.app_id == app_id, col(ProviderCredential.is_default))
+        select(ProviderCredential).where(
+            ProviderCredential.app_id == app_id, col(ProviderCredential.is_default)
+        )
     ).all():
         other.is_default = False
         db.add(other)
@@ -186,11 +198,17 @@ def _ordered(app_id: str) -> SelectOfScalar[ProviderCredential]:
     return (
         select(ProviderCredential)
         .where(ProviderCredential.app_id == app_id)
-        .order_by(col(ProviderCredential.is_default).desc(), col(ProviderCredential.created_at), col(ProviderCredential.id))
+        .order_by(
+            col(ProviderCredential.is_default).desc(),
+            col(ProviderCredential.created_at),
+            col(ProviderCredential.id),
+        )
     )
 
 
-def list_provider_credentials(db: Session, account_id: str, app_id: str) -> list[ProviderCredentialView]:
+def list_provider_credentials(
+    db: Session, account_id: str, app_id: str
+) -> list[ProviderCredentialView]:
     """The App's providers, the default first, keys masked."""
     identity.get_app(db, account_id, app_id)
     return [_view(credential) for credential in db.exec(_ordered(app_id)).all()]
@@ -212,7 +230,9 @@ def create_provider_credential(
     clean = _validated(db, app_id, data, except_id=None)
     if not clean.api_key and PROVIDER_PRESETS[clean.provider].needs_key:
         raise InvalidInput("Enter the API key.", field="api_key")
-    has_any = db.exec(select(ProviderCredential.id).where(ProviderCredential.app_id == app_id)).first()
+    has_any = db.exec(
+        select(ProviderCredential.id).where(ProviderCredential.app_id == app_id)
+    ).first()
     make_default = bool(data.is_default) or has_any is None
     now = utcnow()
     credential = ProviderCredential(
@@ -237,7 +257,12 @@ def create_provider_credential(
         credential.is_default = True
     db.add(credential)
     db.flush()
-    log.info("provider_credential.created", app_id=app_id, credential_id=credential.id, provider=credential.provider)
+    log.info(
+        "provider_credential.created",
+        app_id=app_id,
+        credential_id=credential.id,
+        provider=credential.provider,
+    )
     return _view(credential)
 
 
@@ -258,12 +283,20 @@ def update_provider_credential(
             raise InvalidInput("Enter the API key.", field="api_key")
         if needs_key and new_host:
             # Otherwise a changed URL would send the saved key to a host it was never meant for.
-            raise InvalidInput("Enter the key again to use it with a new base URL.", field="api_key")
+            raise InvalidInput(
+                "Enter the key again to use it with a new base URL.", field="api_key"
+            )
         drop_key = had_key and not needs_key and (new_host or clean.provider != credential.provider)
 
     old_secret_id = credential.api_key_secret_id
     if clean.api_key and old_secret_id is not None:
-        replace_secret(db, old_secret_id, app_id=app_id, owner_ref=_owner_ref(credential.id), value=clean.api_key)
+        replace_secret(
+            db,
+            old_secret_id,
+            app_id=app_id,
+            owner_ref=_owner_ref(credential.id),
+            value=clean.api_key,
+        )
         credential.key_last4 = _last4(clean.api_key)
     elif clean.api_key:
         credential.api_key_secret_id = store_secret(
@@ -307,7 +340,9 @@ def set_default_provider_credential(
     return _view(credential)
 
 
-def delete_provider_credential(db: Session, account_id: str, app_id: str, credential_id: str) -> None:
+def delete_provider_credential(
+    db: Session, account_id: str, app_id: str, credential_id: str
+) -> None:
     """Remove a provider and its sealed key. If it was the default, the oldest remaining
     provider becomes the default. Refused (Conflict, naming them) while Agents use it."""
     credential = _owned_credential(db, account_id, app_id, credential_id)
@@ -356,5 +391,8 @@ def reveal_provider_key(db: Session, credential_id: str, *, app_id: str | None =
     if credential.api_key_secret_id is None:
         return ""
     return reveal_secret(
-        db, credential.api_key_secret_id, app_id=credential.app_id, owner_ref=_owner_ref(credential.id)
+        db,
+        credential.api_key_secret_id,
+        app_id=credential.app_id,
+        owner_ref=_owner_ref(credential.id),
     )

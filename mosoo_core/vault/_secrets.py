@@ -26,7 +26,9 @@ def _context(app_id: str, secret_id: str, owner_ref: str) -> tuple[str, str, str
 
 
 def _sealed(secret: VaultSecret) -> Sealed:
-    return Sealed(key_id=secret.key_id, wrapped_key=secret.wrapped_key, ciphertext=secret.ciphertext)
+    return Sealed(
+        key_id=secret.key_id, wrapped_key=secret.wrapped_key, ciphertext=secret.ciphertext
+    )
 
 
 def store_secret(
@@ -36,7 +38,9 @@ def store_secret(
     if len(value) > SECRET_MAX_CHARS:
         raise VaultError("The secret is too large.")
     secret_id = new_id()
-    sealed = seal(master_key or load_master_key(), value.encode(), _context(app_id, secret_id, owner_ref))
+    sealed = seal(
+        master_key or load_master_key(), value.encode(), _context(app_id, secret_id, owner_ref)
+    )
     db.add(
         VaultSecret(
             id=secret_id,
@@ -66,8 +70,14 @@ def replace_secret(
     secret = db.get(VaultSecret, secret_id)
     if secret is None or secret.app_id != app_id or secret.owner_ref != owner_ref:
         raise NotFound("Secret not found.")
-    sealed = seal(master_key or load_master_key(), value.encode(), _context(app_id, secret.id, owner_ref))
-    secret.key_id, secret.wrapped_key, secret.ciphertext = sealed.key_id, sealed.wrapped_key, sealed.ciphertext
+    sealed = seal(
+        master_key or load_master_key(), value.encode(), _context(app_id, secret.id, owner_ref)
+    )
+    secret.key_id, secret.wrapped_key, secret.ciphertext = (
+        sealed.key_id,
+        sealed.wrapped_key,
+        sealed.ciphertext,
+    )
     secret.updated_at = utcnow()
     db.add(secret)
     db.flush()
@@ -81,7 +91,9 @@ def reveal_secret(
     secret = db.get(VaultSecret, secret_id)
     if secret is None:
         raise NotFound("Secret not found.")
-    plaintext = unseal(master_key or load_master_key(), _sealed(secret), _context(app_id, secret.id, owner_ref))
+    plaintext = unseal(
+        master_key or load_master_key(), _sealed(secret), _context(app_id, secret.id, owner_ref)
+    )
     return plaintext.decode()
 
 
@@ -135,8 +147,12 @@ def rotate_master_key(db: Session, *, old_key: MasterKey, new_key: MasterKey) ->
         db.add(secret)
         rewrapped += 1
     if unknown:
-        described = ", ".join(f"{count} under {key_id}" for key_id, count in sorted(unknown.items()))
-        raise VaultError(f"Some secrets are sealed under neither key ({described}); nothing was changed.")
+        described = ", ".join(
+            f"{count} under {key_id}" for key_id, count in sorted(unknown.items())
+        )
+        raise VaultError(
+            f"Some secrets are sealed under neither key ({described}); nothing was changed."
+        )
     db.flush()
     log.info(
         "vault.rotated",
@@ -146,5 +162,8 @@ def rotate_master_key(db: Session, *, old_key: MasterKey, new_key: MasterKey) ->
         already_current=already_current,
     )
     return RotationResult(
-        old_key_id=old_key.key_id, new_key_id=new_key.key_id, rewrapped=rewrapped, already_current=already_current
+        old_key_id=old_key.key_id,
+        new_key_id=new_key.key_id,
+        rewrapped=rewrapped,
+        already_current=already_current,
     )

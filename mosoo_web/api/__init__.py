@@ -39,7 +39,9 @@ def build_api() -> FastAPI:
     _match_line_breaks(api, PREFIX)
     # Sign-in bodies are a few fields; nobody unauthenticated gets to send megabytes.
     api.add_middleware(
-        BodyLimit, limit=SIGN_IN_BODY_LIMIT, applies=lambda scope: scope["path"].startswith("/api/auth/"),
+        BodyLimit,
+        limit=SIGN_IN_BODY_LIMIT,
+        applies=lambda scope: scope["path"].startswith("/api/auth/"),
         message="Sign-in requests are limited to 64 KiB.",
     )
     # Added last, so outermost: a refused request never reaches a route.

@@ -29,13 +29,26 @@ class OriginCheck:
         self.allowed = frozenset(allowed)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] in UNSAFE_METHODS and _guarded(scope["path"]):
+        if (
+            scope["type"] == "http"
+            and scope["method"] in UNSAFE_METHODS
+            and _guarded(scope["path"])
+        ):
             # Every `Origin` header counts: a second one must not smuggle a foreign origin past.
-            origins = [value.decode("latin-1") for name, value in scope["headers"] if name == b"origin"]
+            origins = [
+                value.decode("latin-1") for name, value in scope["headers"] if name == b"origin"
+            ]
             refused = next((origin for origin in origins if origin not in self.allowed), None)
             if refused is not None:
-                log.warning("api.origin_refused", path=scope["path"], method=scope["method"], origin=refused[:200])
-                response = error_response(Forbidden("Requests from other sites' pages are refused."))
+                log.warning(
+                    "api.origin_refused",
+                    path=scope["path"],
+                    method=scope["method"],
+                    origin=refused[:200],
+                )
+                response = error_response(
+                    Forbidden("Requests from other sites' pages are refused.")
+                )
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -35,8 +35,12 @@ class EmailVerify(BaseModel):
 @router.post("/email/start")
 async def email_start(body: EmailStart, request: Request) -> JSONResponse:
     """Ask for a sign-in code. The answer is the same for known and unknown addresses."""
-    await run_in_threadpool(lambda: identity.send_sign_in_code(email=body.email, ip=request_client_ip(request)))
-    return JSONResponse({"ok": True, "message": "If the address can receive email, a code is on its way."})
+    await run_in_threadpool(
+        lambda: identity.send_sign_in_code(email=body.email, ip=request_client_ip(request))
+    )
+    return JSONResponse(
+        {"ok": True, "message": "If the address can receive email, a code is on its way."}
+    )
 
 
 @router.post("/email/verify")
@@ -45,9 +49,14 @@ async def email_verify(body: EmailVerify, request: Request) -> Response:
 
     def work() -> identity.NewSession:
         with session_scope() as db:
-            account = identity.verify_email_code(db, email=body.email, code=body.code, ip=request_client_ip(request))
+            account = identity.verify_email_code(
+                db, email=body.email, code=body.code, ip=request_client_ip(request)
+            )
             return identity.start_session(
-                db, account.id, method="email", user_agent=request.headers.get("user-agent", ""),
+                db,
+                account.id,
+                method="email",
+                user_agent=request.headers.get("user-agent", ""),
                 replaces=session_token(request),
             )
 
@@ -67,7 +76,10 @@ async def finish(request: Request, ticket: str = "", next: str = "/") -> Respons
     def work() -> identity.NewSession:
         with session_scope() as db:
             return identity.redeem_login_ticket(
-                db, ticket, user_agent=request.headers.get("user-agent", ""), replaces=session_token(request)
+                db,
+                ticket,
+                user_agent=request.headers.get("user-agent", ""),
+                replaces=session_token(request),
             )
 
     try:

@@ -13,7 +13,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 class BodyLimit:
     """`applies(scope)` chooses the requests the limit covers (the rest pass untouched)."""
 
-    def __init__(self, app: ASGIApp, *, limit: int, message: str, applies: Callable[[Scope], bool]) -> None:
+    def __init__(
+        self, app: ASGIApp, *, limit: int, message: str, applies: Callable[[Scope], bool]
+    ) -> None:
         self.app = app
         self.limit = limit
         self.message = message
@@ -25,7 +27,9 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.limit:
-            refusal = JSONResponse({"error": {"code": "payload_too_large", "message": self.message}}, status_code=413)
+            refusal = JSONResponse(
+                {"error": {"code": "payload_too_large", "message": self.message}}, status_code=413
+            )
             await refusal(scope, receive, send)
             return
         received = 0

@@ -58,7 +58,9 @@ async def start(request: Request) -> JSONResponse:
 
         def work() -> identity.DeviceStart:
             with session_scope() as db:
-                return identity.start_device_authorization(db, client_name=client_name, ip=request_client_ip(request))
+                return identity.start_device_authorization(
+                    db, client_name=client_name, ip=request_client_ip(request)
+                )
 
         started = await run_in_threadpool(work)
     except MosooError as error:
@@ -95,11 +97,21 @@ async def token(request: Request) -> JSONResponse:
         return error_response(error)
     if isinstance(result, identity.DeviceRefusal):
         return JSONResponse(
-            {"error": {"code": result.code, "message": result.message, "interval": result.interval}},
+            {
+                "error": {
+                    "code": result.code,
+                    "message": result.message,
+                    "interval": result.interval,
+                }
+            },
             status_code=400,
             headers=_NO_STORE,
         )
     return JSONResponse(
-        {"access_token": result.access_token, "token_type": "Bearer", "account_email": result.account_email},
+        {
+            "access_token": result.access_token,
+            "token_type": "Bearer",
+            "account_email": result.account_email,
+        },
         headers=_NO_STORE,
     )

@@ -28,7 +28,11 @@ def set_session_cookie(response: Response, session: NewSession) -> None:
 def clear_session_cookie(response: Response) -> None:
     settings = get_settings()
     response.delete_cookie(
-        settings.session_cookie, path="/", httponly=True, samesite="lax", secure=settings.cookies_secure
+        settings.session_cookie,
+        path="/",
+        httponly=True,
+        samesite="lax",
+        secure=settings.cookies_secure,
     )
 
 

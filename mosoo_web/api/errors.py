@@ -19,8 +19,13 @@ from mosoo_core.errors import (
 )
 
 STATUS = {
-    NotFound: 404, Conflict: 409, InvalidInput: 400, Unauthenticated: 401, Forbidden: 403,
-    PayloadTooLarge: 413, RateLimited: 429,
+    NotFound: 404,
+    Conflict: 409,
+    InvalidInput: 400,
+    Unauthenticated: 401,
+    Forbidden: 403,
+    PayloadTooLarge: 413,
+    RateLimited: 429,
 }
 
 

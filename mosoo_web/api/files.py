@@ -20,7 +20,9 @@ from mosoo_web.api.cookies import session_token
 router = APIRouter(prefix="/api/files")
 
 # Raster images only: an SVG is a document that can carry script, so it always downloads.
-INLINE_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp"})
+INLINE_IMAGE_TYPES = frozenset(
+    {"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp"}
+)
 
 
 def content_disposition(name: str, inline: bool) -> str:
@@ -43,7 +45,9 @@ def _open(token: str | None, file_id: str) -> tuple[files.FileView, Iterator[byt
 async def file_content(file_id: str, request: Request, download: int = 0) -> StreamingResponse:
     """The file's bytes. Another owner's (or an unknown) file is 404, no session 401."""
     view, chunks = await run_in_threadpool(_open, session_token(request), file_id)
-    inline = not download and (view.media_type in INLINE_IMAGE_TYPES or view.media_type == "text/plain")
+    inline = not download and (
+        view.media_type in INLINE_IMAGE_TYPES or view.media_type == "text/plain"
+    )
     media_type = "text/plain; charset=utf-8" if view.media_type == "text/plain" else view.media_type
     headers = {
         "Content-Disposition": content_disposition(view.name, inline),

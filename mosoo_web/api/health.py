@@ -21,7 +21,9 @@ def _checks() -> dict[str, str]:
     except Exception as error:
         checks["database"] = f"error: {type(error).__name__}"
     try:
-        client = redis.Redis.from_url(get_settings().redis_url, socket_timeout=2, socket_connect_timeout=2)
+        client = redis.Redis.from_url(
+            get_settings().redis_url, socket_timeout=2, socket_connect_timeout=2
+        )
         client.ping()
         client.close()
         checks["redis"] = "ok"

@@ -116,8 +116,13 @@ def usage_text(usage: Usage | None) -> str:
 def chat_item(item: TranscriptItem) -> ChatItem:
     """A transcript item as a display row."""
     row = ChatItem(
-        key=item.key, kind=item.kind, text=item.text, status=item.status, name=item.name,
-        attachments=list(item.attachments), files=[dict(f) for f in item.files],
+        key=item.key,
+        kind=item.kind,
+        text=item.text,
+        status=item.status,
+        name=item.name,
+        attachments=list(item.attachments),
+        files=[dict(f) for f in item.files],
     )
     if item.kind in ("tool", "permission"):
         row.summary = tool_summary(item.input)
@@ -144,8 +149,13 @@ def _attachment_names(item: rx.Var[ChatItem]) -> rx.Component:
         rx.foreach(
             item.attachments,
             lambda name: rx.badge(
-                rx.icon("paperclip", size=11), name, variant="solid", color_scheme="gray", high_contrast=True,
-                radius="full", data_testid="chat-user-attachment",
+                rx.icon("paperclip", size=11),
+                name,
+                variant="solid",
+                color_scheme="gray",
+                high_contrast=True,
+                radius="full",
+                data_testid="chat-user-attachment",
             ),
         ),
         wrap="wrap",
@@ -232,18 +242,61 @@ def _thinking(text: rx.Var | str, streaming: bool = False) -> rx.Component:
 def _status_chip(item: rx.Var[ChatItem]) -> rx.Component:
     return rx.match(
         item.status,
-        ("running", rx.hstack(rx.spinner(size="1"), rx.text("Running", size="1"), align="center", spacing="1", color=rx.color("gray", 10))),
-        ("done", rx.hstack(rx.icon("check", size=13, color=rx.color("green", 10)), rx.text(item.duration_text, size="1", color=rx.color("gray", 10)), align="center", spacing="1")),
-        ("error", rx.hstack(rx.icon("circle-x", size=13, color=rx.color("red", 10)), rx.text("Error", size="1", color=rx.color("red", 11)), rx.text(item.duration_text, size="1", color=rx.color("gray", 10)), align="center", spacing="1")),
-        ("waiting", rx.hstack(rx.icon("shield-question", size=13, color=rx.color("amber", 10)), rx.text("Waiting for approval", size="1", color=rx.color("amber", 11)), align="center", spacing="1")),
+        (
+            "running",
+            rx.hstack(
+                rx.spinner(size="1"),
+                rx.text("Running", size="1"),
+                align="center",
+                spacing="1",
+                color=rx.color("gray", 10),
+            ),
+        ),
+        (
+            "done",
+            rx.hstack(
+                rx.icon("check", size=13, color=rx.color("green", 10)),
+                rx.text(item.duration_text, size="1", color=rx.color("gray", 10)),
+                align="center",
+                spacing="1",
+            ),
+        ),
+        (
+            "error",
+            rx.hstack(
+                rx.icon("circle-x", size=13, color=rx.color("red", 10)),
+                rx.text("Error", size="1", color=rx.color("red", 11)),
+                rx.text(item.duration_text, size="1", color=rx.color("gray", 10)),
+                align="center",
+                spacing="1",
+            ),
+        ),
+        (
+            "waiting",
+            rx.hstack(
+                rx.icon("shield-question", size=13, color=rx.color("amber", 10)),
+                rx.text("Waiting for approval", size="1", color=rx.color("amber", 11)),
+                align="center",
+                spacing="1",
+            ),
+        ),
         ("interrupted", rx.text("Interrupted", size="1", color=rx.color("gray", 10))),
         rx.fragment(),
     )
 
 
-def _code_block(label: str, text: rx.Var, test_id: str, error: rx.Var | bool = False) -> rx.Component:
+def _code_block(
+    label: str, text: rx.Var, test_id: str, error: rx.Var | bool = False
+) -> rx.Component:
     return rx.vstack(
-        rx.text(label, size="1", weight="medium", color=rx.color("gray", 10), text_transform="uppercase", letter_spacing="0.04em"),
+        rx.text(
+            label,
+            size="1",
+            weight="medium",
+            color=rx.color("gray", 10),
+            text_transform="uppercase",
+            letter_spacing="0.04em",
+        ),
         rx.box(
             rx.el.pre(
                 text,
@@ -283,10 +336,29 @@ def _tool_card(item: rx.Var[ChatItem]) -> rx.Component:
         rx.el.details(
             rx.el.summary(
                 rx.hstack(
-                    rx.icon(tag="chevron-right", size=14, class_name="mosoo-chevron", color=rx.color("gray", 9)),
+                    rx.icon(
+                        tag="chevron-right",
+                        size=14,
+                        class_name="mosoo-chevron",
+                        color=rx.color("gray", 9),
+                    ),
                     _tool_icon(item.name),
-                    rx.text(item.name, size="2", weight="bold", font_family=MONO, data_testid="tool-name"),
-                    rx.text(item.summary, size="1", color=rx.color("gray", 11), font_family=MONO, truncate=True, flex="1", min_width="0"),
+                    rx.text(
+                        item.name,
+                        size="2",
+                        weight="bold",
+                        font_family=MONO,
+                        data_testid="tool-name",
+                    ),
+                    rx.text(
+                        item.summary,
+                        size="1",
+                        color=rx.color("gray", 11),
+                        font_family=MONO,
+                        truncate=True,
+                        flex="1",
+                        min_width="0",
+                    ),
                     _status_chip(item),
                     align="center",
                     spacing="2",
@@ -297,12 +369,25 @@ def _tool_card(item: rx.Var[ChatItem]) -> rx.Component:
                 padding="8px 12px",
             ),
             rx.vstack(
-                rx.cond(item.input_text != "", _code_block("Input", item.input_text, "tool-input"), rx.fragment()),
+                rx.cond(
+                    item.input_text != "",
+                    _code_block("Input", item.input_text, "tool-input"),
+                    rx.fragment(),
+                ),
                 rx.cond(
                     (item.status == "done") | (item.status == "error"),
                     rx.vstack(
-                        _code_block("Output", rx.cond(item.output_text != "", item.output_text, "(no output)"), "tool-output", item.is_error),
-                        rx.cond(item.output_note != "", rx.text(item.output_note, size="1", color=rx.color("gray", 10)), rx.fragment()),
+                        _code_block(
+                            "Output",
+                            rx.cond(item.output_text != "", item.output_text, "(no output)"),
+                            "tool-output",
+                            item.is_error,
+                        ),
+                        rx.cond(
+                            item.output_note != "",
+                            rx.text(item.output_note, size="1", color=rx.color("gray", 10)),
+                            rx.fragment(),
+                        ),
                         spacing="1",
                         width="100%",
                     ),
@@ -316,7 +401,9 @@ def _tool_card(item: rx.Var[ChatItem]) -> rx.Component:
             open=item.is_error,
             class_name="mosoo-tool",
         ),
-        border=rx.cond(item.is_error, f"1px solid {rx.color('red', 6)}", f"1px solid {rx.color('gray', 5)}"),
+        border=rx.cond(
+            item.is_error, f"1px solid {rx.color('red', 6)}", f"1px solid {rx.color('gray', 5)}"
+        ),
         border_radius="10px",
         background=rx.color("gray", 1),
         margin_left="38px",
@@ -326,7 +413,10 @@ def _tool_card(item: rx.Var[ChatItem]) -> rx.Component:
 
 
 def _permission_card(
-    item: rx.Var[ChatItem], answered: rx.Var[list[str]], on_allow: PermissionHandler, on_reject: PermissionHandler
+    item: rx.Var[ChatItem],
+    answered: rx.Var[list[str]],
+    on_allow: PermissionHandler,
+    on_reject: PermissionHandler,
 ) -> rx.Component:
     pending = item.status == "pending"
     sent = answered.contains(item.request_id)
@@ -342,12 +432,31 @@ def _permission_card(
                 rx.spacer(),
                 rx.match(
                     item.status,
-                    ("allow_once", rx.badge(rx.icon("check", size=12), "Allowed once", color_scheme="green", variant="soft")),
-                    ("reject_once", rx.badge(rx.icon("x", size=12), "Rejected", color_scheme="red", variant="soft")),
+                    (
+                        "allow_once",
+                        rx.badge(
+                            rx.icon("check", size=12),
+                            "Allowed once",
+                            color_scheme="green",
+                            variant="soft",
+                        ),
+                    ),
+                    (
+                        "reject_once",
+                        rx.badge(
+                            rx.icon("x", size=12), "Rejected", color_scheme="red", variant="soft"
+                        ),
+                    ),
                     ("expired", rx.badge("No longer needed", color_scheme="gray", variant="soft")),
                     rx.cond(
                         sent,
-                        rx.badge(rx.spinner(size="1"), "Answer sent", color_scheme="gray", variant="soft", data_testid="permission-sent"),
+                        rx.badge(
+                            rx.spinner(size="1"),
+                            "Answer sent",
+                            color_scheme="gray",
+                            variant="soft",
+                            data_testid="permission-sent",
+                        ),
                         rx.fragment(),
                     ),
                 ),
@@ -363,7 +472,14 @@ def _permission_card(
             rx.cond(
                 item.summary != "",
                 rx.box(
-                    rx.el.pre(item.summary, margin="0", white_space="pre-wrap", overflow_wrap="anywhere", font_family=MONO, font_size="12px"),
+                    rx.el.pre(
+                        item.summary,
+                        margin="0",
+                        white_space="pre-wrap",
+                        overflow_wrap="anywhere",
+                        font_family=MONO,
+                        font_size="12px",
+                    ),
                     padding="8px 10px",
                     border_radius="6px",
                     background=rx.color("gray", 2),
@@ -376,14 +492,19 @@ def _permission_card(
                 pending & ~sent,
                 rx.hstack(
                     rx.button(
-                        rx.icon("check", size=14), "Allow once",
-                        size="2", color_scheme="green",
+                        rx.icon("check", size=14),
+                        "Allow once",
+                        size="2",
+                        color_scheme="green",
                         on_click=on_allow(item.request_id),
                         data_testid="permission-allow",
                     ),
                     rx.button(
-                        rx.icon("x", size=14), "Reject",
-                        size="2", variant="soft", color_scheme="red",
+                        rx.icon("x", size=14),
+                        "Reject",
+                        size="2",
+                        variant="soft",
+                        color_scheme="red",
                         on_click=on_reject(item.request_id),
                         data_testid="permission-reject",
                     ),
@@ -396,7 +517,9 @@ def _permission_card(
         ),
         padding="12px 14px",
         border_radius="10px",
-        border=rx.cond(pending, f"1px solid {rx.color('amber', 7)}", f"1px solid {rx.color('gray', 5)}"),
+        border=rx.cond(
+            pending, f"1px solid {rx.color('amber', 7)}", f"1px solid {rx.color('gray', 5)}"
+        ),
         background=rx.cond(pending, rx.color("amber", 2), rx.color("gray", 1)),
         margin_left="38px",
         data_testid="chat-permission",
@@ -425,8 +548,12 @@ def _outputs_line(item: rx.Var[ChatItem]) -> rx.Component:
             rx.foreach(
                 item.files,
                 lambda f: download_link(
-                    rx.badge(rx.icon("download", size=11), f["path"], variant="soft", radius="full"),
-                    f["id"], "Download " + f["name"], "chat-output-file",
+                    rx.badge(
+                        rx.icon("download", size=11), f["path"], variant="soft", radius="full"
+                    ),
+                    f["id"],
+                    "Download " + f["name"],
+                    "chat-output-file",
                 ),
             ),
             wrap="wrap",
@@ -461,9 +588,22 @@ def _run_end(item: rx.Var[ChatItem]) -> rx.Component:
                     rx.callout.icon(rx.icon("triangle-alert", size=16)),
                     rx.callout.text(
                         rx.text("The run failed", weight="bold", as_="span"),
-                        rx.cond(item.text != "", rx.text(": ", item.text, as_="span"), rx.fragment()),
-                        rx.text(" (", item.code, ")", as_="span", color=rx.color("red", 10), font_size="12px"),
-                        rx.cond(item.retryable, rx.text(" Sending the message again may work.", as_="span"), rx.fragment()),
+                        rx.cond(
+                            item.text != "", rx.text(": ", item.text, as_="span"), rx.fragment()
+                        ),
+                        rx.text(
+                            " (",
+                            item.code,
+                            ")",
+                            as_="span",
+                            color=rx.color("red", 10),
+                            font_size="12px",
+                        ),
+                        rx.cond(
+                            item.retryable,
+                            rx.text(" Sending the message again may work.", as_="span"),
+                            rx.fragment(),
+                        ),
                     ),
                     color_scheme="red",
                     variant="surface",
@@ -494,7 +634,10 @@ def _run_end(item: rx.Var[ChatItem]) -> rx.Component:
 
 
 def transcript_item(
-    item: rx.Var[ChatItem], answered: rx.Var[list[str]], on_allow: PermissionHandler, on_reject: PermissionHandler
+    item: rx.Var[ChatItem],
+    answered: rx.Var[list[str]],
+    on_allow: PermissionHandler,
+    on_reject: PermissionHandler,
 ) -> rx.Component:
     return rx.box(
         rx.match(

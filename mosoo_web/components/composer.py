@@ -44,15 +44,21 @@ def _rejected_names(rejected: Any) -> Any:
     which do not travel to the server."""
     records = rejected.to(ArrayVar, list[dict[str, Any]])
     return records.map(
-        lambda record: record.to(ObjectVar, dict[str, dict[str, Any]])["file"].to(ObjectVar, dict[str, Any])["path"]
+        lambda record: record.to(ObjectVar, dict[str, dict[str, Any]])["file"].to(
+            ObjectVar, dict[str, Any]
+        )["path"]
     )
 
 
 def _attach_button(state: Any, upload_id: str, disabled: rx.Var | bool) -> rx.Component:
     return rx.upload.root(
         rx.button(
-            rx.icon("paperclip", size=14), "Attach",
-            type="button", size="2", variant="soft", color_scheme="gray",
+            rx.icon("paperclip", size=14),
+            "Attach",
+            type="button",
+            size="2",
+            variant="soft",
+            color_scheme="gray",
             disabled=disabled,
             data_testid="chat-attach",
         ),
@@ -119,16 +125,22 @@ def chat_composer(
                     rx.cond(
                         state.run_active,
                         rx.button(
-                            rx.icon("square", size=13), "Stop",
-                            type="button", size="2", variant="soft", color_scheme="red",
+                            rx.icon("square", size=13),
+                            "Stop",
+                            type="button",
+                            size="2",
+                            variant="soft",
+                            color_scheme="red",
                             on_click=state.stop,
                             data_testid="chat-stop",
                         ),
                         rx.fragment(),
                     ),
                     rx.button(
-                        rx.icon("arrow-up", size=15), "Send",
-                        type="submit", size="2",
+                        rx.icon("arrow-up", size=15),
+                        "Send",
+                        type="submit",
+                        size="2",
                         disabled=~can_send,
                         loading=state.sending,
                         data_testid="chat-send",

@@ -13,7 +13,9 @@ from typing import Any
 import reflex as rx
 
 
-def _controlled(open: rx.Var[bool] | None, on_open_change: rx.event.EventType | None) -> dict[str, Any]:
+def _controlled(
+    open: rx.Var[bool] | None, on_open_change: rx.event.EventType | None
+) -> dict[str, Any]:
     if open is None:
         return {}
     return {"open": open, "on_open_change": on_open_change}
@@ -36,7 +38,7 @@ def confirm_dialog(
     max_width: str | None = None,
     description_test_id: str = "",
 ) -> rx.Component:
-    """"Delete this?" with Cancel and a red `confirm` button. Opened by `trigger`, confirming
+    """ "Delete this?" with Cancel and a red `confirm` button. Opened by `trigger`, confirming
     closes it; held open by the state (`open`), the state closes it when the work is done."""
     confirm_props: dict[str, Any] = {"color_scheme": "red", "on_click": on_confirm}
     cancel_props: dict[str, Any] = {"variant": "soft", "color_scheme": "gray"}
@@ -69,7 +71,13 @@ def confirm_dialog(
 def trash_button(label: str, test_id: str, size: str = "1", **props: Any) -> rx.Component:
     """The red button that asks for a deletion (a `confirm_dialog` confirms it)."""
     return rx.button(
-        rx.icon("trash-2", size=14), label, size=size, variant="soft", color_scheme="red", data_testid=test_id, **props
+        rx.icon("trash-2", size=14),
+        label,
+        size=size,
+        variant="soft",
+        color_scheme="red",
+        data_testid=test_id,
+        **props,
     )
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import reflex as rx
 
 
-def download_link(child: rx.Component, file_id: rx.Var | str, label: rx.Var | str, test_id: str) -> rx.Component:
+def download_link(
+    child: rx.Component, file_id: rx.Var | str, label: rx.Var | str, test_id: str
+) -> rx.Component:
     """A link the browser follows itself: Reflex renders anchors as router links, which would
     navigate inside the app instead of fetching the API (`reloadDocument` lets it through)."""
     return rx.el.a(

@@ -6,7 +6,7 @@ from datetime import datetime
 
 
 def relative_time(when: datetime, now: datetime) -> str:
-    """"just now", "5 min ago", "3 h ago", "2 days ago", then the date."""
+    """ "just now", "5 min ago", "3 h ago", "2 days ago", then the date."""
     seconds = max(0, int((now - when).total_seconds()))
     if seconds < 60:
         return "just now"

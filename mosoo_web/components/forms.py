@@ -10,7 +10,9 @@ import reflex as rx
 def error_text(message: rx.Var, test_id: str | None = None, size: str = "2") -> rx.Component:
     """`message` in red, or nothing while it is empty."""
     test_props = {"data_testid": test_id} if test_id else {}
-    return rx.cond(message != "", rx.text(message, color_scheme="red", size=size, **test_props), rx.fragment())
+    return rx.cond(
+        message != "", rx.text(message, color_scheme="red", size=size, **test_props), rx.fragment()
+    )
 
 
 def field_error(message: rx.Var) -> rx.Component:
@@ -79,7 +81,9 @@ def name_form(label: str, value: rx.Var, state: Any, test_id: str) -> rx.Compone
             size="3",
             data_testid=f"{test_id}-input",
         ),
-        rx.button("Save", type="submit", size="3", loading=state.saving, data_testid=f"{test_id}-submit"),
+        rx.button(
+            "Save", type="submit", size="3", loading=state.saving, data_testid=f"{test_id}-submit"
+        ),
         state.error,
         on_submit=state.rename,
     )

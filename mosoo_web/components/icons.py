@@ -8,7 +8,13 @@ import reflex as rx
 
 
 def icon_tile(
-    icon: str, size: int, padding: str, *, color: str = "accent", radius: str = "999px", solid: bool = False,
+    icon: str,
+    size: int,
+    padding: str,
+    *,
+    color: str = "accent",
+    radius: str = "999px",
+    solid: bool = False,
     **props: Any,
 ) -> rx.Component:
     """`icon` on a soft tile of `color` (`solid`: a white icon on the full colour)."""

@@ -23,7 +23,12 @@ def brand() -> rx.Component:
 
 def nav_link(label: str, icon: str, href: rx.Var | str, test_id: str) -> rx.Component:
     return rx.link(
-        rx.hstack(rx.icon(icon, size=16), rx.text(label, size="2", weight="medium"), align="center", spacing="2"),
+        rx.hstack(
+            rx.icon(icon, size=16),
+            rx.text(label, size="2", weight="medium"),
+            align="center",
+            spacing="2",
+        ),
         href=href,
         underline="none",
         color=rx.color("gray", 12),
@@ -147,7 +152,13 @@ def console_shell(content: Callable[[], rx.Component], max_width: str = "880px")
     )
 
 
-def missing_card(title: str, back_label: str, back_href: rx.Var | str, test_id: str, detail: str = "It does not exist, or it is not yours.") -> rx.Component:
+def missing_card(
+    title: str,
+    back_label: str,
+    back_href: rx.Var | str,
+    test_id: str,
+    detail: str = "It does not exist, or it is not yours.",
+) -> rx.Component:
     """What a page shows for an id that is not there — or not the viewer's: the two are
     told apart nowhere, so nobody learns what exists in another owner's account."""
     return rx.card(
@@ -207,9 +218,11 @@ def empty_note(*text: rx.Var | str, max_width: str = "420px") -> rx.Component:
 
 
 def back_link(label: str, href: rx.Var | str, test_id: str = "") -> rx.Component:
-    """"← Agents" over an item's page: back to the list it came from."""
+    """ "← Agents" over an item's page: back to the list it came from."""
     return rx.link(
-        rx.hstack(rx.icon("arrow-left", size=14), rx.text(label, size="2"), align="center", spacing="1"),
+        rx.hstack(
+            rx.icon("arrow-left", size=14), rx.text(label, size="2"), align="center", spacing="1"
+        ),
         href=href,
         color_scheme="gray",
         underline="none",

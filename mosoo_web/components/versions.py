@@ -36,7 +36,9 @@ class _Published:
 
 def _rows(versions: list[agents.VersionView]) -> list[VersionRow]:
     return [
-        VersionRow(number=v.number, summary=v.summary, created=v.created_at.strftime("%Y-%m-%d %H:%M UTC"))
+        VersionRow(
+            number=v.number, summary=v.summary, created=v.created_at.strftime("%Y-%m-%d %H:%M UTC")
+        )
         for v in versions
     ]
 
@@ -102,7 +104,9 @@ class VersionsState(rx.State):
         self.busy = True
         try:
             self._apply(
-                await asyncio.to_thread(_publish, account_id, app_id, self.agent_id, str(form.get("summary", "")))
+                await asyncio.to_thread(
+                    _publish, account_id, app_id, self.agent_id, str(form.get("summary", ""))
+                )
             )
         except InvalidInput as error:
             self.summary_error = error.message
@@ -127,18 +131,31 @@ class VersionsState(rx.State):
 
 def _publish_dialog(blocked: rx.Var[bool]) -> rx.Component:
     return form_dialog(
-        rx.button(rx.icon("rocket", size=14), "Publish", size="2", disabled=blocked, data_testid="publish-agent"),
+        rx.button(
+            rx.icon("rocket", size=14),
+            "Publish",
+            size="2",
+            disabled=blocked,
+            data_testid="publish-agent",
+        ),
         "Publish a new version",
-        "Freezes the saved configuration as version " + (VersionsState.versions.length() + 1).to_string()
+        "Freezes the saved configuration as version "
+        + (VersionsState.versions.length() + 1).to_string()
         + ". Threads started outside Preview run it; threads already running keep their version."
         " Kind and runtime are locked after the first publish.",
         rx.text("Summary (optional)", size="2", weight="medium", as_="label"),
         rx.input(
-            name="summary", placeholder="What changed", max_length=200, width="100%", auto_focus=True,
+            name="summary",
+            placeholder="What changed",
+            max_length=200,
+            width="100%",
+            auto_focus=True,
             data_testid="publish-summary",
         ),
         error_text(VersionsState.summary_error, size="1"),
-        submit=rx.button("Publish", type="submit", loading=VersionsState.busy, data_testid="publish-submit"),
+        submit=rx.button(
+            "Publish", type="submit", loading=VersionsState.busy, data_testid="publish-submit"
+        ),
         on_submit=VersionsState.publish,
         open=VersionsState.dialog_open,
         on_open_change=VersionsState.open_dialog,
@@ -154,7 +171,13 @@ def _unpublish_button() -> rx.Component:
         "The API stops starting threads with it. Its versions are kept; Preview keeps working.",
         confirm="Unpublish",
         on_confirm=VersionsState.unpublish,
-        trigger=rx.button("Unpublish", size="2", variant="soft", color_scheme="gray", data_testid="unpublish-agent"),
+        trigger=rx.button(
+            "Unpublish",
+            size="2",
+            variant="soft",
+            color_scheme="gray",
+            data_testid="unpublish-agent",
+        ),
         max_width="440px",
     )
 
@@ -163,7 +186,11 @@ def _versions_list() -> rx.Component:
     return rx.popover.root(
         rx.popover.trigger(
             rx.button(
-                rx.icon("history", size=14), "Versions", size="2", variant="ghost", color_scheme="gray",
+                rx.icon("history", size=14),
+                "Versions",
+                size="2",
+                variant="ghost",
+                color_scheme="gray",
                 data_testid="agent-versions",
             ),
         ),
@@ -174,9 +201,17 @@ def _versions_list() -> rx.Component:
                     rx.foreach(
                         VersionsState.versions,
                         lambda row: rx.hstack(
-                            rx.badge("v" + row.number.to_string(), variant="soft", color_scheme="gray"),
-                            rx.text(rx.cond(row.summary != "", row.summary, "No summary"), size="2", flex="1"),
-                            rx.text(row.created, size="1", color_scheme="gray", white_space="nowrap"),
+                            rx.badge(
+                                "v" + row.number.to_string(), variant="soft", color_scheme="gray"
+                            ),
+                            rx.text(
+                                rx.cond(row.summary != "", row.summary, "No summary"),
+                                size="2",
+                                flex="1",
+                            ),
+                            rx.text(
+                                row.created, size="1", color_scheme="gray", white_space="nowrap"
+                            ),
                             align="center",
                             spacing="2",
                             width="100%",

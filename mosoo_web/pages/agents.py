@@ -225,11 +225,15 @@ class AgentsState(rx.State):
     async def ask_delete(self, agent_id: str) -> rx.event.EventSpec | None:
         account_id, app_id = await self._ids()
         try:
-            self.delete_threads = await asyncio.to_thread(_thread_count, account_id, app_id, agent_id)
+            self.delete_threads = await asyncio.to_thread(
+                _thread_count, account_id, app_id, agent_id
+            )
         except NotFound as error:
             return rx.toast.error(error.message)
         self.delete_id = agent_id
-        self.delete_name = next((row.name for row in self.agents if row.id == agent_id), "this agent")
+        self.delete_name = next(
+            (row.name for row in self.agents if row.id == agent_id), "this agent"
+        )
         self.delete_open = True
         return None
 
@@ -390,21 +394,34 @@ def _agent_menu(row: rx.Var[AgentRow]) -> rx.Component:
     return rx.dropdown_menu.root(
         rx.dropdown_menu.trigger(
             rx.icon_button(
-                rx.icon("ellipsis", size=16), variant="ghost", color_scheme="gray", size="2",
-                aria_label="Agent actions", data_testid="agent-menu",
+                rx.icon("ellipsis", size=16),
+                variant="ghost",
+                color_scheme="gray",
+                size="2",
+                aria_label="Agent actions",
+                data_testid="agent-menu",
             ),
         ),
         rx.dropdown_menu.content(
             rx.dropdown_menu.item(
-                rx.icon("copy", size=14), "Fork", on_select=AgentsState.fork(row.id), data_testid="agent-fork"
+                rx.icon("copy", size=14),
+                "Fork",
+                on_select=AgentsState.fork(row.id),
+                data_testid="agent-fork",
             ),
             rx.dropdown_menu.item(
-                rx.icon("download", size=14), "Export", on_select=AgentsState.export(row.id), data_testid="agent-export"
+                rx.icon("download", size=14),
+                "Export",
+                on_select=AgentsState.export(row.id),
+                data_testid="agent-export",
             ),
             rx.dropdown_menu.separator(),
             rx.dropdown_menu.item(
-                rx.icon("trash-2", size=14), "Delete", color_scheme="red",
-                on_select=AgentsState.ask_delete(row.id), data_testid="agent-delete",
+                rx.icon("trash-2", size=14),
+                "Delete",
+                color_scheme="red",
+                on_select=AgentsState.ask_delete(row.id),
+                data_testid="agent-delete",
             ),
             align="end",
         ),
@@ -435,7 +452,12 @@ def _agent_card(row: rx.Var[AgentRow]) -> rx.Component:
                             " · ",
                             rx.cond(row.model != "", row.model, "model not set"),
                             " · ",
-                            rx.text("Active ", row.last_activity, as_="span", data_testid="agent-last-activity"),
+                            rx.text(
+                                "Active ",
+                                row.last_activity,
+                                as_="span",
+                                data_testid="agent-last-activity",
+                            ),
                             size="1",
                             color_scheme="gray",
                         ),
@@ -445,8 +467,18 @@ def _agent_card(row: rx.Var[AgentRow]) -> rx.Component:
                     rx.spacer(),
                     rx.cond(
                         row.ready,
-                        rx.badge(rx.icon("circle-check", size=12), "Ready", color_scheme="green", variant="soft"),
-                        rx.badge(rx.icon("circle-alert", size=12), "Setup required", color_scheme="amber", variant="soft"),
+                        rx.badge(
+                            rx.icon("circle-check", size=12),
+                            "Ready",
+                            color_scheme="green",
+                            variant="soft",
+                        ),
+                        rx.badge(
+                            rx.icon("circle-alert", size=12),
+                            "Setup required",
+                            color_scheme="amber",
+                            variant="soft",
+                        ),
                     ),
                     rx.icon("chevron-right", size=16, color=rx.color("gray", 9)),
                     align="center",
@@ -520,7 +552,9 @@ def _import_report() -> rx.Component:
                 rx.text("Notes", size="2", weight="medium"),
                 rx.foreach(
                     AgentsState.import_notes,
-                    lambda item: rx.text("• ", item, size="2", color_scheme="gray", data_testid="import-note"),
+                    lambda item: rx.text(
+                        "• ", item, size="2", color_scheme="gray", data_testid="import-note"
+                    ),
                 ),
                 spacing="1",
                 width="100%",
@@ -546,7 +580,11 @@ def _import_form() -> rx.Component:
             rx.vstack(
                 rx.icon("upload", size=24, color=rx.color("gray", 9)),
                 rx.text("Drop a .agent file here or click to choose one", size="2"),
-                rx.text("At most 64 MiB. Packages never carry keys; you reconnect them after.", size="1", color_scheme="gray"),
+                rx.text(
+                    "At most 64 MiB. Packages never carry keys; you reconnect them after.",
+                    size="1",
+                    color_scheme="gray",
+                ),
                 align="center",
                 spacing="1",
             ),
@@ -565,7 +603,11 @@ def _import_form() -> rx.Component:
             cursor="pointer",
             data_testid="import-upload",
         ),
-        rx.cond(AgentsState.importing, rx.hstack(rx.spinner(size="2"), rx.text("Importing…", size="2")), rx.fragment()),
+        rx.cond(
+            AgentsState.importing,
+            rx.hstack(rx.spinner(size="2"), rx.text("Importing…", size="2")),
+            rx.fragment(),
+        ),
         error_text(AgentsState.import_error, "import-error"),
         dialog_buttons(),
         spacing="3",
@@ -575,7 +617,13 @@ def _import_form() -> rx.Component:
 
 def _import_dialog() -> rx.Component:
     return dialog(
-        rx.button(rx.icon("file-up", size=16), "Import", size="3", variant="soft", data_testid="import-agent"),
+        rx.button(
+            rx.icon("file-up", size=16),
+            "Import",
+            size="3",
+            variant="soft",
+            data_testid="import-agent",
+        ),
         "Import an agent",
         "A .agent package exported from Mosoo becomes a new draft agent in this App.",
         rx.cond(AgentsState.imported_id != "", _import_report(), _import_form()),

@@ -23,7 +23,9 @@ class AppSettingsState(rx.State):
         session = await self.get_state(SessionState)
         try:
             with session_scope() as db:
-                app = identity.rename_app(db, account_id, session.current_app_id, name=form.get("name", ""))
+                app = identity.rename_app(
+                    db, account_id, session.current_app_id, name=form.get("name", "")
+                )
         except InvalidInput as error:
             self.error = error.message
             return None

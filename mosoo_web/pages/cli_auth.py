@@ -47,7 +47,11 @@ class CliAuthState(rx.State):
         except NotFound as error:
             self.error = error.message
             return
-        self.user_code, self.client_name, self.status = view.user_code, view.client_name, view.status
+        self.user_code, self.client_name, self.status = (
+            view.user_code,
+            view.client_name,
+            view.status,
+        )
 
     @rx.event
     async def load(self) -> rx.event.EventSpec | None:
@@ -74,7 +78,11 @@ class CliAuthState(rx.State):
         account_id = await current_account_id(self)
         try:
             with session_scope() as db:
-                decide = identity.approve_device_authorization if approve else identity.deny_device_authorization
+                decide = (
+                    identity.approve_device_authorization
+                    if approve
+                    else identity.deny_device_authorization
+                )
                 view = decide(db, account_id, self.user_code)
         except NotFound as error:
             self._clear()
@@ -103,8 +111,14 @@ def _code_form() -> rx.Component:
     return inline_form(
         "Code",
         rx.input(
-            name="code", default_value=CliAuthState.code, placeholder="XXXX-XXXX", max_length=20,
-            width="100%", size="3", auto_complete="off", data_testid="cli-code-input",
+            name="code",
+            default_value=CliAuthState.code,
+            placeholder="XXXX-XXXX",
+            max_length=20,
+            width="100%",
+            size="3",
+            auto_complete="off",
+            data_testid="cli-code-input",
         ),
         rx.button("Continue", type="submit", size="3", data_testid="cli-code-submit"),
         CliAuthState.error,
@@ -117,20 +131,34 @@ def _confirmation() -> rx.Component:
     return rx.vstack(
         rx.text(
             rx.text.strong(CliAuthState.client_name, data_testid="cli-client-name"),
-            " wants to sign in as ", rx.text.strong(SessionState.email), ".",
+            " wants to sign in as ",
+            rx.text.strong(SessionState.email),
+            ".",
             size="3",
         ),
         rx.text("Check that your terminal shows exactly this code:", size="2", color_scheme="gray"),
         rx.code(CliAuthState.user_code, size="6", weight="bold", data_testid="cli-user-code"),
         rx.text(
             "Approve only if you just ran mosoo login yourself. The CLI gets an access token that acts as you.",
-            size="2", color_scheme="gray",
+            size="2",
+            color_scheme="gray",
         ),
         rx.hstack(
-            rx.button(rx.icon("check", size=16), "Approve", size="3", on_click=CliAuthState.approve, data_testid="cli-approve"),
             rx.button(
-                rx.icon("x", size=16), "Deny", size="3", variant="soft", color_scheme="red",
-                on_click=CliAuthState.deny, data_testid="cli-deny",
+                rx.icon("check", size=16),
+                "Approve",
+                size="3",
+                on_click=CliAuthState.approve,
+                data_testid="cli-approve",
+            ),
+            rx.button(
+                rx.icon("x", size=16),
+                "Deny",
+                size="3",
+                variant="soft",
+                color_scheme="red",
+                on_click=CliAuthState.deny,
+                data_testid="cli-deny",
             ),
             spacing="3",
         ),
@@ -144,10 +172,17 @@ def _outcome() -> rx.Component:
         CliAuthState.outcome == "approved",
         rx.callout(
             "Approved. Go back to your terminal: the CLI is signed in within a few seconds.",
-            icon="circle-check", color_scheme="green", width="100%", data_testid="cli-approved",
+            icon="circle-check",
+            color_scheme="green",
+            width="100%",
+            data_testid="cli-approved",
         ),
         rx.callout(
-            "Denied. The CLI was not signed in.", icon="ban", color_scheme="gray", width="100%", data_testid="cli-denied",
+            "Denied. The CLI was not signed in.",
+            icon="ban",
+            color_scheme="gray",
+            width="100%",
+            data_testid="cli-denied",
         ),
     )
 
@@ -161,7 +196,10 @@ def _request() -> rx.Component:
             _confirmation(),
             rx.vstack(
                 rx.callout(
-                    CliAuthState.status_message, icon="triangle-alert", color_scheme="amber", width="100%",
+                    CliAuthState.status_message,
+                    icon="triangle-alert",
+                    color_scheme="amber",
+                    width="100%",
                     data_testid="cli-status",
                 ),
                 _code_form(),
@@ -174,7 +212,9 @@ def _request() -> rx.Component:
 
 def _content() -> rx.Component:
     return page_column(
-        page_header("Sign in the CLI", "Confirm the code that mosoo login printed in your terminal."),
+        page_header(
+            "Sign in the CLI", "Confirm the code that mosoo login printed in your terminal."
+        ),
         card_section(
             "Device sign-in",
             "Codes are valid for 10 minutes and work once.",

@@ -69,8 +69,14 @@ def dev_mailbox_page() -> rx.Component:
         rx.vstack(
             brand(),
             rx.heading("Development mailbox", size="6"),
-            rx.text("Emails Mosoo would have sent. Only shown in development mode on this machine.", color_scheme="gray", size="2"),
-            rx.button("Refresh", on_click=DevMailboxState.load, variant="soft", data_testid="mail-refresh"),
+            rx.text(
+                "Emails Mosoo would have sent. Only shown in development mode on this machine.",
+                color_scheme="gray",
+                size="2",
+            ),
+            rx.button(
+                "Refresh", on_click=DevMailboxState.load, variant="soft", data_testid="mail-refresh"
+            ),
             rx.cond(
                 DevMailboxState.allowed,
                 rx.cond(
@@ -78,7 +84,11 @@ def dev_mailbox_page() -> rx.Component:
                     rx.vstack(rx.foreach(DevMailboxState.messages, _message), width="100%"),
                     rx.text("No messages yet.", color_scheme="gray"),
                 ),
-                rx.cond(DevMailboxState.loaded, rx.text("Not available.", data_testid="mail-unavailable"), rx.spinner()),
+                rx.cond(
+                    DevMailboxState.loaded,
+                    rx.text("Not available.", data_testid="mail-unavailable"),
+                    rx.spinner(),
+                ),
             ),
             spacing="4",
             max_width="760px",

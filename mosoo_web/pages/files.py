@@ -28,10 +28,31 @@ ALL = "all"
 PREVIEW_BYTES = 256 * 1024
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/avif", "image/bmp")
 TEXT_TYPES = (
-    "application/json", "application/xml", "application/x-yaml", "application/yaml", "application/javascript",
-    "application/x-sh", "application/toml", "application/sql", "application/x-python",
+    "application/json",
+    "application/xml",
+    "application/x-yaml",
+    "application/yaml",
+    "application/javascript",
+    "application/x-sh",
+    "application/toml",
+    "application/sql",
+    "application/x-python",
 )
-TEXT_SUFFIXES = (".md", ".txt", ".csv", ".json", ".yaml", ".yml", ".toml", ".log", ".py", ".js", ".ts", ".sh", ".sql")
+TEXT_SUFFIXES = (
+    ".md",
+    ".txt",
+    ".csv",
+    ".json",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".log",
+    ".py",
+    ".js",
+    ".ts",
+    ".sh",
+    ".sql",
+)
 
 
 @dataclass
@@ -56,7 +77,11 @@ class ThreadOption:
 def preview_kind(name: str, media_type: str) -> str:
     if media_type in IMAGE_TYPES:
         return "image"
-    if media_type.startswith("text/") or media_type in TEXT_TYPES or name.lower().endswith(TEXT_SUFFIXES):
+    if (
+        media_type.startswith("text/")
+        or media_type in TEXT_TYPES
+        or name.lower().endswith(TEXT_SUFFIXES)
+    ):
         return "text"
     return ""
 
@@ -66,24 +91,40 @@ def _load(
 ) -> tuple[list[FileRow], list[ThreadOption]]:
     with session_scope() as db:
         views = files.list_files(
-            db, account_id, app_id, session_id=None if thread_id == ALL else thread_id,
-            kind=None if kind == ALL else kind, query=query or None, limit=500,
+            db,
+            account_id,
+            app_id,
+            session_id=None if thread_id == ALL else thread_id,
+            kind=None if kind == ALL else kind,
+            query=query or None,
+            limit=500,
         )
         # The thread filter offers every thread that has files (not only those shown now).
-        all_views = views if thread_id == ALL and kind == ALL and not query else files.list_files(
-            db, account_id, app_id, limit=1000
+        all_views = (
+            views
+            if thread_id == ALL and kind == ALL and not query
+            else files.list_files(db, account_id, app_id, limit=1000)
         )
         thread_ids = sorted({v.session_id for v in all_views if v.session_id})
-        titles = {
-            row.id: row.display_title
-            for row in sessions.list_threads(db, account_id, app_id, ids=thread_ids, limit=200)
-        } if thread_ids else {}
+        titles = (
+            {
+                row.id: row.display_title
+                for row in sessions.list_threads(db, account_id, app_id, ids=thread_ids, limit=200)
+            }
+            if thread_ids
+            else {}
+        )
     now = utcnow()
     rows = [
         FileRow(
-            id=v.id, name=v.path or v.name, kind=v.kind, thread_id=v.session_id or "",
+            id=v.id,
+            name=v.path or v.name,
+            kind=v.kind,
+            thread_id=v.session_id or "",
             thread_title=titles.get(v.session_id or "", "") if v.session_id else "Not sent yet",
-            size_text=size_text(v.size), time_text=relative_time(v.created_at, now), media_type=v.media_type,
+            size_text=size_text(v.size),
+            time_text=relative_time(v.created_at, now),
+            media_type=v.media_type,
             preview=preview_kind(v.name, v.media_type),
         )
         for v in views
@@ -125,7 +166,12 @@ class FilesState(rx.State):
         account_id = await current_account_id(self)
         try:
             self.rows, self.thread_options = await asyncio.to_thread(
-                _load, account_id, session.current_app_id, self.query.strip(), self.thread_filter, self.kind_filter
+                _load,
+                account_id,
+                session.current_app_id,
+                self.query.strip(),
+                self.thread_filter,
+                self.kind_filter,
             )
         except NotFound:
             # The filtered thread was deleted meanwhile: show everything again.
@@ -181,7 +227,9 @@ class FilesState(rx.State):
             self.preview_note = error.message
             return
         self.preview_text = text
-        self.preview_note = "Showing the first 256 KiB. Download the file for all of it." if clipped else ""
+        self.preview_note = (
+            "Showing the first 256 KiB. Download the file for all of it." if clipped else ""
+        )
 
     @rx.event
     def close_preview(self) -> None:
@@ -194,8 +242,12 @@ def _file_row(row: rx.Var[FileRow]) -> rx.Component:
             rx.hstack(
                 rx.icon(rx.cond(row.kind == "artifact", "file-output", "paperclip"), size=14),
                 rx.button(
-                    row.name, on_click=FilesState.select(row.id), variant="ghost", size="2",
-                    type="button", data_testid="file-name",
+                    row.name,
+                    on_click=FilesState.select(row.id),
+                    variant="ghost",
+                    size="2",
+                    type="button",
+                    data_testid="file-name",
                 ),
                 align="center",
                 spacing="2",
@@ -213,8 +265,10 @@ def _file_row(row: rx.Var[FileRow]) -> rx.Component:
             rx.cond(
                 row.thread_id != "",
                 rx.link(
-                    row.thread_title, href="/apps/" + SessionState.current_app_id + "/threads/" + row.thread_id,
-                    size="2", data_testid="file-thread",
+                    row.thread_title,
+                    href="/apps/" + SessionState.current_app_id + "/threads/" + row.thread_id,
+                    size="2",
+                    data_testid="file-thread",
                 ),
                 rx.text(row.thread_title, size="2", color_scheme="gray"),
             ),
@@ -223,7 +277,9 @@ def _file_row(row: rx.Var[FileRow]) -> rx.Component:
         rx.table.cell(rx.text(row.size_text, size="2")),
         rx.table.cell(rx.text(row.time_text, size="2", color_scheme="gray")),
         rx.table.cell(
-            download_link(rx.icon("download", size=15), row.id, "Download " + row.name, "file-download")
+            download_link(
+                rx.icon("download", size=15), row.id, "Download " + row.name, "file-download"
+            )
         ),
         data_testid="file-row",
         data_name=row.name,
@@ -244,7 +300,9 @@ def _toolbar() -> rx.Component:
                     width="240px",
                     data_testid="files-search",
                 ),
-                rx.button("Search", type="submit", variant="soft", data_testid="files-search-submit"),
+                rx.button(
+                    "Search", type="submit", variant="soft", data_testid="files-search-submit"
+                ),
                 spacing="2",
             ),
             on_submit=FilesState.search,
@@ -254,7 +312,9 @@ def _toolbar() -> rx.Component:
             rx.select.trigger(width="220px", data_testid="files-thread-filter"),
             rx.select.content(
                 rx.select.item("All threads", value=ALL),
-                rx.foreach(FilesState.thread_options, lambda o: rx.select.item(o.title, value=o.id)),
+                rx.foreach(
+                    FilesState.thread_options, lambda o: rx.select.item(o.title, value=o.id)
+                ),
             ),
             value=FilesState.thread_filter,
             on_change=FilesState.choose_thread,
@@ -280,15 +340,33 @@ def _preview_panel() -> rx.Component:
         rx.card(
             rx.vstack(
                 rx.hstack(
-                    rx.text(FilesState.selected_name, size="3", weight="bold", truncate=True, data_testid="preview-name"),
+                    rx.text(
+                        FilesState.selected_name,
+                        size="3",
+                        weight="bold",
+                        truncate=True,
+                        data_testid="preview-name",
+                    ),
                     rx.spacer(),
                     download_link(
-                        rx.badge(rx.icon("download", size=14), "Download", size="2", variant="soft", cursor="pointer"),
-                        FilesState.selected_id, "Download " + FilesState.selected_name, "preview-download",
+                        rx.badge(
+                            rx.icon("download", size=14),
+                            "Download",
+                            size="2",
+                            variant="soft",
+                            cursor="pointer",
+                        ),
+                        FilesState.selected_id,
+                        "Download " + FilesState.selected_name,
+                        "preview-download",
                     ),
                     rx.icon_button(
-                        rx.icon("x", size=14), size="1", variant="ghost", color_scheme="gray",
-                        on_click=FilesState.close_preview, aria_label="Close preview",
+                        rx.icon("x", size=14),
+                        size="1",
+                        variant="ghost",
+                        color_scheme="gray",
+                        on_click=FilesState.close_preview,
+                        aria_label="Close preview",
                     ),
                     align="center",
                     width="100%",
@@ -329,7 +407,12 @@ def _preview_panel() -> rx.Component:
                 ),
                 rx.cond(
                     FilesState.preview_note != "",
-                    rx.text(FilesState.preview_note, size="1", color_scheme="gray", data_testid="preview-note"),
+                    rx.text(
+                        FilesState.preview_note,
+                        size="1",
+                        color_scheme="gray",
+                        data_testid="preview-note",
+                    ),
                     rx.fragment(),
                 ),
                 spacing="3",
@@ -343,12 +426,18 @@ def _preview_panel() -> rx.Component:
 
 
 def _empty() -> rx.Component:
-    filtered = (FilesState.query != "") | (FilesState.thread_filter != ALL) | (FilesState.kind_filter != ALL)
+    filtered = (
+        (FilesState.query != "")
+        | (FilesState.thread_filter != ALL)
+        | (FilesState.kind_filter != ALL)
+    )
     return empty_state(
         "folder-open",
         rx.cond(
             filtered,
-            rx.text("No files match. Change the search or the filters.", size="2", color_scheme="gray"),
+            rx.text(
+                "No files match. Change the search or the filters.", size="2", color_scheme="gray"
+            ),
             empty_note(
                 "No files yet. Attach files to a message in Preview or a thread; "
                 "files an agent writes under outputs/ appear here too.",

@@ -59,7 +59,14 @@ def _apps_content() -> rx.Component:
         rx.card(
             inline_form(
                 "New App",
-                rx.input(name="name", placeholder="App name", size="3", width="100%", max_length=200, data_testid="new-app-name"),
+                rx.input(
+                    name="name",
+                    placeholder="App name",
+                    size="3",
+                    width="100%",
+                    max_length=200,
+                    data_testid="new-app-name",
+                ),
                 rx.button("Create App", type="submit", size="3", data_testid="new-app-submit"),
                 AppsState.create_error,
                 on_submit=AppsState.create_app,

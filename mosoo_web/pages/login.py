@@ -53,7 +53,9 @@ class LoginState(rx.State):
     def request_code(self, form: dict[str, str]) -> None:
         self.error = ""
         try:
-            requested = identity.send_sign_in_code(email=form.get("email", ""), ip=tab_client_ip(self.router))
+            requested = identity.send_sign_in_code(
+                email=form.get("email", ""), ip=tab_client_ip(self.router)
+            )
         except (InvalidInput, RateLimited) as error:
             self.error = error.message
             return
@@ -99,7 +101,11 @@ def _email_step() -> rx.Component:
             ),
             # Enabled once the page is connected: a click before that would go nowhere.
             rx.button(
-                "Email me a code", type="submit", size="3", width="100%", disabled=~rx.State.is_hydrated,
+                "Email me a code",
+                type="submit",
+                size="3",
+                width="100%",
+                disabled=~rx.State.is_hydrated,
                 data_testid="login-send-code",
             ),
             width="100%",
@@ -113,7 +119,9 @@ def _email_step() -> rx.Component:
 
 def _code_step() -> rx.Component:
     return rx.vstack(
-        rx.callout(LoginState.notice, icon="mail", size="1", width="100%", data_testid="login-notice"),
+        rx.callout(
+            LoginState.notice, icon="mail", size="1", width="100%", data_testid="login-notice"
+        ),
         rx.form(
             rx.vstack(
                 rx.text("Sign-in code", size="2", weight="medium", as_="label"),
@@ -129,7 +137,11 @@ def _code_step() -> rx.Component:
                     data_testid="login-code",
                 ),
                 rx.button(
-                    "Sign in", type="submit", size="3", width="100%", disabled=~rx.State.is_hydrated,
+                    "Sign in",
+                    type="submit",
+                    size="3",
+                    width="100%",
+                    disabled=~rx.State.is_hydrated,
                     data_testid="login-verify",
                 ),
                 width="100%",
@@ -140,7 +152,10 @@ def _code_step() -> rx.Component:
             width="100%",
         ),
         rx.button(
-            "Use another address", variant="ghost", size="2", on_click=LoginState.use_another_address
+            "Use another address",
+            variant="ghost",
+            size="2",
+            on_click=LoginState.use_another_address,
         ),
         width="100%",
         spacing="3",
@@ -159,7 +174,13 @@ def login_page() -> rx.Component:
                 rx.cond(
                     LoginState.google_enabled,
                     rx.vstack(
-                        rx.hstack(rx.divider(), rx.text("or", size="1", color_scheme="gray"), rx.divider(), align="center", width="100%"),
+                        rx.hstack(
+                            rx.divider(),
+                            rx.text("or", size="1", color_scheme="gray"),
+                            rx.divider(),
+                            align="center",
+                            width="100%",
+                        ),
                         rx.link(
                             rx.button(
                                 rx.icon("globe", size=16),

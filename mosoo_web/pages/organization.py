@@ -22,7 +22,9 @@ class OrganizationState(rx.State):
         self.error = ""
         try:
             with session_scope() as db:
-                organization = identity.rename_organization(db, account_id, name=form.get("name", ""))
+                organization = identity.rename_organization(
+                    db, account_id, name=form.get("name", "")
+                )
         except InvalidInput as error:
             self.error = error.message
             return None
@@ -37,7 +39,9 @@ def _content() -> rx.Component:
         card_section(
             "Name",
             "One owner per Organization in this version.",
-            name_form("Organization name", SessionState.organization_name, OrganizationState, "org-name"),
+            name_form(
+                "Organization name", SessionState.organization_name, OrganizationState, "org-name"
+            ),
         ),
     )
 

@@ -34,7 +34,11 @@ class ProfileState(rx.State):
 def _content() -> rx.Component:
     return page_column(
         page_header("Profile", SessionState.email),
-        card_section("Your name", "How Mosoo greets you.", name_form("Name", SessionState.name, ProfileState, "profile-name")),
+        card_section(
+            "Your name",
+            "How Mosoo greets you.",
+            name_form("Name", SessionState.name, ProfileState, "profile-name"),
+        ),
         card_section(
             "Email",
             "Sign in with a code sent here, or with Google using the same address.",

@@ -167,7 +167,11 @@ class ProvidersState(rx.State):
         except NotFound:
             return self._gone(account_id, app_id, session)
         self._reset_form()
-        self.editing_id, self.editing_name, self.editing_provider = view.id, view.name, view.provider
+        self.editing_id, self.editing_name, self.editing_provider = (
+            view.id,
+            view.name,
+            view.provider,
+        )
         self.preset = view.provider
         self.form_name, self.form_base_url = view.name, view.base_url
         # The form's rule is "the first is the default model": keep the saved default first.
@@ -197,7 +201,9 @@ class ProvidersState(rx.State):
         try:
             with session_scope() as db:
                 if self.editing_id:
-                    saved = vault.update_provider_credential(db, account_id, app_id, self.editing_id, data)
+                    saved = vault.update_provider_credential(
+                        db, account_id, app_id, self.editing_id, data
+                    )
                 else:
                     saved = vault.create_provider_credential(db, account_id, app_id, data)
         except InvalidInput as error:
@@ -249,7 +255,9 @@ class ProvidersState(rx.State):
         """Call the provider with the stored key (up to 10 s) and show the outcome on its row."""
         async with self:
             account_id, app_id, _session = await self._app()
-            self._update_row(credential_id, testing=True, test_message="", test_models="", delete_error="")
+            self._update_row(
+                credential_id, testing=True, test_message="", test_models="", delete_error=""
+            )
         try:
             result = await asyncio.to_thread(_test_connection, account_id, app_id, credential_id)
         except NotFound:
@@ -258,7 +266,10 @@ class ProvidersState(rx.State):
                 return self._gone(account_id, app_id, session)
         async with self:
             self._update_row(
-                credential_id, testing=False, test_ok=result.ok, test_message=result.message,
+                credential_id,
+                testing=False,
+                test_ok=result.ok,
+                test_message=result.message,
                 test_models=_offered(result.models),
             )
         return None
@@ -289,17 +300,39 @@ def _provider_card(row: rx.Var[ProviderRow]) -> rx.Component:
                 rx.icon("key-round", size=16, color=rx.color("accent", 11)),
                 rx.text(row.name, size="3", weight="bold", data_testid="provider-name"),
                 rx.badge(row.provider_label, variant="soft", color_scheme="gray"),
-                rx.cond(row.is_default, rx.badge("Default", color_scheme="green", data_testid="provider-default-badge"), rx.fragment()),
+                rx.cond(
+                    row.is_default,
+                    rx.badge("Default", color_scheme="green", data_testid="provider-default-badge"),
+                    rx.fragment(),
+                ),
                 rx.spacer(),
                 rx.button(
-                    "Test connection", size="1", variant="soft", color_scheme="gray", loading=row.testing,
-                    on_click=ProvidersState.test_connection(row.id), data_testid="provider-test",
+                    "Test connection",
+                    size="1",
+                    variant="soft",
+                    color_scheme="gray",
+                    loading=row.testing,
+                    on_click=ProvidersState.test_connection(row.id),
+                    data_testid="provider-test",
                 ),
-                rx.button(rx.icon("pencil", size=14), "Edit", size="1", variant="soft", on_click=ProvidersState.edit(row.id), data_testid="provider-edit"),
+                rx.button(
+                    rx.icon("pencil", size=14),
+                    "Edit",
+                    size="1",
+                    variant="soft",
+                    on_click=ProvidersState.edit(row.id),
+                    data_testid="provider-edit",
+                ),
                 rx.cond(
                     row.is_default,
                     rx.fragment(),
-                    rx.button("Make default", size="1", variant="soft", on_click=ProvidersState.make_default(row.id), data_testid="provider-make-default"),
+                    rx.button(
+                        "Make default",
+                        size="1",
+                        variant="soft",
+                        on_click=ProvidersState.make_default(row.id),
+                        data_testid="provider-make-default",
+                    ),
                 ),
                 _delete_button(row),
                 align="center",
@@ -318,17 +351,31 @@ def _provider_card(row: rx.Var[ProviderRow]) -> rx.Component:
             ),
             rx.hstack(
                 rx.text("Models", size="1", color_scheme="gray", width="72px"),
-                rx.text(rx.cond(row.models != "", row.models, "none listed"), size="2", data_testid="provider-models"),
+                rx.text(
+                    rx.cond(row.models != "", row.models, "none listed"),
+                    size="2",
+                    data_testid="provider-models",
+                ),
                 align="center",
             ),
             error_text(row.delete_error, "provider-delete-error"),
             rx.cond(
                 row.test_message != "",
                 rx.vstack(
-                    rx.text(row.test_message, size="2", color_scheme=rx.cond(row.test_ok, "green", "red"), data_testid="provider-test-result"),
+                    rx.text(
+                        row.test_message,
+                        size="2",
+                        color_scheme=rx.cond(row.test_ok, "green", "red"),
+                        data_testid="provider-test-result",
+                    ),
                     rx.cond(
                         row.test_models != "",
-                        rx.text("Offered: " + row.test_models, size="1", color_scheme="gray", data_testid="provider-test-models"),
+                        rx.text(
+                            "Offered: " + row.test_models,
+                            size="1",
+                            color_scheme="gray",
+                            data_testid="provider-test-models",
+                        ),
                         rx.fragment(),
                     ),
                     spacing="1",
@@ -348,7 +395,15 @@ def _form_buttons() -> rx.Component:
         ProvidersState.editing_id != "",
         rx.hstack(
             rx.button("Save", type="submit", size="3", data_testid="provider-save"),
-            rx.button("Cancel", type="button", size="3", variant="soft", color_scheme="gray", on_click=ProvidersState.cancel_edit, data_testid="provider-edit-cancel"),
+            rx.button(
+                "Cancel",
+                type="button",
+                size="3",
+                variant="soft",
+                color_scheme="gray",
+                on_click=ProvidersState.cancel_edit,
+                data_testid="provider-edit-cancel",
+            ),
             spacing="3",
         ),
         rx.button("Add provider", type="submit", size="3", data_testid="provider-add-submit"),
@@ -363,7 +418,10 @@ def _provider_form() -> rx.Component:
                 rx.select.root(
                     rx.select.trigger(width="100%", data_testid="provider-preset"),
                     rx.select.content(
-                        *[rx.select.item(label, value=kind) for kind, label in PRESET_LABELS.items()],
+                        *[
+                            rx.select.item(label, value=kind)
+                            for kind, label in PRESET_LABELS.items()
+                        ],
                     ),
                     value=ProvidersState.preset,
                     on_change=ProvidersState.choose_preset,
@@ -374,8 +432,12 @@ def _provider_form() -> rx.Component:
             labelled(
                 "Name",
                 rx.input(
-                    name="name", default_value=ProvidersState.form_name, placeholder="e.g. OpenAI production",
-                    max_length=80, width="100%", data_testid="provider-name-input",
+                    name="name",
+                    default_value=ProvidersState.form_name,
+                    placeholder="e.g. OpenAI production",
+                    max_length=80,
+                    width="100%",
+                    data_testid="provider-name-input",
                 ),
                 error=ProvidersState.name_error,
                 test_id="provider-name",
@@ -411,20 +473,33 @@ def _provider_form() -> rx.Component:
                 ),
                 error=ProvidersState.api_key_error,
                 test_id="provider-key",
-                hint=rx.text("Stored encrypted; shown afterwards only by its last four characters.", size="1", color_scheme="gray"),
+                hint=rx.text(
+                    "Stored encrypted; shown afterwards only by its last four characters.",
+                    size="1",
+                    color_scheme="gray",
+                ),
             ),
             labelled(
                 "Models",
                 rx.input(
-                    name="models", default_value=ProvidersState.form_models, placeholder="gpt-4o-mini, gpt-4o",
-                    width="100%", data_testid="provider-models-input",
+                    name="models",
+                    default_value=ProvidersState.form_models,
+                    placeholder="gpt-4o-mini, gpt-4o",
+                    width="100%",
+                    data_testid="provider-models-input",
                 ),
                 error=ProvidersState.models_error,
                 test_id="provider-models",
-                hint=rx.text("Comma separated; the first is the default model.", size="1", color_scheme="gray"),
+                hint=rx.text(
+                    "Comma separated; the first is the default model.",
+                    size="1",
+                    color_scheme="gray",
+                ),
             ),
             rx.checkbox(
-                "Make this the App's default provider", name="is_default", default_checked=ProvidersState.form_is_default,
+                "Make this the App's default provider",
+                name="is_default",
+                default_checked=ProvidersState.form_is_default,
                 data_testid="provider-default-checkbox",
             ),
             _form_buttons(),
@@ -447,8 +522,15 @@ def _content() -> rx.Component:
             "The keys your Agents use to call models. Keys stay on the server: Agents get a short-lived grant, never the key.",
             rx.cond(
                 ProvidersState.providers.length() > 0,
-                rx.vstack(rx.foreach(ProvidersState.providers, _provider_card), width="100%", spacing="2"),
-                rx.text("No providers yet. Add one below.", color_scheme="gray", size="2", data_testid="providers-empty"),
+                rx.vstack(
+                    rx.foreach(ProvidersState.providers, _provider_card), width="100%", spacing="2"
+                ),
+                rx.text(
+                    "No providers yet. Add one below.",
+                    color_scheme="gray",
+                    size="2",
+                    data_testid="providers-empty",
+                ),
             ),
         ),
         card_section(

@@ -111,22 +111,45 @@ def _new_secret_callout() -> rx.Component:
         rx.callout.root(
             rx.vstack(
                 rx.text(
-                    "Copy the token for “", TokensState.new_label,
+                    "Copy the token for “",
+                    TokensState.new_label,
                     "” now: it is shown only this once and cannot be recovered.",
-                    weight="medium", size="2",
+                    weight="medium",
+                    size="2",
                 ),
                 rx.hstack(
-                    rx.code(TokensState.new_secret, size="2", data_testid="token-secret", word_break="break-all"),
-                    rx.button(rx.icon("copy", size=14), "Copy", size="1", variant="soft", on_click=TokensState.copy_secret, data_testid="token-copy"),
+                    rx.code(
+                        TokensState.new_secret,
+                        size="2",
+                        data_testid="token-secret",
+                        word_break="break-all",
+                    ),
+                    rx.button(
+                        rx.icon("copy", size=14),
+                        "Copy",
+                        size="1",
+                        variant="soft",
+                        on_click=TokensState.copy_secret,
+                        data_testid="token-copy",
+                    ),
                     align="center",
                     spacing="2",
                     wrap="wrap",
                 ),
                 rx.text(
-                    "Send it as ", rx.code("Authorization: Bearer <token>", size="1"),
-                    " to the API, or let mosoo login create one for the CLI.", size="1", color_scheme="gray",
+                    "Send it as ",
+                    rx.code("Authorization: Bearer <token>", size="1"),
+                    " to the API, or let mosoo login create one for the CLI.",
+                    size="1",
+                    color_scheme="gray",
                 ),
-                rx.button("Done", size="1", variant="outline", on_click=TokensState.dismiss_secret, data_testid="token-secret-done"),
+                rx.button(
+                    "Done",
+                    size="1",
+                    variant="outline",
+                    on_click=TokensState.dismiss_secret,
+                    data_testid="token-secret-done",
+                ),
                 spacing="2",
                 width="100%",
             ),
@@ -142,7 +165,11 @@ def _create_form() -> rx.Component:
     return inline_form(
         "Label",
         rx.input(
-            name="label", placeholder="e.g. Support backend", max_length=80, width="100%", size="3",
+            name="label",
+            placeholder="e.g. Support backend",
+            max_length=80,
+            width="100%",
+            size="3",
             data_testid="token-label-input",
         ),
         rx.button("Create token", type="submit", size="3", data_testid="token-create"),
@@ -193,14 +220,19 @@ def _content() -> rx.Component:
                 rx.table.root(
                     rx.table.header(
                         rx.table.row(
-                            *[rx.table.column_header_cell(name) for name in ("Label", "Token", "Source", "Created", "Last used", "")]
+                            *[
+                                rx.table.column_header_cell(name)
+                                for name in ("Label", "Token", "Source", "Created", "Last used", "")
+                            ]
                         )
                     ),
                     rx.table.body(rx.foreach(TokensState.tokens, _token_row)),
                     width="100%",
                     variant="surface",
                 ),
-                rx.text("No tokens yet.", color_scheme="gray", size="2", data_testid="tokens-empty"),
+                rx.text(
+                    "No tokens yet.", color_scheme="gray", size="2", data_testid="tokens-empty"
+                ),
             ),
         ),
     )

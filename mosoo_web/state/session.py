@@ -131,7 +131,9 @@ class _Resolved:
 def _resolve(token: str | None, with_session_id: bool) -> _Resolved:
     with session_scope() as db:
         account_id = identity.resolve_session(db, token)
-        session_id = identity.session_id_for_token(db, token) if account_id and with_session_id else None
+        session_id = (
+            identity.session_id_for_token(db, token) if account_id and with_session_id else None
+        )
     return _Resolved(account_id, session_id)
 
 
@@ -163,7 +165,11 @@ class SessionState(rx.State):
                 return False
             account = identity.get_account(db, account_id)
             apps = identity.list_apps(db, account_id)
-            session_id = None if OPEN_TABS.is_bound(self._tab(), token) else identity.session_id_for_token(db, token)
+            session_id = (
+                None
+                if OPEN_TABS.is_bound(self._tab(), token)
+                else identity.session_id_for_token(db, token)
+            )
         if session_id:
             OPEN_TABS.bind(self._tab(), session_id, token)
         self._account_id = account.id
@@ -270,7 +276,9 @@ async def check_tab_session(session: SessionState) -> str:
     cookie set by a sign-in elsewhere: reload rather than mix two accounts' state)."""
     token, tab = session._token(), session._tab()
     resolved = await asyncio.to_thread(_resolve, token, not OPEN_TABS.is_bound(tab, token))
-    if resolved.account_id is None or (session._account_id and resolved.account_id != session._account_id):
+    if resolved.account_id is None or (
+        session._account_id and resolved.account_id != session._account_id
+    ):
         OPEN_TABS.drop(tab)
         raise SignedOut
     if resolved.session_id:

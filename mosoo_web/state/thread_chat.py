@@ -42,7 +42,14 @@ DISCONNECTED_GRACE_SECONDS = 30.0  # a closed tab stops its watcher after this l
 MAX_PENDING_ATTACHMENTS = files.MAX_ATTACHMENTS_PER_MESSAGE
 # Events after which a thread's file list may have changed (pages re-read it then).
 FILE_EVENT_TYPES = frozenset(
-    {"file.changed", "session_files.updated", "user.message", "run.completed", "run.failed", "run.cancelled"}
+    {
+        "file.changed",
+        "session_files.updated",
+        "user.message",
+        "run.completed",
+        "run.failed",
+        "run.cancelled",
+    }
 )
 
 
@@ -55,12 +62,20 @@ class AttachmentChip:
     size_text: str = ""
 
 
-def _store_upload(account_id: str, app_id: str, agent_id: str, upload: rx.UploadFile) -> AttachmentChip:
+def _store_upload(
+    account_id: str, app_id: str, agent_id: str, upload: rx.UploadFile
+) -> AttachmentChip:
     """Uploaded for the Agent, bound to the thread by the message that names it: a chip left
     behind (New chat, leaving the page) stays unbound and the hourly sweep removes it."""
     with session_scope() as db:
         view = files.upload_file(
-            db, account_id, app_id, agent_id, upload.file, upload.filename or "file", upload.content_type
+            db,
+            account_id,
+            app_id,
+            agent_id,
+            upload.file,
+            upload.filename or "file",
+            upload.content_type,
         )
     return AttachmentChip(id=view.id, name=view.name, size_text=size_text(view.size))
 
@@ -120,7 +135,11 @@ async def client_connected(token: str) -> bool:
 
 
 def thread_url_script(thread_id: str) -> rx.event.EventSpec:
-    change = f"u.searchParams.set('thread', {json.dumps(thread_id)});" if thread_id else "u.searchParams.delete('thread');"
+    change = (
+        f"u.searchParams.set('thread', {json.dumps(thread_id)});"
+        if thread_id
+        else "u.searchParams.delete('thread');"
+    )
     return rx.call_script(
         f"(() => {{ const u = new URL(window.location.href); {change} "
         "window.history.replaceState(window.history.state, '', u.toString()); })()"
@@ -192,7 +211,9 @@ class ThreadChat(rx.State, mixin=True):
         for upload in uploads:
             name = upload.filename or "file"
             if len(self.attachments) >= MAX_PENDING_ATTACHMENTS:
-                refused.append(f"{name} was not attached: a message takes at most {MAX_PENDING_ATTACHMENTS} files.")
+                refused.append(
+                    f"{name} was not attached: a message takes at most {MAX_PENDING_ATTACHMENTS} files."
+                )
                 continue
             try:
                 chip = await asyncio.to_thread(_store_upload, account_id, app_id, agent_id, upload)
@@ -262,7 +283,10 @@ class ThreadChat(rx.State, mixin=True):
         reason = "error"
         try:
             async with ThreadFeed(
-                account_id, thread_id, wait_seconds=QUIET_RECHECK_SECONDS, recheck_seconds=QUIET_RECHECK_SECONDS
+                account_id,
+                thread_id,
+                wait_seconds=QUIET_RECHECK_SECONDS,
+                recheck_seconds=QUIET_RECHECK_SECONDS,
             ) as feed:
                 reason = await _follow(self, feed, transcript, pushed, generation, token, page_key)
         except NotFound:
@@ -270,11 +294,15 @@ class ThreadChat(rx.State, mixin=True):
         except SignedOut:
             reason = "signed_out"
             raise  # the app's exception handler sends the tab to /login
-        except asyncio.CancelledError:  # Reflex ends a page-load chain when its tab reloads or leaves
+        except (
+            asyncio.CancelledError
+        ):  # Reflex ends a page-load chain when its tab reloads or leaves
             reason = "cancelled"
             raise
         finally:
-            log.info("chat.watch_stopped", thread_id=thread_id, generation=generation, reason=reason)
+            log.info(
+                "chat.watch_stopped", thread_id=thread_id, generation=generation, reason=reason
+            )
 
 
 async def _answer_permission(state: ThreadChat, request_id: str, decision: str) -> Any:
@@ -285,7 +313,9 @@ async def _answer_permission(state: ThreadChat, request_id: str, decision: str) 
         state.answered_requests = [*state.answered_requests, request_id]
         thread_id = state.thread_id
     try:
-        await asyncio.to_thread(actions.answer_permission, account_id, thread_id, request_id, decision)
+        await asyncio.to_thread(
+            actions.answer_permission, account_id, thread_id, request_id, decision
+        )
     except MosooError as error:
         async with state:
             state.answered_requests = [r for r in state.answered_requests if r != request_id]
@@ -293,12 +323,18 @@ async def _answer_permission(state: ThreadChat, request_id: str, decision: str) 
     return None
 
 
-async def _push(state: ThreadChat, generation: int, transcript: Transcript, pushed: _Pushed) -> bool:
+async def _push(
+    state: ThreadChat, generation: int, transcript: Transcript, pushed: _Pushed
+) -> bool:
     """Hand the browser what changed; False when this watcher is no longer the current one."""
     open_item = transcript.open_item
     live_kind = open_item.kind if open_item else ""
     live_text = open_item.text if open_item else ""
-    rows = [chat_item(item) for item in transcript.settled_items] if pushed.version != transcript.version else None
+    rows = (
+        [chat_item(item) for item in transcript.settled_items]
+        if pushed.version != transcript.version
+        else None
+    )
     status_behind = rows is not None or pushed.status_version != transcript.status_version
     async with state:
         if state._watch_generation != generation:
@@ -307,8 +343,13 @@ async def _push(state: ThreadChat, generation: int, transcript: Transcript, push
             state.items = rows
         if status_behind:
             state.session_status = transcript.session_status
-            state.run_active = transcript.active_run_id is not None or transcript.session_status in (
-                "running", "rescheduling",
+            state.run_active = (
+                transcript.active_run_id is not None
+                or transcript.session_status
+                in (
+                    "running",
+                    "rescheduling",
+                )
             )
             pending = {item.request_id for item in transcript.pending_permissions}
             state.needs_approval = bool(pending)
@@ -342,8 +383,13 @@ async def _left_reason(state: ThreadChat, generation: int, page_key: str) -> str
 
 
 async def _follow(
-    state: ThreadChat, feed: ThreadFeed, transcript: Transcript, pushed: _Pushed,
-    generation: int, token: str, page_key: str,
+    state: ThreadChat,
+    feed: ThreadFeed,
+    transcript: Transcript,
+    pushed: _Pushed,
+    generation: int,
+    token: str,
+    page_key: str,
 ) -> str:
     """Stream until the page no longer wants this thread; returns why it stopped."""
     batches = feed.follow(transcript.last_seq)

@@ -62,16 +62,26 @@ def make_owner(engine: Engine, email: str, *, publish: bool = True) -> ApiOwner:
         account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
         app_id = identity.list_apps(db, account.id)[0].id
         credential = vault.create_provider_credential(
-            db, account.id, app_id,
+            db,
+            account.id,
+            app_id,
             vault.ProviderCredentialInput(
-                name="Local", provider="openai_compatible", base_url="http://127.0.0.1:9/v1",
-                api_key="sk-test-" + email, models=["test-model"],
+                name="Local",
+                provider="openai_compatible",
+                base_url="http://127.0.0.1:9/v1",
+                api_key="sk-test-" + email,
+                models=["test-model"],
             ),
         )
         agent = agents.create_agent(db, account.id, app_id, name=f"Agent of {email}", kind="cattle")
         agents.update_agent(
-            db, account.id, app_id, agent.id,
-            agents.AgentChanges(provider_credential_id=credential.id, model="test-model", system_prompt="You help."),
+            db,
+            account.id,
+            app_id,
+            agent.id,
+            agents.AgentChanges(
+                provider_credential_id=credential.id, model="test-model", system_prompt="You help."
+            ),
         )
         if publish:
             agents.publish_agent(db, account.id, app_id, agent.id)
@@ -106,7 +116,9 @@ def live_server() -> Iterator[LiveServer]:
     """The web process's API in a real uvicorn server on a loopback port (in a thread)."""
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(build_api(), host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(
+            build_api(), host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+        )
     )
     thread = threading.Thread(target=server.run, name="api-uvicorn", daemon=True)
     thread.start()

@@ -31,8 +31,12 @@ def _latest_code(engine: Engine) -> str:
 
 
 def test_email_code_sign_in_sets_an_httponly_lax_cookie(client: TestClient, engine: Engine) -> None:
-    assert client.post("/api/auth/email/start", json={"email": "api@example.com"}).json()["ok"] is True
-    response = client.post("/api/auth/email/verify", json={"email": "api@example.com", "code": _latest_code(engine)})
+    assert (
+        client.post("/api/auth/email/start", json={"email": "api@example.com"}).json()["ok"] is True
+    )
+    response = client.post(
+        "/api/auth/email/verify", json={"email": "api@example.com", "code": _latest_code(engine)}
+    )
     assert response.status_code == 200
     header = response.headers["set-cookie"].lower()
     assert "mosoo_session=" in header and "httponly" in header and "samesite=lax" in header
@@ -45,7 +49,9 @@ def test_cookie_is_secure_behind_https(engine: Engine, monkeypatch: pytest.Monke
     monkeypatch.setenv("MOSOO_PUBLIC_URL", "https://mosoo.example.com")
     reset_settings_cache()
     with Session(engine) as db:
-        account = identity.sign_in_identity(db, provider="email", subject="s@example.com", email="s@example.com")
+        account = identity.sign_in_identity(
+            db, provider="email", subject="s@example.com", email="s@example.com"
+        )
         ticket = identity.issue_login_ticket(db, account.id)
         db.commit()
     with TestClient(build_api(), base_url="https://127.0.0.1") as client:
@@ -63,7 +69,9 @@ def test_unknown_and_known_addresses_get_identical_answers(client: TestClient) -
 
 def test_wrong_code_is_refused_without_a_cookie(client: TestClient) -> None:
     client.post("/api/auth/email/start", json={"email": "api@example.com"})
-    response = client.post("/api/auth/email/verify", json={"email": "api@example.com", "code": "not-it"})
+    response = client.post(
+        "/api/auth/email/verify", json={"email": "api@example.com", "code": "not-it"}
+    )
     assert response.status_code == 400
     assert response.json()["error"]["code"] == "invalid_request"
     assert "set-cookie" not in response.headers
@@ -72,19 +80,28 @@ def test_wrong_code_is_refused_without_a_cookie(client: TestClient) -> None:
 
 def test_rate_limit_answers_429_with_retry_after(client: TestClient) -> None:
     for _ in range(5):
-        assert client.post("/api/auth/email/start", json={"email": "busy@example.com"}).status_code == 200
+        assert (
+            client.post("/api/auth/email/start", json={"email": "busy@example.com"}).status_code
+            == 200
+        )
     response = client.post("/api/auth/email/start", json={"email": "busy@example.com"})
     assert response.status_code == 429
     assert response.json()["error"]["code"] == "rate_limited"
     assert int(response.headers["retry-after"]) > 0
 
 
-def test_login_ticket_sets_cookie_once_and_follows_only_local_next(client: TestClient, engine: Engine) -> None:
+def test_login_ticket_sets_cookie_once_and_follows_only_local_next(
+    client: TestClient, engine: Engine
+) -> None:
     with Session(engine) as db:
-        account = identity.sign_in_identity(db, provider="email", subject="t@example.com", email="t@example.com")
+        account = identity.sign_in_identity(
+            db, provider="email", subject="t@example.com", email="t@example.com"
+        )
         ticket = identity.issue_login_ticket(db, account.id)
         db.commit()
-    first = client.get(f"/api/auth/finish?ticket={ticket}&next=https://evil.example/", follow_redirects=False)
+    first = client.get(
+        f"/api/auth/finish?ticket={ticket}&next=https://evil.example/", follow_redirects=False
+    )
     assert first.status_code == 303 and first.headers["location"] == "/"
     assert "mosoo_session=" in first.headers["set-cookie"]
     client.cookies.clear()
@@ -95,7 +112,9 @@ def test_login_ticket_sets_cookie_once_and_follows_only_local_next(client: TestC
 
 def test_logout_revokes_the_session(client: TestClient, engine: Engine) -> None:
     client.post("/api/auth/email/start", json={"email": "bye@example.com"})
-    client.post("/api/auth/email/verify", json={"email": "bye@example.com", "code": _latest_code(engine)})
+    client.post(
+        "/api/auth/email/verify", json={"email": "bye@example.com", "code": _latest_code(engine)}
+    )
     token = client.cookies.get("mosoo_session")
     assert client.post("/api/auth/logout").status_code == 200
     with Session(engine) as db:
@@ -135,26 +154,53 @@ def test_500_wrong_codes_then_the_right_one_is_refused_and_the_tries_persist(
     reset_settings_cache()
     client.post("/api/auth/email/start", json={"email": "brute@example.com"})
     code = _latest_code(engine)
-    statuses = {client.post("/api/auth/email/verify", json={"email": "brute@example.com", "code": _wrong(code)}).status_code for _ in range(500)}
+    statuses = {
+        client.post(
+            "/api/auth/email/verify", json={"email": "brute@example.com", "code": _wrong(code)}
+        ).status_code
+        for _ in range(500)
+    }
     assert statuses == {400}
-    response = client.post("/api/auth/email/verify", json={"email": "brute@example.com", "code": code})
+    response = client.post(
+        "/api/auth/email/verify", json={"email": "brute@example.com", "code": code}
+    )
     assert response.status_code == 400 and "set-cookie" not in response.headers
     with Session(engine) as db:
-        assert db.exec(select(EmailCode.attempts).where(EmailCode.email == "brute@example.com")).one() == 5
+        assert (
+            db.exec(select(EmailCode.attempts).where(EmailCode.email == "brute@example.com")).one()
+            == 5
+        )
         assert db.exec(select(AuthSession)).all() == []
-        assert len(db.exec(select(SignInFailure).where(SignInFailure.email == "brute@example.com")).all()) == 501
+        assert (
+            len(
+                db.exec(
+                    select(SignInFailure).where(SignInFailure.email == "brute@example.com")
+                ).all()
+            )
+            == 501
+        )
 
 
-def test_wrong_codes_are_throttled_per_address_with_retry_after(client: TestClient, engine: Engine) -> None:
+def test_wrong_codes_are_throttled_per_address_with_retry_after(
+    client: TestClient, engine: Engine
+) -> None:
     """10 failed verifications an hour per address (MOSOO_EMAIL_VERIFY_FAILURES_PER_ADDRESS_PER_HOUR):
     then even the right code of a fresh code is refused with 429 and Retry-After."""
     for _ in range(2):  # two codes: five tries each
         client.post("/api/auth/email/start", json={"email": "slow@example.com"})
         code = _latest_code(engine)
         for _ in range(5):
-            assert client.post("/api/auth/email/verify", json={"email": "slow@example.com", "code": _wrong(code)}).status_code == 400
+            assert (
+                client.post(
+                    "/api/auth/email/verify",
+                    json={"email": "slow@example.com", "code": _wrong(code)},
+                ).status_code
+                == 400
+            )
     client.post("/api/auth/email/start", json={"email": "slow@example.com"})
-    response = client.post("/api/auth/email/verify", json={"email": "slow@example.com", "code": _latest_code(engine)})
+    response = client.post(
+        "/api/auth/email/verify", json={"email": "slow@example.com", "code": _latest_code(engine)}
+    )
     assert response.status_code == 429
     assert response.json()["error"]["code"] == "rate_limited"
     assert 3500 <= int(response.headers["retry-after"]) <= 3601
@@ -162,26 +208,36 @@ def test_wrong_codes_are_throttled_per_address_with_retry_after(client: TestClie
         assert db.exec(select(AuthSession)).all() == []
 
 
-def test_wrong_codes_are_throttled_per_ip(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wrong_codes_are_throttled_per_ip(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MOSOO_EMAIL_VERIFY_FAILURES_PER_IP_PER_HOUR", "3")
     reset_settings_cache()
     answers = [
-        client.post("/api/auth/email/verify", json={"email": f"spray{i}@example.com", "code": "123456"})
+        client.post(
+            "/api/auth/email/verify", json={"email": f"spray{i}@example.com", "code": "123456"}
+        )
         for i in range(4)
     ]
     assert [a.status_code for a in answers] == [400, 400, 400, 429]
     assert "Retry-After" in answers[-1].headers
 
 
-def test_throttled_answers_are_identical_for_known_and_unknown_addresses(client: TestClient, engine: Engine) -> None:
+def test_throttled_answers_are_identical_for_known_and_unknown_addresses(
+    client: TestClient, engine: Engine
+) -> None:
     client.post("/api/auth/email/start", json={"email": "known@example.com"})
-    client.post("/api/auth/email/verify", json={"email": "known@example.com", "code": _latest_code(engine)})
+    client.post(
+        "/api/auth/email/verify", json={"email": "known@example.com", "code": _latest_code(engine)}
+    )
     client.cookies.clear()
 
     def answers(email: str) -> list[tuple[int, str, str | None]]:
         seen = []
         for _ in range(11):
-            response = client.post("/api/auth/email/verify", json={"email": email, "code": "000000"})
+            response = client.post(
+                "/api/auth/email/verify", json={"email": email, "code": "000000"}
+            )
             seen.append((response.status_code, response.text, response.headers.get("retry-after")))
         return seen
 
@@ -190,11 +246,16 @@ def test_throttled_answers_are_identical_for_known_and_unknown_addresses(client:
     assert [(s, body) for s, body, _ in known] == [(s, body) for s, body, _ in unknown]
 
 
-def test_signing_in_revokes_the_session_the_browser_already_had(client: TestClient, engine: Engine) -> None:
+def test_signing_in_revokes_the_session_the_browser_already_had(
+    client: TestClient, engine: Engine
+) -> None:
     """Session tokens rotate at sign-in: a cookie planted before sign-in never becomes signed in."""
     for round_ in range(2):
         client.post("/api/auth/email/start", json={"email": "rotate@example.com"})
-        response = client.post("/api/auth/email/verify", json={"email": "rotate@example.com", "code": _latest_code(engine)})
+        response = client.post(
+            "/api/auth/email/verify",
+            json={"email": "rotate@example.com", "code": _latest_code(engine)},
+        )
         assert response.status_code == 200
         if round_ == 0:
             first = client.cookies.get("mosoo_session")

@@ -21,7 +21,9 @@ OPERATIONS = [
 ]
 
 
-def _request(client: TestClient, method: str, path: str, ids: dict[str, str], headers: dict[str, str]) -> Any:
+def _request(
+    client: TestClient, method: str, path: str, ids: dict[str, str], headers: dict[str, str]
+) -> Any:
     url = "/api/v1" + path.format(**ids)
     kwargs: dict[str, Any] = {"headers": headers}
     if (method, path) == ("POST", "/agents/{agent_id}/files"):
@@ -36,63 +38,105 @@ def _request(client: TestClient, method: str, path: str, ids: dict[str, str], he
 @pytest.fixture
 def first_owner_ids(client: TestClient, owner: ApiOwner) -> dict[str, str]:
     uploaded = client.post(
-        f"/api/v1/agents/{owner.agent_id}/files", headers=owner.headers, files={"file": ("a.txt", b"a", "text/plain")}
+        f"/api/v1/agents/{owner.agent_id}/files",
+        headers=owner.headers,
+        files={"file": ("a.txt", b"a", "text/plain")},
     ).json()
     created = client.post(
-        f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers,
+        f"/api/v1/agents/{owner.agent_id}/threads",
+        headers=owner.headers,
         json={"message": "mine", "file_ids": [uploaded["id"]]},
     ).json()
-    return {"agent_id": owner.agent_id, "thread_id": created["thread"]["id"], "file_id": uploaded["id"]}
+    return {
+        "agent_id": owner.agent_id,
+        "thread_id": created["thread"]["id"],
+        "file_id": uploaded["id"],
+    }
 
 
 def test_the_matrix_covers_every_endpoint_of_the_product_contract() -> None:
-    assert sorted(OPERATIONS) == sorted([
-        ("GET", "/agents"), ("GET", "/agents/{agent_id}"),  # added for the CLI
-        ("POST", "/agents/{agent_id}/files"), ("POST", "/agents/{agent_id}/threads"),
-        ("GET", "/agents/{agent_id}/threads"), ("GET", "/threads/{thread_id}"),
-        ("GET", "/threads/{thread_id}/events"), ("GET", "/threads/{thread_id}/events/stream"),
-        ("POST", "/threads/{thread_id}/events"), ("GET", "/threads/{thread_id}/files"),
-        ("DELETE", "/threads/{thread_id}/files/{file_id}"), ("GET", "/files/{file_id}"),
-        ("DELETE", "/files/{file_id}"), ("GET", "/files/{file_id}/content"),
-        ("POST", "/threads/{thread_id}/archive"), ("POST", "/threads/{thread_id}/unarchive"),
-        ("DELETE", "/threads/{thread_id}"),
-    ])
+    assert sorted(OPERATIONS) == sorted(
+        [
+            ("GET", "/agents"),
+            ("GET", "/agents/{agent_id}"),  # added for the CLI
+            ("POST", "/agents/{agent_id}/files"),
+            ("POST", "/agents/{agent_id}/threads"),
+            ("GET", "/agents/{agent_id}/threads"),
+            ("GET", "/threads/{thread_id}"),
+            ("GET", "/threads/{thread_id}/events"),
+            ("GET", "/threads/{thread_id}/events/stream"),
+            ("POST", "/threads/{thread_id}/events"),
+            ("GET", "/threads/{thread_id}/files"),
+            ("DELETE", "/threads/{thread_id}/files/{file_id}"),
+            ("GET", "/files/{file_id}"),
+            ("DELETE", "/files/{file_id}"),
+            ("GET", "/files/{file_id}/content"),
+            ("POST", "/threads/{thread_id}/archive"),
+            ("POST", "/threads/{thread_id}/unarchive"),
+            ("DELETE", "/threads/{thread_id}"),
+        ]
+    )
 
 
 @pytest.mark.parametrize(("method", "path"), OPERATIONS)
 def test_another_owners_ids_are_not_found(
-    client: TestClient, owner: ApiOwner, other: ApiOwner, first_owner_ids: dict[str, str], method: str, path: str
+    client: TestClient,
+    owner: ApiOwner,
+    other: ApiOwner,
+    first_owner_ids: dict[str, str],
+    method: str,
+    path: str,
 ) -> None:
     if "{" not in path:
-        pytest.skip("takes no id (GET /agents is scoped by listing: see test_agents_list_is_scoped)")
+        pytest.skip(
+            "takes no id (GET /agents is scoped by listing: see test_agents_list_is_scoped)"
+        )
     response = _request(client, method, path, first_owner_ids, other.headers)
     assert response.status_code == 404, (method, path, response.text)
     assert response.json()["error"]["code"] == "not_found"
     # And nothing of the first owner changed.
-    thread = client.get(f"/api/v1/threads/{first_owner_ids['thread_id']}", headers=owner.headers).json()
+    thread = client.get(
+        f"/api/v1/threads/{first_owner_ids['thread_id']}", headers=owner.headers
+    ).json()
     assert thread["archived"] is False and thread["latest_run"]["status"] == "queued"
-    assert client.get(f"/api/v1/files/{first_owner_ids['file_id']}", headers=owner.headers).status_code == 200
+    assert (
+        client.get(f"/api/v1/files/{first_owner_ids['file_id']}", headers=owner.headers).status_code
+        == 200
+    )
 
 
 def test_agents_list_is_scoped(client: TestClient, owner: ApiOwner, other: ApiOwner) -> None:
-    assert [a["id"] for a in client.get("/api/v1/agents", headers=other.headers).json()["agents"]] == [other.agent_id]
+    assert [
+        a["id"] for a in client.get("/api/v1/agents", headers=other.headers).json()["agents"]
+    ] == [other.agent_id]
 
 
 @pytest.mark.parametrize(("method", "path"), OPERATIONS)
 @pytest.mark.parametrize(
     "headers",
-    [{}, {"Authorization": "Bearer mst_" + "x" * 43}, {"Authorization": "Bearer not-a-token"}, {"Authorization": "Basic dXNlcjpwYXNz"}],
+    [
+        {},
+        {"Authorization": "Bearer mst_" + "x" * 43},
+        {"Authorization": "Bearer not-a-token"},
+        {"Authorization": "Basic dXNlcjpwYXNz"},
+    ],
     ids=["none", "unknown", "malformed", "basic"],
 )
 def test_without_a_valid_token_everything_is_unauthenticated(
-    client: TestClient, first_owner_ids: dict[str, str], method: str, path: str, headers: dict[str, str]
+    client: TestClient,
+    first_owner_ids: dict[str, str],
+    method: str,
+    path: str,
+    headers: dict[str, str],
 ) -> None:
     response = _request(client, method, path, first_owner_ids, headers)
     assert response.status_code == 401, (method, path, response.text)
     assert response.json()["error"]["code"] == "unauthenticated"
 
 
-def test_a_revoked_token_stops_working(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+def test_a_revoked_token_stops_working(
+    client: TestClient, owner: ApiOwner, api_env: Engine
+) -> None:
     assert client.get("/api/v1/agents", headers=owner.headers).status_code == 200
     with Session(api_env) as db:
         token = identity.list_access_tokens(db, owner.account_id)[0]

@@ -28,21 +28,30 @@ PROVIDER_KEY = "sk-api-" + uuid.uuid4().hex
 
 
 @pytest.fixture
-def stack(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RuntimeStack]:
+def stack(
+    engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RuntimeStack]:
     monkeypatch.setenv("MOSOO_API_SSE_KEEPALIVE_SECONDS", "1")
     with runtime_stack(engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB) as stack:
         yield stack
 
 
 def _follow(
-    server: LiveServer, headers: dict[str, str], thread_id: str, after: int, until: set[str], timeout: float = 120
+    server: LiveServer,
+    headers: dict[str, str],
+    thread_id: str,
+    after: int,
+    until: set[str],
+    timeout: float = 120,
 ) -> list[dict[str, Any]]:
     """Stream events after seq `after` until one of the `until` types arrives."""
     events: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout
     with httpx.stream(
-        "GET", f"{server.base_url}/api/v1/threads/{thread_id}/events/stream",
-        headers={**headers, "Last-Event-ID": str(after)}, timeout=httpx.Timeout(10, read=120),
+        "GET",
+        f"{server.base_url}/api/v1/threads/{thread_id}/events/stream",
+        headers={**headers, "Last-Event-ID": str(after)},
+        timeout=httpx.Timeout(10, read=120),
     ) as response:
         assert response.status_code == 200
         for frame in _frames(response.iter_lines()):
@@ -57,7 +66,9 @@ def _follow(
 
 
 def test_an_integration_runs_an_agent_through_the_public_api(stack: RuntimeStack) -> None:
-    owner = make_agent(stack.engine, stack.model.base_url, PROVIDER_KEY, tools={"bash": "ask", "write": "allow"})
+    owner = make_agent(
+        stack.engine, stack.model.base_url, PROVIDER_KEY, tools={"bash": "ask", "write": "allow"}
+    )
     with Session(stack.engine) as db:
         agents.publish_agent(db, owner.account_id, owner.app_id, owner.agent_id)
         token = identity.create_access_token(db, owner.account_id, "backend").secret
@@ -65,48 +76,93 @@ def test_an_integration_runs_an_agent_through_the_public_api(stack: RuntimeStack
     headers = {"Authorization": f"Bearer {token}"}
     secret_words = "blue pelican " + uuid.uuid4().hex[:6]
     stack.model.add(
-        ToolCallsTurn([ToolCall("bash", {"command": "mkdir -p outputs && cat /mnt/attachments/*/notes.txt > outputs/copy.txt"}, id="call_1")]),
+        ToolCallsTurn(
+            [
+                ToolCall(
+                    "bash",
+                    {
+                        "command": "mkdir -p outputs && cat /mnt/attachments/*/notes.txt > outputs/copy.txt"
+                    },
+                    id="call_1",
+                )
+            ]
+        ),
         TextTurn("The notes say " + secret_words),
     )
     with live_server() as server:
         base = f"{server.base_url}/api/v1"
         uploaded = httpx.post(
-            f"{base}/agents/{owner.agent_id}/files", headers=headers,
+            f"{base}/agents/{owner.agent_id}/files",
+            headers=headers,
             files={"file": ("notes.txt", secret_words.encode(), "text/plain")},
         )
         assert uploaded.status_code == 201, uploaded.text
         created = httpx.post(
-            f"{base}/agents/{owner.agent_id}/threads", headers={**headers, "Idempotency-Key": "first"},
-            json={"message": "Copy my notes to outputs, then tell me what they say.",
-                  "file_ids": [uploaded.json()["id"]], "end_user_id": "customer-7"},
+            f"{base}/agents/{owner.agent_id}/threads",
+            headers={**headers, "Idempotency-Key": "first"},
+            json={
+                "message": "Copy my notes to outputs, then tell me what they say.",
+                "file_ids": [uploaded.json()["id"]],
+                "end_user_id": "customer-7",
+            },
         )
         assert created.status_code == 201, created.text
         thread_id = created.json()["thread"]["id"]
 
-        asked = _follow(server, headers, thread_id, 0, {"tool.confirmation.required", "run.failed", "run.completed"})
+        asked = _follow(
+            server,
+            headers,
+            thread_id,
+            0,
+            {"tool.confirmation.required", "run.failed", "run.completed"},
+        )
         request = asked[-1]
         assert request["type"] == "tool.confirmation.required", asked
         answered = httpx.post(
-            f"{base}/threads/{thread_id}/events", headers=headers,
-            json={"type": "permission_decision", "request_id": request["payload"]["request_id"], "decision": "allow_once"},
+            f"{base}/threads/{thread_id}/events",
+            headers=headers,
+            json={
+                "type": "permission_decision",
+                "request_id": request["payload"]["request_id"],
+                "decision": "allow_once",
+            },
         )
         assert answered.status_code == 202, answered.text
 
-        finished = _follow(server, headers, thread_id, request["seq"], {"run.completed", "run.failed"})
+        finished = _follow(
+            server, headers, thread_id, request["seq"], {"run.completed", "run.failed"}
+        )
         assert finished[-1]["type"] == "run.completed", finished
-        text = "".join(e["payload"].get("text", "") for e in finished if e["type"] == "agent.message.delta")
+        text = "".join(
+            e["payload"].get("text", "") for e in finished if e["type"] == "agent.message.delta"
+        )
         assert secret_words in text
 
         detail = httpx.get(f"{base}/threads/{thread_id}", headers=headers).json()
-        assert detail["latest_run"]["status"] == "completed" and detail["end_user_id"] == "customer-7"
-        polled = httpx.get(f"{base}/threads/{thread_id}/events", headers=headers, params={"limit": 1000}).json()
+        assert (
+            detail["latest_run"]["status"] == "completed" and detail["end_user_id"] == "customer-7"
+        )
+        polled = httpx.get(
+            f"{base}/threads/{thread_id}/events", headers=headers, params={"limit": 1000}
+        ).json()
         assert [e["seq"] for e in polled["events"]] == list(range(1, len(polled["events"]) + 1))
         assert len(polled["events"]) >= detail["last_seq"]
 
         # Artifacts are collected after the turn and announced on the same stream.
         if not any(e["type"] == "session_files.updated" for e in finished):
-            _follow(server, headers, thread_id, finished[-1]["seq"], {"session_files.updated"}, timeout=60)
-        artifacts = [f for f in httpx.get(f"{base}/threads/{thread_id}/files", headers=headers).json()["files"] if f["kind"] == "artifact"]
+            _follow(
+                server,
+                headers,
+                thread_id,
+                finished[-1]["seq"],
+                {"session_files.updated"},
+                timeout=60,
+            )
+        artifacts = [
+            f
+            for f in httpx.get(f"{base}/threads/{thread_id}/files", headers=headers).json()["files"]
+            if f["kind"] == "artifact"
+        ]
         assert [f["name"] for f in artifacts] == ["copy.txt"]
         content = httpx.get(f"{base}/files/{artifacts[0]['id']}/content", headers=headers)
         assert content.status_code == 200 and content.content == secret_words.encode()

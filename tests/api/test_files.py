@@ -16,9 +16,17 @@ from mosoo_web.api.v1.files import content_disposition
 from tests.api.conftest import ApiOwner
 
 
-def _upload(client: TestClient, owner: ApiOwner, name: str = "notes.txt", data: bytes = b"hello", media_type: str = "text/plain") -> dict:
+def _upload(
+    client: TestClient,
+    owner: ApiOwner,
+    name: str = "notes.txt",
+    data: bytes = b"hello",
+    media_type: str = "text/plain",
+) -> dict:
     response = client.post(
-        f"/api/v1/agents/{owner.agent_id}/files", headers=owner.headers, files={"file": (name, data, media_type)}
+        f"/api/v1/agents/{owner.agent_id}/files",
+        headers=owner.headers,
+        files={"file": (name, data, media_type)},
     )
     assert response.status_code == 201, response.text
     return dict(response.json())
@@ -32,12 +40,21 @@ def test_upload_stores_the_file_unbound_until_a_message_names_it(
     client: TestClient, owner: ApiOwner, api_env: Engine
 ) -> None:
     uploaded = _upload(client, owner, data=b"quarterly numbers")
-    assert uploaded["kind"] == "attachment" and uploaded["status"] == "ready" and uploaded["thread_id"] is None
-    assert uploaded["name"] == "notes.txt" and uploaded["size"] == 17 and uploaded["media_type"] == "text/plain"
+    assert (
+        uploaded["kind"] == "attachment"
+        and uploaded["status"] == "ready"
+        and uploaded["thread_id"] is None
+    )
+    assert (
+        uploaded["name"] == "notes.txt"
+        and uploaded["size"] == 17
+        and uploaded["media_type"] == "text/plain"
+    )
     assert "object_key" not in uploaded
 
     created = client.post(
-        f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers,
+        f"/api/v1/agents/{owner.agent_id}/threads",
+        headers=owner.headers,
         json={"message": "Summarise the file", "file_ids": [uploaded["id"]]},
     ).json()
     thread_id, run_id = created["thread"]["id"], created["run"]["id"]
@@ -51,12 +68,14 @@ def test_upload_stores_the_file_unbound_until_a_message_names_it(
 def test_files_of_another_thread_cannot_be_attached(client: TestClient, owner: ApiOwner) -> None:
     uploaded = _upload(client, owner)
     first = client.post(
-        f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers,
+        f"/api/v1/agents/{owner.agent_id}/threads",
+        headers=owner.headers,
         json={"message": "one", "file_ids": [uploaded["id"]]},
     )
     assert first.status_code == 201
     second = client.post(
-        f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers,
+        f"/api/v1/agents/{owner.agent_id}/threads",
+        headers=owner.headers,
         json={"message": "two", "file_ids": [uploaded["id"]]},
     )
     assert second.status_code in (400, 404) and _code(second) in ("invalid_request", "not_found")
@@ -64,42 +83,69 @@ def test_files_of_another_thread_cannot_be_attached(client: TestClient, owner: A
 
 def test_file_ids_need_a_message(client: TestClient, owner: ApiOwner) -> None:
     uploaded = _upload(client, owner)
-    response = client.post(f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers, json={"file_ids": [uploaded["id"]]})
+    response = client.post(
+        f"/api/v1/agents/{owner.agent_id}/threads",
+        headers=owner.headers,
+        json={"file_ids": [uploaded["id"]]},
+    )
     assert response.status_code == 400 and response.json()["error"]["field"] == "file_ids"
 
 
 @pytest.mark.parametrize(
     ("hostile", "expected"),
-    [("../../etc/passwd", "passwd"), ("/abs/path/report.pdf", "report.pdf"), ("evil\u202egpj.exe", "evilgpj.exe")],
+    [
+        ("../../etc/passwd", "passwd"),
+        ("/abs/path/report.pdf", "report.pdf"),
+        ("evil\u202egpj.exe", "evilgpj.exe"),
+    ],
 )
-def test_hostile_names_are_cleaned(client: TestClient, owner: ApiOwner, hostile: str, expected: str) -> None:
+def test_hostile_names_are_cleaned(
+    client: TestClient, owner: ApiOwner, hostile: str, expected: str
+) -> None:
     assert _upload(client, owner, name=hostile)["name"] == expected
 
 
 def test_names_with_nothing_usable_are_refused(client: TestClient, owner: ApiOwner) -> None:
     response = client.post(
-        f"/api/v1/agents/{owner.agent_id}/files", headers=owner.headers, files={"file": ("..", b"x", "text/plain")}
+        f"/api/v1/agents/{owner.agent_id}/files",
+        headers=owner.headers,
+        files={"file": ("..", b"x", "text/plain")},
     )
     assert response.status_code == 400 and _code(response) == "invalid_request"
 
 
-def test_upload_over_64_mib_is_payload_too_large(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+def test_upload_over_64_mib_is_payload_too_large(
+    client: TestClient, owner: ApiOwner, api_env: Engine
+) -> None:
     response = client.post(
-        f"/api/v1/agents/{owner.agent_id}/files", headers=owner.headers,
-        files={"file": ("big.bin", io.BytesIO(b"\0" * (files.MAX_FILE_BYTES + 1)), "application/octet-stream")},
+        f"/api/v1/agents/{owner.agent_id}/files",
+        headers=owner.headers,
+        files={
+            "file": (
+                "big.bin",
+                io.BytesIO(b"\0" * (files.MAX_FILE_BYTES + 1)),
+                "application/octet-stream",
+            )
+        },
     )
     assert response.status_code == 413 and _code(response) == "payload_too_large"
     with Session(api_env) as db:
         assert db.exec(select(StoredFile)).all() == []
 
 
-def test_declared_length_over_the_limit_is_refused_before_reading(client: TestClient, owner: ApiOwner) -> None:
+def test_declared_length_over_the_limit_is_refused_before_reading(
+    client: TestClient, owner: ApiOwner
+) -> None:
     def body():  # type: ignore[no-untyped-def]
         yield b"--x\r\n"
 
     response = client.post(
         f"/api/v1/agents/{owner.agent_id}/files",
-        headers={**owner.headers, "Content-Type": "multipart/form-data; boundary=x", "Content-Length": str(200 * 1024 * 1024)},
+        headers={
+            **owner.headers,
+            "Content-Type": "multipart/form-data; boundary=x",
+            "Content-Length": str(200 * 1024 * 1024),
+        },
         content=body(),
     )
     assert response.status_code == 413 and _code(response) == "payload_too_large"
@@ -109,21 +155,34 @@ def test_upload_needs_a_multipart_file_field(client: TestClient, owner: ApiOwner
     url = f"/api/v1/agents/{owner.agent_id}/files"
     not_multipart = client.post(url, headers=owner.headers, json={"file": "x"})
     assert not_multipart.status_code == 400 and not_multipart.json()["error"]["field"] == "file"
-    wrong_field = client.post(url, headers=owner.headers, files={"document": ("a.txt", b"x", "text/plain")})
+    wrong_field = client.post(
+        url, headers=owner.headers, files={"document": ("a.txt", b"x", "text/plain")}
+    )
     assert wrong_field.status_code == 400 and wrong_field.json()["error"]["field"] == "file"
-    unknown_agent = client.post("/api/v1/agents/nope/files", headers=owner.headers, files={"file": ("a.txt", b"x")})
+    unknown_agent = client.post(
+        "/api/v1/agents/nope/files", headers=owner.headers, files={"file": ("a.txt", b"x")}
+    )
     assert unknown_agent.status_code == 404 and _code(unknown_agent) == "not_found"
 
 
 def test_get_download_and_delete_a_file(client: TestClient, owner: ApiOwner) -> None:
-    uploaded = _upload(client, owner, name="résumé final.html", data=b"<script>alert(1)</script>", media_type="text/html")
+    uploaded = _upload(
+        client,
+        owner,
+        name="résumé final.html",
+        data=b"<script>alert(1)</script>",
+        media_type="text/html",
+    )
     fetched = client.get(f"/api/v1/files/{uploaded['id']}", headers=owner.headers)
     assert fetched.status_code == 200 and fetched.json() == uploaded
 
     content = client.get(f"/api/v1/files/{uploaded['id']}/content", headers=owner.headers)
     assert content.status_code == 200 and content.content == b"<script>alert(1)</script>"
     disposition = content.headers["content-disposition"]
-    assert disposition == "attachment; filename=\"r_sum_ final.html\"; filename*=UTF-8''r%C3%A9sum%C3%A9%20final.html"
+    assert (
+        disposition
+        == "attachment; filename=\"r_sum_ final.html\"; filename*=UTF-8''r%C3%A9sum%C3%A9%20final.html"
+    )
     assert content.headers["x-content-type-options"] == "nosniff"
     assert content.headers["content-length"] == str(len(b"<script>alert(1)</script>"))
 
@@ -137,15 +196,27 @@ def test_get_download_and_delete_a_file(client: TestClient, owner: ApiOwner) -> 
         assert response.status_code == 404 and _code(response) == "not_found"
 
 
-def test_thread_files_list_by_ids_and_delete_only_the_threads_own(client: TestClient, owner: ApiOwner) -> None:
-    a, b, loose = _upload(client, owner, "a.txt", b"a"), _upload(client, owner, "b.txt", b"b"), _upload(client, owner, "c.txt", b"c")
+def test_thread_files_list_by_ids_and_delete_only_the_threads_own(
+    client: TestClient, owner: ApiOwner
+) -> None:
+    a, b, loose = (
+        _upload(client, owner, "a.txt", b"a"),
+        _upload(client, owner, "b.txt", b"b"),
+        _upload(client, owner, "c.txt", b"c"),
+    )
     thread_id = client.post(
-        f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers,
+        f"/api/v1/agents/{owner.agent_id}/threads",
+        headers=owner.headers,
         json={"message": "two files", "file_ids": [a["id"], b["id"]]},
     ).json()["thread"]["id"]
     url = f"/api/v1/threads/{thread_id}/files"
-    assert [f["id"] for f in client.get(url, headers=owner.headers).json()["files"]] == [a["id"], b["id"]]
-    picked = client.get(url, headers=owner.headers, params={"ids": [b["id"], loose["id"]]}).json()["files"]
+    assert [f["id"] for f in client.get(url, headers=owner.headers).json()["files"]] == [
+        a["id"],
+        b["id"],
+    ]
+    picked = client.get(url, headers=owner.headers, params={"ids": [b["id"], loose["id"]]}).json()[
+        "files"
+    ]
     assert [f["id"] for f in picked] == [b["id"]]
 
     refused = client.delete(f"{url}/{loose['id']}", headers=owner.headers)

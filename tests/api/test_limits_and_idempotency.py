@@ -40,10 +40,14 @@ def test_over_the_limit_is_429_with_retry_after_per_token(
     limited = answers[3]
     assert limited.json()["error"]["code"] == "rate_limited"
     assert 1 <= int(limited.headers["retry-after"]) <= 60
-    assert client.get("/api/v1/agents", headers=other.headers).status_code == 200  # the limit is per token
+    assert (
+        client.get("/api/v1/agents", headers=other.headers).status_code == 200
+    )  # the limit is per token
 
 
-def test_the_window_resets_and_retry_after_counts_down_to_it(api_env: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_window_resets_and_retry_after_counts_down_to_it(
+    api_env: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MOSOO_API_RATE_LIMIT_PER_MINUTE", "1")
     reset_settings_cache()
     start = 1_800_000_000.0  # a window boundary
@@ -54,10 +58,16 @@ def test_the_window_resets_and_retry_after_counts_down_to_it(api_env: Engine, mo
     _ratelimit.check_rate_limit("token-a", now=start + 60)  # the next minute
 
 
-def test_requests_pass_when_redis_is_down(client: TestClient, owner: ApiOwner, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_requests_pass_when_redis_is_down(
+    client: TestClient, owner: ApiOwner, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MOSOO_API_RATE_LIMIT_PER_MINUTE", "1")
     use_redis(monkeypatch, f"redis://127.0.0.1:{free_port()}/0")
-    assert [client.get("/api/v1/agents", headers=owner.headers).status_code for _ in range(3)] == [200, 200, 200]
+    assert [client.get("/api/v1/agents", headers=owner.headers).status_code for _ in range(3)] == [
+        200,
+        200,
+        200,
+    ]
 
 
 # --- idempotency -----------------------------------------------------------------------------
@@ -68,63 +78,101 @@ def _threads(engine: Engine) -> list[AgentSession]:
         return list(db.exec(select(AgentSession)).all())
 
 
-def test_same_key_and_body_replays_the_first_answer(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+def test_same_key_and_body_replays_the_first_answer(
+    client: TestClient, owner: ApiOwner, api_env: Engine
+) -> None:
     url = f"/api/v1/agents/{owner.agent_id}/threads"
     headers = {**owner.headers, "Idempotency-Key": "create-1"}
     first = client.post(url, headers=headers, json={"message": "hi", "end_user_id": "u1"})
     assert first.status_code == 201 and "idempotency-replayed" not in first.headers
-    again = client.post(url, headers=headers, json={"end_user_id": "u1", "message": "hi"})  # key order differs
+    again = client.post(
+        url, headers=headers, json={"end_user_id": "u1", "message": "hi"}
+    )  # key order differs
     assert again.status_code == 201 and again.headers["idempotency-replayed"] == "true"
     assert again.json() == first.json()
     assert len(_threads(api_env)) == 1
 
 
-def test_same_key_with_another_body_is_idempotency_conflict(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+def test_same_key_with_another_body_is_idempotency_conflict(
+    client: TestClient, owner: ApiOwner, api_env: Engine
+) -> None:
     url = f"/api/v1/agents/{owner.agent_id}/threads"
     headers = {**owner.headers, "Idempotency-Key": "create-2"}
     assert client.post(url, headers=headers, json={"message": "hi"}).status_code == 201
     conflict = client.post(url, headers=headers, json={"message": "something else"})
-    assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "idempotency_conflict"
+    assert (
+        conflict.status_code == 409 and conflict.json()["error"]["code"] == "idempotency_conflict"
+    )
     assert "different request" in conflict.json()["error"]["message"]
     assert len(_threads(api_env)) == 1
 
 
-def test_keys_are_per_account(client: TestClient, owner: ApiOwner, other: ApiOwner, api_env: Engine) -> None:
+def test_keys_are_per_account(
+    client: TestClient, owner: ApiOwner, other: ApiOwner, api_env: Engine
+) -> None:
     for who in (owner, other):
         response = client.post(
-            f"/api/v1/agents/{who.agent_id}/threads", headers={**who.headers, "Idempotency-Key": "shared"}, json={}
+            f"/api/v1/agents/{who.agent_id}/threads",
+            headers={**who.headers, "Idempotency-Key": "shared"},
+            json={},
         )
         assert response.status_code == 201 and "idempotency-replayed" not in response.headers
     assert len(_threads(api_env)) == 2
 
 
-def test_a_duplicate_while_the_first_is_in_flight_is_refused(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+def test_a_duplicate_while_the_first_is_in_flight_is_refused(
+    client: TestClient, owner: ApiOwner, api_env: Engine
+) -> None:
     url = f"/api/v1/agents/{owner.agent_id}/threads"
     body: dict[str, str] = {"message": "slow"}
     with Session(api_env) as db:  # the first call has claimed the key and is still working
-        assert idempotency.claim_key(
-            db, owner.account_id, "POST /agents/{agent_id}/threads", "busy",
-            idempotency.request_fingerprint(url, {"message": "slow", "file_ids": [], "end_user_id": None, "title": None}),
-        ) is None
+        assert (
+            idempotency.claim_key(
+                db,
+                owner.account_id,
+                "POST /agents/{agent_id}/threads",
+                "busy",
+                idempotency.request_fingerprint(
+                    url, {"message": "slow", "file_ids": [], "end_user_id": None, "title": None}
+                ),
+            )
+            is None
+        )
         db.commit()
     response = client.post(url, headers={**owner.headers, "Idempotency-Key": "busy"}, json=body)
-    assert response.status_code == 409 and response.json()["error"]["code"] == "idempotency_conflict"
+    assert (
+        response.status_code == 409 and response.json()["error"]["code"] == "idempotency_conflict"
+    )
     assert "still being processed" in response.json()["error"]["message"]
     assert _threads(api_env) == []
 
 
-def test_a_failed_call_releases_its_key(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+def test_a_failed_call_releases_its_key(
+    client: TestClient, owner: ApiOwner, api_env: Engine
+) -> None:
     url = f"/api/v1/agents/{owner.agent_id}/threads"
     headers = {**owner.headers, "Idempotency-Key": "retry-me"}
     first = client.post(url, headers=headers, json={"message": "one"})
     thread_id = first.json()["thread"]["id"]
     events = f"/api/v1/threads/{thread_id}/events"
-    busy = client.post(events, headers={**owner.headers, "Idempotency-Key": "msg"}, json={"type": "user_message", "text": "two"})
+    busy = client.post(
+        events,
+        headers={**owner.headers, "Idempotency-Key": "msg"},
+        json={"type": "user_message", "text": "two"},
+    )
     assert busy.status_code == 409 and busy.json()["error"]["code"] == "conflict"  # a run is active
     client.post(events, headers=owner.headers, json={"type": "user_interrupt"})
-    retried = client.post(events, headers={**owner.headers, "Idempotency-Key": "msg"}, json={"type": "user_message", "text": "two"})
+    retried = client.post(
+        events,
+        headers={**owner.headers, "Idempotency-Key": "msg"},
+        json={"type": "user_message", "text": "two"},
+    )
     assert retried.status_code == 202 and "idempotency-replayed" not in retried.headers
-    replayed = client.post(events, headers={**owner.headers, "Idempotency-Key": "msg"}, json={"type": "user_message", "text": "two"})
+    replayed = client.post(
+        events,
+        headers={**owner.headers, "Idempotency-Key": "msg"},
+        json={"type": "user_message", "text": "two"},
+    )
     assert replayed.status_code == 202 and replayed.headers["idempotency-replayed"] == "true"
     assert replayed.json()["run"]["id"] == retried.json()["run"]["id"]
     with Session(api_env) as db:
@@ -140,7 +188,9 @@ def test_invalid_keys_are_refused(client: TestClient, owner: ApiOwner) -> None:
 def test_records_expire_after_24_hours_and_are_purged(owner: ApiOwner, api_env: Engine) -> None:
     scope, now = "POST /threads/{thread_id}/events", utcnow()
     with Session(api_env) as db:
-        idempotency.claim_key(db, owner.account_id, scope, "old", "a" * 64, now=now - timedelta(hours=25))
+        idempotency.claim_key(
+            db, owner.account_id, scope, "old", "a" * 64, now=now - timedelta(hours=25)
+        )
         idempotency.store_answer(db, owner.account_id, scope, "old", 202, {"ok": True})
         idempotency.claim_key(db, owner.account_id, scope, "new", "b" * 64, now=now)
         idempotency.store_answer(db, owner.account_id, scope, "new", 202, {"ok": True})
@@ -156,8 +206,14 @@ def test_records_expire_after_24_hours_and_are_purged(owner: ApiOwner, api_env: 
 def test_an_abandoned_claim_can_be_taken_over(owner: ApiOwner, api_env: Engine) -> None:
     scope, now = "POST /agents/{agent_id}/threads", utcnow()
     with Session(api_env) as db:
-        idempotency.claim_key(db, owner.account_id, scope, "crashed", "a" * 64, now=now - timedelta(minutes=10))
+        idempotency.claim_key(
+            db, owner.account_id, scope, "crashed", "a" * 64, now=now - timedelta(minutes=10)
+        )
         db.commit()
         with pytest.raises(Conflict):
-            idempotency.claim_key(db, owner.account_id, scope, "crashed", "a" * 64, now=now - timedelta(minutes=9))
-        assert idempotency.claim_key(db, owner.account_id, scope, "crashed", "a" * 64, now=now) is None
+            idempotency.claim_key(
+                db, owner.account_id, scope, "crashed", "a" * 64, now=now - timedelta(minutes=9)
+            )
+        assert (
+            idempotency.claim_key(db, owner.account_id, scope, "crashed", "a" * 64, now=now) is None
+        )

@@ -18,7 +18,9 @@ def test_openapi_document_validates_and_needs_no_token(client: TestClient) -> No
     assert document["info"]["title"] == "Mosoo API"
     assert document["servers"] == [{"url": "/api/v1"}]
     assert document["components"]["securitySchemes"]["AccessToken"] == {
-        "type": "http", "scheme": "bearer", "bearerFormat": "mst_…",
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "mst_…",
         "description": document["components"]["securitySchemes"]["AccessToken"]["description"],
     }
 
@@ -60,13 +62,21 @@ def test_downloads_and_streams_document_what_they_send(client: TestClient) -> No
     document = client.get("/api/v1/openapi.json").json()
     assert {"HTTPValidationError", "ValidationError"}.isdisjoint(document["components"]["schemas"])
     download = document["paths"]["/files/{file_id}/content"]["get"]["responses"]["200"]
-    assert set(download["content"]) == {"application/octet-stream", "*/*"}  # the stored media type, whatever it is
+    assert set(download["content"]) == {
+        "application/octet-stream",
+        "*/*",
+    }  # the stored media type, whatever it is
     assert {name for name, header in download["headers"].items() if header["required"]} == {
-        "Content-Disposition", "Content-Length", "X-Content-Type-Options", "Cache-Control",
+        "Content-Disposition",
+        "Content-Length",
+        "X-Content-Type-Options",
+        "Cache-Control",
     }
     stream = document["paths"]["/threads/{thread_id}/events/stream"]["get"]["responses"]["200"]
     assert set(stream["content"]) == {"text/event-stream"}
-    event = stream["content"]["text/event-stream"]["schema"]  # one event: its fields, `data` an Event as JSON
+    event = stream["content"]["text/event-stream"][
+        "schema"
+    ]  # one event: its fields, `data` an Event as JSON
     assert event["required"] == ["id", "event", "data"]
     assert event["properties"]["data"]["contentSchema"] == {"$ref": "#/components/schemas/Event"}
 
@@ -74,22 +84,31 @@ def test_downloads_and_streams_document_what_they_send(client: TestClient) -> No
 def test_downloads_answer_with_the_stored_media_type_and_the_documented_headers(
     client: TestClient, owner: ApiOwner
 ) -> None:
-    documented = client.get("/api/v1/openapi.json").json()["paths"]["/files/{file_id}/content"]["get"]
+    documented = client.get("/api/v1/openapi.json").json()["paths"]["/files/{file_id}/content"][
+        "get"
+    ]
     headers = documented["responses"]["200"]["headers"]
     uploaded = client.post(
-        f"/api/v1/agents/{owner.agent_id}/files", headers=owner.headers,
+        f"/api/v1/agents/{owner.agent_id}/files",
+        headers=owner.headers,
         files={"file": ("notes.md", "caf\u00e9".encode("latin-1"), "text/markdown")},
     ).json()
     response = client.get(f"/api/v1/files/{uploaded['id']}/content", headers=owner.headers)
     assert response.status_code == 200
-    assert response.headers["content-type"] == "text/markdown"  # no charset claimed for bytes never decoded
+    assert (
+        response.headers["content-type"] == "text/markdown"
+    )  # no charset claimed for bytes never decoded
     assert response.headers["content-length"] == str(uploaded["size"])
     for name in ("X-Content-Type-Options", "Cache-Control"):
         assert response.headers[name] == headers[name]["schema"]["const"], name
-    assert re.match(headers["Content-Disposition"]["schema"]["pattern"], response.headers["content-disposition"])
+    assert re.match(
+        headers["Content-Disposition"]["schema"]["pattern"], response.headers["content-disposition"]
+    )
 
 
-def test_another_method_is_a_405_naming_every_method_of_the_path(client: TestClient, owner: ApiOwner) -> None:
+def test_another_method_is_a_405_naming_every_method_of_the_path(
+    client: TestClient, owner: ApiOwner
+) -> None:
     for method, path, allowed in (
         ("PATCH", "/threads/some-id", "DELETE, GET"),
         ("OPTIONS", "/threads/some-id/events", "GET, POST"),

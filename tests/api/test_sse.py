@@ -34,7 +34,9 @@ def server(api_env: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[LiveSer
 
 
 def _new_thread(server: LiveServer, owner: ApiOwner) -> str:
-    response = httpx.post(f"{server.base_url}/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers, json={})
+    response = httpx.post(
+        f"{server.base_url}/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers, json={}
+    )
     assert response.status_code == 201, response.text
     return str(response.json()["thread"]["id"])
 
@@ -71,8 +73,12 @@ class Producer(threading.Thread):
                 size = min(self.random.randint(1, 8), self.total - written)
                 with Session(self.engine) as db:
                     stored = driver_plane.append_events(
-                        db, self.thread_id,
-                        [NewEvent("agent.message.delta", {"text": f"t{written + n} "}) for n in range(size)],
+                        db,
+                        self.thread_id,
+                        [
+                            NewEvent("agent.message.delta", {"text": f"t{written + n} "})
+                            for n in range(size)
+                        ],
                     )
                     db.commit()
                 if self.random.random() > 0.1:
@@ -100,7 +106,10 @@ def test_reconnecting_with_last_event_id_receives_the_log_exactly_once(
         stop_after = chooser.randint(1, 80)
         headers = {**owner.headers, **({"Last-Event-ID": last_id} if last_id else {})}
         with httpx.stream(
-            "GET", f"{server.base_url}/api/v1/threads/{thread_id}/events/stream", headers=headers, timeout=30
+            "GET",
+            f"{server.base_url}/api/v1/threads/{thread_id}/events/stream",
+            headers=headers,
+            timeout=30,
         ) as response:
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
@@ -119,19 +128,32 @@ def test_reconnecting_with_last_event_id_receives_the_log_exactly_once(
     assert producer.error is None
     assert connections > 5
     with Session(api_env) as db:
-        stored = db.exec(select(SessionEvent).where(SessionEvent.session_id == thread_id).order_by(SessionEvent.seq)).all()
+        stored = db.exec(
+            select(SessionEvent)
+            .where(SessionEvent.session_id == thread_id)
+            .order_by(SessionEvent.seq)
+        ).all()
     assert [e["seq"] for e in received] == [row.seq for row in stored] == list(range(1, total + 1))
     assert [e["payload"] for e in received] == [row.payload for row in stored]
 
 
-def test_after_seq_starts_later_and_live_events_follow(server: LiveServer, owner: ApiOwner, api_env: Engine) -> None:
+def test_after_seq_starts_later_and_live_events_follow(
+    server: LiveServer, owner: ApiOwner, api_env: Engine
+) -> None:
     thread_id = _new_thread(server, owner)
     with Session(api_env) as db:
-        streams.publish_events(driver_plane.append_events(db, thread_id, [NewEvent("agent.message.delta", {"text": "a"}) for _ in range(3)]))
+        streams.publish_events(
+            driver_plane.append_events(
+                db, thread_id, [NewEvent("agent.message.delta", {"text": "a"}) for _ in range(3)]
+            )
+        )
         db.commit()
     seqs: list[int] = []
     with httpx.stream(
-        "GET", f"{server.base_url}/api/v1/threads/{thread_id}/events/stream?after_seq=2", headers=owner.headers, timeout=30
+        "GET",
+        f"{server.base_url}/api/v1/threads/{thread_id}/events/stream?after_seq=2",
+        headers=owner.headers,
+        timeout=30,
     ) as response:
         for frame in _frames(response.iter_lines()):
             if "comment" in frame:
@@ -139,7 +161,9 @@ def test_after_seq_starts_later_and_live_events_follow(server: LiveServer, owner
             seqs.append(int(frame["id"]))
             if len(seqs) == 1:  # now append live
                 with Session(api_env) as db:
-                    stored = driver_plane.append_events(db, thread_id, [NewEvent("run.completed", {})])
+                    stored = driver_plane.append_events(
+                        db, thread_id, [NewEvent("run.completed", {})]
+                    )
                     db.commit()
                 streams.publish_events(stored)
             if len(seqs) == 2:
@@ -151,7 +175,10 @@ def test_idle_streams_send_keep_alive_comments(server: LiveServer, owner: ApiOwn
     thread_id = _new_thread(server, owner)
     started = time.monotonic()
     with httpx.stream(
-        "GET", f"{server.base_url}/api/v1/threads/{thread_id}/events/stream", headers=owner.headers, timeout=30
+        "GET",
+        f"{server.base_url}/api/v1/threads/{thread_id}/events/stream",
+        headers=owner.headers,
+        timeout=30,
     ) as response:
         first = next(_frames(response.iter_lines()))
     assert first == {"comment": "keep-alive"}
@@ -167,15 +194,28 @@ def test_the_stream_ends_when_the_client_goes_away(server: LiveServer, owner: Ap
     thread_id = _new_thread(server, owner)
     before = _blocked_stream_readers()
     with httpx.stream(
-        "GET", f"{server.base_url}/api/v1/threads/{thread_id}/events/stream", headers=owner.headers, timeout=30
+        "GET",
+        f"{server.base_url}/api/v1/threads/{thread_id}/events/stream",
+        headers=owner.headers,
+        timeout=30,
     ) as response:
         frames = _frames(response.iter_lines())
         assert next(frames) == {"comment": "keep-alive"}
-        wait_for(lambda: _blocked_stream_readers() == before + 1, 15, "the server to follow the Redis stream")
-    wait_for(lambda: _blocked_stream_readers() == before, 15, "the server to stop following after the client left")
+        wait_for(
+            lambda: _blocked_stream_readers() == before + 1,
+            15,
+            "the server to follow the Redis stream",
+        )
+    wait_for(
+        lambda: _blocked_stream_readers() == before,
+        15,
+        "the server to stop following after the client left",
+    )
 
 
-def test_stream_errors_are_json_before_the_stream_starts(server: LiveServer, owner: ApiOwner, other: ApiOwner) -> None:
+def test_stream_errors_are_json_before_the_stream_starts(
+    server: LiveServer, owner: ApiOwner, other: ApiOwner
+) -> None:
     thread_id = _new_thread(server, owner)
     url = f"{server.base_url}/api/v1/threads/{thread_id}/events/stream"
     foreign = httpx.get(url, headers=other.headers, timeout=10)

@@ -41,12 +41,18 @@ def _error(response, status: int, code: str) -> dict:  # type: ignore[no-untyped
 # --- agents ----------------------------------------------------------------------------------
 
 
-def test_agents_lists_only_the_token_owners_agents(client: TestClient, owner: ApiOwner, other: ApiOwner) -> None:
+def test_agents_lists_only_the_token_owners_agents(
+    client: TestClient, owner: ApiOwner, other: ApiOwner
+) -> None:
     listed = client.get("/api/v1/agents", headers=owner.headers)
     assert listed.status_code == 200
     assert [agent["id"] for agent in listed.json()["agents"]] == [owner.agent_id]
     agent = client.get(f"/api/v1/agents/{owner.agent_id}", headers=owner.headers).json()
-    assert agent["status"] == "published" and agent["published_version"] == 1 and agent["model"] == "test-model"
+    assert (
+        agent["status"] == "published"
+        and agent["published_version"] == 1
+        and agent["model"] == "test-model"
+    )
     _error(client.get(f"/api/v1/agents/{other.agent_id}", headers=owner.headers), 404, "not_found")
     _error(client.get("/api/v1/agents/nope", headers=owner.headers), 404, "not_found")
 
@@ -54,16 +60,21 @@ def test_agents_lists_only_the_token_owners_agents(client: TestClient, owner: Ap
 # --- creating threads ------------------------------------------------------------------------
 
 
-def test_create_thread_without_message_pins_the_published_version(client: TestClient, owner: ApiOwner) -> None:
+def test_create_thread_without_message_pins_the_published_version(
+    client: TestClient, owner: ApiOwner
+) -> None:
     response = client.post(
-        f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers,
+        f"/api/v1/agents/{owner.agent_id}/threads",
+        headers=owner.headers,
         json={"end_user_id": "customer-42", "title": "  Support   chat "},
     )
     assert response.status_code == 201, response.text
     body = response.json()
     assert body["run"] is None
     thread = body["thread"]
-    assert thread["purpose"] == "api" and thread["agent_version"] == 1 and thread["status"] == "idle"
+    assert (
+        thread["purpose"] == "api" and thread["agent_version"] == 1 and thread["status"] == "idle"
+    )
     assert thread["end_user_id"] == "customer-42" and thread["title"] == "Support chat"
     assert thread["archived"] is False and thread["last_seq"] == 0
     assert _queued_dispatches() == []
@@ -73,20 +84,26 @@ def test_create_thread_with_message_stores_it_and_queues_the_run(
     client: TestClient, owner: ApiOwner, api_env: Engine
 ) -> None:
     response = client.post(
-        f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers, json={"message": "Hello there"}
+        f"/api/v1/agents/{owner.agent_id}/threads",
+        headers=owner.headers,
+        json={"message": "Hello there"},
     )
     assert response.status_code == 201, response.text
     body = response.json()
     assert body["run"]["status"] == "queued" and body["run"]["thread_id"] == body["thread"]["id"]
     assert body["thread"]["status"] == "running"
     assert _queued_dispatches() == [body["run"]["id"]]
-    events = client.get(f"/api/v1/threads/{body['thread']['id']}/events", headers=owner.headers).json()["events"]
+    events = client.get(
+        f"/api/v1/threads/{body['thread']['id']}/events", headers=owner.headers
+    ).json()["events"]
     assert events[0]["type"] == "user.message" and events[0]["payload"]["text"] == "Hello there"
 
 
 def test_create_thread_refuses_an_unpublished_agent(client: TestClient, api_env: Engine) -> None:
     draft = make_owner(api_env, "draft@example.com", publish=False)
-    response = client.post(f"/api/v1/agents/{draft.agent_id}/threads", headers=draft.headers, json={})
+    response = client.post(
+        f"/api/v1/agents/{draft.agent_id}/threads", headers=draft.headers, json={}
+    )
     _error(response, 409, "agent_not_published")
     with Session(api_env) as db:
         # the refusal left no thread behind
@@ -99,21 +116,39 @@ def test_create_thread_refuses_a_published_version_with_blockers(
     # The draft moves to another key; the published version keeps the old one.
     with Session(api_env) as db:
         replacement = vault.create_provider_credential(
-            db, owner.account_id, owner.app_id,
+            db,
+            owner.account_id,
+            owner.app_id,
             vault.ProviderCredentialInput(
-                name="Replacement", provider="openai_compatible", base_url="http://127.0.0.1:9/v1",
-                api_key="sk-replacement", models=["test-model"],
+                name="Replacement",
+                provider="openai_compatible",
+                base_url="http://127.0.0.1:9/v1",
+                api_key="sk-replacement",
+                models=["test-model"],
             ),
         )
-        agents.update_agent(db, owner.account_id, owner.app_id, owner.agent_id, agents.AgentChanges(provider_credential_id=replacement.id))
+        agents.update_agent(
+            db,
+            owner.account_id,
+            owner.app_id,
+            owner.agent_id,
+            agents.AgentChanges(provider_credential_id=replacement.id),
+        )
         db.commit()
     # The console refuses to delete a key a published version uses; a key removed behind its
     # back (e.g. by an operator in the database) is what the API must still catch.
     with api_env.begin() as connection:
-        connection.execute(sa.text("DELETE FROM provider_credential WHERE id = :id"), {"id": owner.credential_id})
+        connection.execute(
+            sa.text("DELETE FROM provider_credential WHERE id = :id"), {"id": owner.credential_id}
+        )
     error = _error(
-        client.post(f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers, json={"message": "hi"}),
-        409, "readiness_blocked",
+        client.post(
+            f"/api/v1/agents/{owner.agent_id}/threads",
+            headers=owner.headers,
+            json={"message": "hi"},
+        ),
+        409,
+        "readiness_blocked",
     )
     assert "provider key" in error["message"]
 
@@ -131,29 +166,42 @@ def test_create_thread_refuses_a_published_version_with_blockers(
 def test_create_thread_rejects_invalid_bodies_with_the_field(
     client: TestClient, owner: ApiOwner, body: dict, field: str
 ) -> None:
-    error = _error(client.post(f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers, json=body), 400, "invalid_request")
+    error = _error(
+        client.post(f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers, json=body),
+        400,
+        "invalid_request",
+    )
     assert error["field"] == field
 
 
 def test_malformed_json_is_invalid_request(client: TestClient, owner: ApiOwner) -> None:
     response = client.post(
         f"/api/v1/agents/{owner.agent_id}/threads",
-        headers={**owner.headers, "Content-Type": "application/json"}, content=b"{not json",
+        headers={**owner.headers, "Content-Type": "application/json"},
+        content=b"{not json",
     )
     _error(response, 400, "invalid_request")
 
 
 def test_unknown_agent_is_not_found(client: TestClient, owner: ApiOwner) -> None:
-    _error(client.post("/api/v1/agents/01UNKNOWN/threads", headers=owner.headers, json={}), 404, "not_found")
+    _error(
+        client.post("/api/v1/agents/01UNKNOWN/threads", headers=owner.headers, json={}),
+        404,
+        "not_found",
+    )
 
 
 def test_unreachable_worker_answers_worker_unavailable_and_frees_the_thread(
     client: TestClient, owner: ApiOwner, api_env: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    thread_id = client.post(f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers, json={}).json()["thread"]["id"]
+    thread_id = client.post(
+        f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers, json={}
+    ).json()["thread"]["id"]
     use_redis(monkeypatch, f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     response = client.post(
-        f"/api/v1/threads/{thread_id}/events", headers=owner.headers, json={"type": "user_message", "text": "hi"}
+        f"/api/v1/threads/{thread_id}/events",
+        headers=owner.headers,
+        json={"type": "user_message", "text": "hi"},
     )
     _error(response, 409, "worker_unavailable")
     with Session(api_env) as db:
@@ -165,7 +213,9 @@ def test_unreachable_worker_answers_worker_unavailable_and_frees_the_thread(
 
 
 def _new_thread(client: TestClient, owner: ApiOwner, **body: object) -> str:
-    response = client.post(f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers, json=body)
+    response = client.post(
+        f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers, json=body
+    )
     assert response.status_code == 201, response.text
     return str(response.json()["thread"]["id"])
 
@@ -200,14 +250,33 @@ def test_list_threads_filters_batches_and_pages(client: TestClient, owner: ApiOw
             break
     assert sorted(seen) == sorted([*alice, bob]) and len(seen) == 4
 
-    assert _error(client.get(url, headers=owner.headers, params={"status": "sleeping"}), 400, "invalid_request")["field"] == "status"
-    assert _error(client.get(url, headers=owner.headers, params={"limit": 0}), 400, "invalid_request")["field"] == "limit"
+    assert (
+        _error(
+            client.get(url, headers=owner.headers, params={"status": "sleeping"}),
+            400,
+            "invalid_request",
+        )["field"]
+        == "status"
+    )
+    assert (
+        _error(client.get(url, headers=owner.headers, params={"limit": 0}), 400, "invalid_request")[
+            "field"
+        ]
+        == "limit"
+    )
 
 
 def test_get_thread_shows_the_latest_run(client: TestClient, owner: ApiOwner) -> None:
     thread_id = _new_thread(client, owner)
-    assert client.get(f"/api/v1/threads/{thread_id}", headers=owner.headers).json()["latest_run"] is None
-    client.post(f"/api/v1/threads/{thread_id}/events", headers=owner.headers, json={"type": "user_message", "text": "go"})
+    assert (
+        client.get(f"/api/v1/threads/{thread_id}", headers=owner.headers).json()["latest_run"]
+        is None
+    )
+    client.post(
+        f"/api/v1/threads/{thread_id}/events",
+        headers=owner.headers,
+        json={"type": "user_message", "text": "go"},
+    )
     detail = client.get(f"/api/v1/threads/{thread_id}", headers=owner.headers).json()
     assert detail["id"] == thread_id and detail["latest_run"]["status"] == "queued"
     _error(client.get("/api/v1/threads/unknown", headers=owner.headers), 404, "not_found")
@@ -216,24 +285,44 @@ def test_get_thread_shows_the_latest_run(client: TestClient, owner: ApiOwner) ->
 # --- events ----------------------------------------------------------------------------------
 
 
-def test_events_page_after_seq_with_limit(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+def test_events_page_after_seq_with_limit(
+    client: TestClient, owner: ApiOwner, api_env: Engine
+) -> None:
     thread_id = _new_thread(client, owner)
     with Session(api_env) as db:
-        driver_plane.append_events(db, thread_id, [NewEvent("agent.message.delta", {"text": str(n)}) for n in range(5)])
+        driver_plane.append_events(
+            db, thread_id, [NewEvent("agent.message.delta", {"text": str(n)}) for n in range(5)]
+        )
         db.commit()
     url = f"/api/v1/threads/{thread_id}/events"
     first = client.get(url, headers=owner.headers, params={"limit": 2}).json()
     assert [e["seq"] for e in first["events"]] == [1, 2] and first["has_more"] is True
-    rest = client.get(url, headers=owner.headers, params={"after_seq": first["next_after_seq"]}).json()
+    rest = client.get(
+        url, headers=owner.headers, params={"after_seq": first["next_after_seq"]}
+    ).json()
     assert [e["seq"] for e in rest["events"]] == [3, 4, 5] and rest["has_more"] is False
-    assert rest["events"][0]["type"] == "agent.message.delta" and rest["events"][0]["payload"] == {"text": "2"}
+    assert rest["events"][0]["type"] == "agent.message.delta" and rest["events"][0]["payload"] == {
+        "text": "2"
+    }
     empty = client.get(url, headers=owner.headers, params={"after_seq": 5}).json()
     assert empty == {"events": [], "next_after_seq": 5, "has_more": False}
-    assert _error(client.get(url, headers=owner.headers, params={"after_seq": -1}), 400, "invalid_request")["field"] == "after_seq"
-    assert _error(client.get(url, headers=owner.headers, params={"limit": 1001}), 400, "invalid_request")["field"] == "limit"
+    assert (
+        _error(
+            client.get(url, headers=owner.headers, params={"after_seq": -1}), 400, "invalid_request"
+        )["field"]
+        == "after_seq"
+    )
+    assert (
+        _error(
+            client.get(url, headers=owner.headers, params={"limit": 1001}), 400, "invalid_request"
+        )["field"]
+        == "limit"
+    )
 
 
-def test_post_user_message_starts_a_run_and_a_second_is_refused(client: TestClient, owner: ApiOwner) -> None:
+def test_post_user_message_starts_a_run_and_a_second_is_refused(
+    client: TestClient, owner: ApiOwner
+) -> None:
     thread_id = _new_thread(client, owner)
     url = f"/api/v1/threads/{thread_id}/events"
     posted = client.post(url, headers=owner.headers, json={"type": "user_message", "text": "first"})
@@ -242,7 +331,11 @@ def test_post_user_message_starts_a_run_and_a_second_is_refused(client: TestClie
     assert body["type"] == "user_message" and body["run"]["status"] == "queued"
     assert [e["type"] for e in body["events"]] == ["user.message", "session.status"]
     assert _queued_dispatches() == [body["run"]["id"]]
-    _error(client.post(url, headers=owner.headers, json={"type": "user_message", "text": "second"}), 409, "conflict")
+    _error(
+        client.post(url, headers=owner.headers, json={"type": "user_message", "text": "second"}),
+        409,
+        "conflict",
+    )
 
 
 def test_post_user_interrupt_cancels_a_queued_run(client: TestClient, owner: ApiOwner) -> None:
@@ -251,24 +344,50 @@ def test_post_user_interrupt_cancels_a_queued_run(client: TestClient, owner: Api
     stopped = client.post(url, headers=owner.headers, json={"type": "user_interrupt"})
     assert stopped.status_code == 202, stopped.text
     assert "run.cancelled" in [e["type"] for e in stopped.json()["events"]]
-    assert client.get(f"/api/v1/threads/{thread_id}", headers=owner.headers).json()["latest_run"]["status"] == "cancelled"
+    assert (
+        client.get(f"/api/v1/threads/{thread_id}", headers=owner.headers).json()["latest_run"][
+            "status"
+        ]
+        == "cancelled"
+    )
     # Nothing active: an interrupt is a no-op, and a new message is taken again.
-    assert client.post(url, headers=owner.headers, json={"type": "user_interrupt"}).json()["events"] == []
-    assert client.post(url, headers=owner.headers, json={"type": "user_message", "text": "again"}).status_code == 202
+    assert (
+        client.post(url, headers=owner.headers, json={"type": "user_interrupt"}).json()["events"]
+        == []
+    )
+    assert (
+        client.post(
+            url, headers=owner.headers, json={"type": "user_message", "text": "again"}
+        ).status_code
+        == 202
+    )
 
 
 def _run_on_a_driver(engine: Engine, owner: ApiOwner, thread_id: str) -> tuple[str, str]:
     """Put the thread's active run on a registered driver waiting for a permission."""
     with Session(engine) as db:
-        driver = driver_plane.register_driver(db, app_id=owner.app_id, subject=f"session:{thread_id}", runtime="openai", session_id=thread_id)
+        driver = driver_plane.register_driver(
+            db,
+            app_id=owner.app_id,
+            subject=f"session:{thread_id}",
+            runtime="openai",
+            session_id=thread_id,
+        )
         run = sessions.active_run(db, thread_id)
         assert run is not None
         run.driver_instance_id = driver.instance_id
         run.status = "waiting_input"
         db.add(run)
         driver_plane.append_events(
-            db, thread_id,
-            [NewEvent("tool.confirmation.required", {"request_id": "perm-1", "tool": "bash"}, run_id=run.id)],
+            db,
+            thread_id,
+            [
+                NewEvent(
+                    "tool.confirmation.required",
+                    {"request_id": "perm-1", "tool": "bash"},
+                    run_id=run.id,
+                )
+            ],
         )
         db.commit()
         return driver.instance_id, run.id
@@ -276,38 +395,66 @@ def _run_on_a_driver(engine: Engine, owner: ApiOwner, thread_id: str) -> tuple[s
 
 def _commands(engine: Engine, instance_id: str) -> list[tuple[str, dict]]:
     with Session(engine) as db:
-        rows = db.exec(select(DriverCommand).where(DriverCommand.driver_instance_id == instance_id)).all()
+        rows = db.exec(
+            select(DriverCommand).where(DriverCommand.driver_instance_id == instance_id)
+        ).all()
         return [(row.kind, row.payload) for row in rows]
 
 
-def test_post_permission_decision_reaches_the_driver(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+def test_post_permission_decision_reaches_the_driver(
+    client: TestClient, owner: ApiOwner, api_env: Engine
+) -> None:
     thread_id = _new_thread(client, owner)
     url = f"/api/v1/threads/{thread_id}/events"
     error = _error(
-        client.post(url, headers=owner.headers, json={"type": "permission_decision", "request_id": "perm-1", "decision": "allow_once"}),
-        409, "conflict",
+        client.post(
+            url,
+            headers=owner.headers,
+            json={"type": "permission_decision", "request_id": "perm-1", "decision": "allow_once"},
+        ),
+        409,
+        "conflict",
     )
     assert "Nothing is waiting" in error["message"]
     client.post(url, headers=owner.headers, json={"type": "user_message", "text": "run ls"})
     instance_id, _ = _run_on_a_driver(api_env, owner, thread_id)
 
     _error(
-        client.post(url, headers=owner.headers, json={"type": "permission_decision", "request_id": "nope", "decision": "allow_once"}),
-        404, "not_found",
+        client.post(
+            url,
+            headers=owner.headers,
+            json={"type": "permission_decision", "request_id": "nope", "decision": "allow_once"},
+        ),
+        404,
+        "not_found",
     )
-    bad = client.post(url, headers=owner.headers, json={"type": "permission_decision", "request_id": "perm-1", "decision": "always"})
+    bad = client.post(
+        url,
+        headers=owner.headers,
+        json={"type": "permission_decision", "request_id": "perm-1", "decision": "always"},
+    )
     assert _error(bad, 400, "invalid_request")["field"] == "decision"
     answered = client.post(
-        url, headers=owner.headers, json={"type": "permission_decision", "request_id": "perm-1", "decision": "allow_once"}
+        url,
+        headers=owner.headers,
+        json={"type": "permission_decision", "request_id": "perm-1", "decision": "allow_once"},
     )
     assert answered.status_code == 202, answered.text
-    assert ("permission.resolve", {"request_id": "perm-1", "decision": "allow_once"}) in _commands(api_env, instance_id)
+    assert ("permission.resolve", {"request_id": "perm-1", "decision": "allow_once"}) in _commands(
+        api_env, instance_id
+    )
 
 
-def test_post_user_interrupt_of_a_driver_run_tells_the_driver(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+def test_post_user_interrupt_of_a_driver_run_tells_the_driver(
+    client: TestClient, owner: ApiOwner, api_env: Engine
+) -> None:
     thread_id = _new_thread(client, owner, message="long job")
     instance_id, run_id = _run_on_a_driver(api_env, owner, thread_id)
-    response = client.post(f"/api/v1/threads/{thread_id}/events", headers=owner.headers, json={"type": "user_interrupt"})
+    response = client.post(
+        f"/api/v1/threads/{thread_id}/events",
+        headers=owner.headers,
+        json={"type": "user_interrupt"},
+    )
     assert response.status_code == 202 and response.json()["events"] == []
     assert ("turn.cancel", {"run_id": run_id, "reason": "user"}) in _commands(api_env, instance_id)
 
@@ -322,23 +469,40 @@ def test_post_user_interrupt_of_a_driver_run_tells_the_driver(client: TestClient
         ({"type": "user_interrupt", "extra": True}, "extra"),
     ],
 )
-def test_post_event_rejects_invalid_bodies(client: TestClient, owner: ApiOwner, body: dict, field: str) -> None:
+def test_post_event_rejects_invalid_bodies(
+    client: TestClient, owner: ApiOwner, body: dict, field: str
+) -> None:
     thread_id = _new_thread(client, owner)
     response = client.post(f"/api/v1/threads/{thread_id}/events", headers=owner.headers, json=body)
     assert _error(response, 400, "invalid_request")["field"] == field
 
 
-def test_archived_threads_refuse_messages_until_unarchived(client: TestClient, owner: ApiOwner) -> None:
+def test_archived_threads_refuse_messages_until_unarchived(
+    client: TestClient, owner: ApiOwner
+) -> None:
     thread_id = _new_thread(client, owner)
     archived = client.post(f"/api/v1/threads/{thread_id}/archive", headers=owner.headers)
     assert archived.status_code == 200 and archived.json()["archived"] is True
     url = f"/api/v1/threads/{thread_id}/events"
-    _error(client.post(url, headers=owner.headers, json={"type": "user_message", "text": "hi"}), 409, "thread_archived")
+    _error(
+        client.post(url, headers=owner.headers, json={"type": "user_message", "text": "hi"}),
+        409,
+        "thread_archived",
+    )
     unarchived = client.post(f"/api/v1/threads/{thread_id}/unarchive", headers=owner.headers)
     assert unarchived.status_code == 200 and unarchived.json()["archived"] is False
-    assert client.post(url, headers=owner.headers, json={"type": "user_message", "text": "hi"}).status_code == 202
+    assert (
+        client.post(
+            url, headers=owner.headers, json={"type": "user_message", "text": "hi"}
+        ).status_code
+        == 202
+    )
     # Archiving is refused while that run is active.
-    _error(client.post(f"/api/v1/threads/{thread_id}/archive", headers=owner.headers), 409, "thread_active")
+    _error(
+        client.post(f"/api/v1/threads/{thread_id}/archive", headers=owner.headers),
+        409,
+        "thread_active",
+    )
 
 
 def test_delete_thread_removes_it(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
@@ -358,9 +522,13 @@ def test_unknown_routes_and_methods_use_the_envelope(client: TestClient, owner: 
     _error(client.put("/api/v1/agents", headers=owner.headers), 405, "method_not_allowed")
 
 
-def test_unexpected_failures_are_internal_error_without_detail(owner: ApiOwner, api_env: Engine) -> None:
+def test_unexpected_failures_are_internal_error_without_detail(
+    owner: ApiOwner, api_env: Engine
+) -> None:
     thread_id = None
-    with TestClient(build_api(), base_url="http://127.0.0.1", raise_server_exceptions=False) as client:
+    with TestClient(
+        build_api(), base_url="http://127.0.0.1", raise_server_exceptions=False
+    ) as client:
         thread_id = _new_thread(client, owner)
         # A corrupt stored event (payload not an object) breaks the response shape.
         with api_env.begin() as connection:
@@ -377,20 +545,25 @@ def test_unexpected_failures_are_internal_error_without_detail(owner: ApiOwner, 
     assert set(error) == {"code", "message"}
 
 
-
 def test_a_thread_can_be_started_without_a_body(client: TestClient, owner: ApiOwner) -> None:
     response = client.post(f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers)
     assert response.status_code == 201 and response.json()["run"] is None
 
 
-def test_oversized_json_bodies_are_refused_before_reading(client: TestClient, owner: ApiOwner) -> None:
+def test_oversized_json_bodies_are_refused_before_reading(
+    client: TestClient, owner: ApiOwner
+) -> None:
     url = f"/api/v1/agents/{owner.agent_id}/threads"
-    declared = client.post(url, headers=owner.headers, content=b"{" + b" " * (3 * 1024 * 1024) + b"}")
+    declared = client.post(
+        url, headers=owner.headers, content=b"{" + b" " * (3 * 1024 * 1024) + b"}"
+    )
     _error(declared, 413, "payload_too_large")
 
     def chunked():  # type: ignore[no-untyped-def]
         for _ in range(40):
             yield b" " * (64 * 1024)
 
-    streamed = client.post(url, headers={**owner.headers, "Content-Type": "application/json"}, content=chunked())
+    streamed = client.post(
+        url, headers={**owner.headers, "Content-Type": "application/json"}, content=chunked()
+    )
     _error(streamed, 413, "payload_too_large")

@@ -15,7 +15,11 @@ from mosoo_core import identity
 from mosoo_web.api.v1 import build_v1
 from tests.api.conftest import ApiOwner, live_server
 
-OPERATIONS = [(method.upper(), path) for path, item in build_v1().openapi()["paths"].items() for method in item]
+OPERATIONS = [
+    (method.upper(), path)
+    for path, item in build_v1().openapi()["paths"].items()
+    for method in item
+]
 # Ids that look real: the token is checked before any id is looked up.
 IDS = {"agent_id": "0" * 26, "thread_id": "0" * 26, "file_id": "0" * 26}
 
@@ -33,13 +37,17 @@ def _request(client: TestClient, method: str, path: str, headers: dict[str, str]
     if (method, path) == ("POST", "/agents/{agent_id}/files"):
         kwargs["files"] = {"file": ("x.txt", b"x", "text/plain")}
     elif method == "POST":
-        kwargs["json"] = {"type": "user_message", "text": "hello"} if path.endswith("/events") else {}
+        kwargs["json"] = (
+            {"type": "user_message", "text": "hello"} if path.endswith("/events") else {}
+        )
     return client.request(method, "/api/v1" + path.format(**IDS), **kwargs)
 
 
 @pytest.mark.parametrize(("method", "path"), OPERATIONS)
 @pytest.mark.parametrize("refused", list(REFUSED_TOKENS), ids=list(REFUSED_TOKENS))
-def test_every_401_names_the_bearer_scheme(client: TestClient, method: str, path: str, refused: str) -> None:
+def test_every_401_names_the_bearer_scheme(
+    client: TestClient, method: str, path: str, refused: str
+) -> None:
     headers, challenge = REFUSED_TOKENS[refused]
     response = _request(client, method, path, headers)
     assert response.status_code == 401, (method, path, response.text)
@@ -47,7 +55,9 @@ def test_every_401_names_the_bearer_scheme(client: TestClient, method: str, path
     assert response.headers["www-authenticate"] == challenge, (method, path)
 
 
-def test_a_revoked_token_is_an_invalid_token(client: TestClient, owner: ApiOwner, api_env: Engine) -> None:
+def test_a_revoked_token_is_an_invalid_token(
+    client: TestClient, owner: ApiOwner, api_env: Engine
+) -> None:
     assert "www-authenticate" not in client.get("/api/v1/agents", headers=owner.headers).headers
     with Session(api_env) as db:
         token = identity.list_access_tokens(db, owner.account_id)[0]

@@ -36,7 +36,12 @@ def web_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
     port = free_port()
     data_dir = tmp_path_factory.mktemp("web-data")
     log = data_dir / "web.log"
-    env = mosoo_env(data_dir, database_url, MOSOO_WEB_PORT=str(port), MOSOO_PUBLIC_URL=f"http://127.0.0.1:{port}")
+    env = mosoo_env(
+        data_dir,
+        database_url,
+        MOSOO_WEB_PORT=str(port),
+        MOSOO_PUBLIC_URL=f"http://127.0.0.1:{port}",
+    )
     with running(["web"], env, log) as process:
         url = f"http://127.0.0.1:{port}"
         try:
@@ -52,7 +57,9 @@ def browser() -> Iterator[Browser]:
     # Module scope: Playwright's sync API runs an event loop in the main thread for as long
     # as it is open, and asyncio tests elsewhere need that thread free again.
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
+        )
         yield browser
         browser.close()
 

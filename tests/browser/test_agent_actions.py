@@ -105,7 +105,9 @@ def test_fork_export_import_and_delete_an_agent(
     page.wait_for_url(re.compile(r"/agents$"))
     expect(cards).to_have_count(3)
     _open_menu_item(page, 1, "agent-delete")
-    expect(page.get_by_test_id("agent-delete-summary")).to_contain_text("1 thread, files and sandboxes")
+    expect(page.get_by_test_id("agent-delete-summary")).to_contain_text(
+        "1 thread, files and sandboxes"
+    )
     page.get_by_test_id("agent-delete-confirm").click()
     expect(cards).to_have_count(2)
     expect(page.get_by_text("Release notes writer (copy)")).to_have_count(0)

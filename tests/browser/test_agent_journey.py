@@ -38,8 +38,12 @@ ANSWER = "Added: exports. Fixed: the login loop."
 
 
 @pytest.fixture(scope="module")
-def journey_stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStack]:
-    with browser_run_stack(database_url, tmp_path_factory.mktemp("agent-journey"), REDIS_DB) as stack:
+def journey_stack(
+    database_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunStack]:
+    with browser_run_stack(
+        database_url, tmp_path_factory.mktemp("agent-journey"), REDIS_DB
+    ) as stack:
         yield stack
 
 
@@ -104,7 +108,13 @@ def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_mov
         # Bindings made elsewhere (the pickers list nothing until skills and MCP arrive): a
         # skill and an MCP server that do not exist in this App.
         with session_scope() as db:
-            agents.update_agent(db, account_id, app_id, agent_id, agents.AgentChanges(skills=[SKILL], mcp_servers=[MCP_SERVER]))
+            agents.update_agent(
+                db,
+                account_id,
+                app_id,
+                agent_id,
+                agents.AgentChanges(skills=[SKILL], mcp_servers=[MCP_SERVER]),
+            )
         page.reload()
 
         # Setup required, each blocker by name; the missing skill only warns.
@@ -149,7 +159,9 @@ def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_mov
         page.get_by_test_id("chat-input").fill("What changed this week?")
         page.get_by_test_id("chat-input").press("Enter")
         expect(page.get_by_test_id("chat-user-message")).to_have_text("What changed this week?")
-        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(ANSWER, timeout=BOOT_TIMEOUT_MS)
+        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(
+            ANSWER, timeout=BOOT_TIMEOUT_MS
+        )
         expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
 
         # Publish version 1.
@@ -162,14 +174,19 @@ def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_mov
         # Change the prompt (saved on blur), publish version 2.
         page.get_by_test_id("agent-system-prompt").fill("Write terse changelogs.")
         page.get_by_test_id("agent-system-prompt").blur()
-        wait_for(lambda: saved().system_prompt == "Write terse changelogs.", 10, "the prompt to autosave")
+        wait_for(
+            lambda: saved().system_prompt == "Write terse changelogs.", 10, "the prompt to autosave"
+        )
         page.get_by_test_id("publish-agent").click()
         page.get_by_test_id("publish-summary").fill("Terser")
         page.get_by_test_id("publish-submit").click()
         expect(status).to_have_text("Published v2")
         with session_scope() as db:
             versions = agents.list_versions(db, account_id, app_id, agent_id)
-        assert [(v.number, v.profile["system_prompt"]) for v in versions] == [(2, "Write terse changelogs."), (1, "")]
+        assert [(v.number, v.profile["system_prompt"]) for v in versions] == [
+            (2, "Write terse changelogs."),
+            (1, ""),
+        ]
         assert versions[0].profile["skills"] == [SKILL]
 
         # Export from the Agents page: the manifest carries the skill binding, never the key.

@@ -52,7 +52,9 @@ def test_description_and_temperature_are_kept_and_the_list_shows_status_and_acti
         with session_scope() as db:
             return agents.get_agent(db, account_id, app_id, agent_id)
 
-    wait_for(lambda: saved().provider_options == {"temperature": 0.7}, 10, "the temperature to autosave")
+    wait_for(
+        lambda: saved().provider_options == {"temperature": 0.7}, 10, "the temperature to autosave"
+    )
     assert saved().description == "Answers billing questions."
     expect(page.get_by_test_id("save-indicator")).to_have_text("Saved")
 
@@ -71,4 +73,6 @@ def test_description_and_temperature_are_kept_and_the_list_shows_status_and_acti
     card = page.get_by_test_id("agent-card")
     expect(card).to_have_count(1)
     expect(card.get_by_test_id("agent-status")).to_have_text("Draft")
-    expect(card.get_by_test_id("agent-last-activity")).to_have_text(re.compile(r"^Active (just now|\d+ min ago)$"))
+    expect(card.get_by_test_id("agent-last-activity")).to_have_text(
+        re.compile(r"^Active (just now|\d+ min ago)$")
+    )

@@ -108,7 +108,9 @@ def test_new_owner_signs_in_renames_creates_switches_and_signs_out(
     expect(page.get_by_test_id("login-email")).to_be_visible()
 
 
-def test_second_owner_cannot_open_the_first_owners_app(page: Page, browser: Browser, web_server: WebServer) -> None:
+def test_second_owner_cannot_open_the_first_owners_app(
+    page: Page, browser: Browser, web_server: WebServer
+) -> None:
     first = browser.new_context()
     first_page = first.new_page()
     first_page.goto(f"{web_server.url}/login")

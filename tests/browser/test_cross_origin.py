@@ -87,13 +87,21 @@ def test_another_port_cannot_use_the_owners_cookie_on_the_websocket_or_to_sign_o
     page.wait_for_url(re.compile(r"/apps/[0-9A-Z]{26}$"))
     expect(page.get_by_test_id("page-title")).to_have_text("Default App")
     app_url = page.url
-    socket_url = web_server.url.replace("http://", "ws://") + "/_event/?EIO=4&transport=websocket&token=" + uuid.uuid4().hex
+    socket_url = (
+        web_server.url.replace("http://", "ws://")
+        + "/_event/?EIO=4&transport=websocket&token="
+        + uuid.uuid4().hex
+    )
     html = FOREIGN_PAGE.format(
-        probe=PROBE, socket_url=json.dumps(socket_url), logout_url=json.dumps(f"{web_server.url}/api/auth/logout")
+        probe=PROBE,
+        socket_url=json.dumps(socket_url),
+        logout_url=json.dumps(f"{web_server.url}/api/auth/logout"),
     )
 
     with foreign_site(html.encode()) as foreign_url:
-        assert foreign_url != web_server.url  # another port of 127.0.0.1: another origin, the same site
+        assert (
+            foreign_url != web_server.url
+        )  # another port of 127.0.0.1: another origin, the same site
         foreign = page.context.new_page()
         foreign.goto(foreign_url)
         report = foreign.locator("#report")

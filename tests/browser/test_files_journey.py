@@ -29,12 +29,16 @@ THREAD_URL = re.compile(r"/threads/([0-9A-Z]{26})$")
 BOOT_TIMEOUT_MS = 90_000
 NOTES = "Quarterly notes\nRevenue grew 42% to 1.2M.\nChurn fell to 3%.\n"
 SUMMARY = "# Summary\n\nRevenue grew 42%; churn fell to 3%.\n"
-WRITE_SUMMARY = f"mkdir -p /workspace/outputs && cat > /workspace/outputs/summary.md <<'EOF'\n{SUMMARY}EOF\n"
+WRITE_SUMMARY = (
+    f"mkdir -p /workspace/outputs && cat > /workspace/outputs/summary.md <<'EOF'\n{SUMMARY}EOF\n"
+)
 
 
 @pytest.fixture(scope="module")
 def run_stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStack]:
-    with browser_run_stack(database_url, tmp_path_factory.mktemp("files-journey"), REDIS_DB) as stack:
+    with browser_run_stack(
+        database_url, tmp_path_factory.mktemp("files-journey"), REDIS_DB
+    ) as stack:
         yield stack
 
 
@@ -107,7 +111,9 @@ def test_attach_in_preview_agent_writes_an_artifact_seen_on_the_thread_and_files
 
         # The agent reads the attachment with bash and writes outputs/summary.md.
         model.add(
-            ToolCallsTurn([ToolCall("bash", {"command": "cat /mnt/attachments/*/notes.txt"}, id="call_cat")]),
+            ToolCallsTurn(
+                [ToolCall("bash", {"command": "cat /mnt/attachments/*/notes.txt"}, id="call_cat")]
+            ),
             ToolCallsTurn([ToolCall("bash", {"command": WRITE_SUMMARY}, id="call_write")]),
             TextTurn("I read notes.txt and wrote outputs/summary.md."),
         )
@@ -116,9 +122,9 @@ def test_attach_in_preview_agent_writes_an_artifact_seen_on_the_thread_and_files
         expect(page).to_have_url(re.compile(r"\?thread=[0-9A-Z]{26}$"))
         expect(chips).to_have_count(0)
         # The message shows which files it named.
-        expect(page.get_by_test_id("chat-user-message").last.get_by_test_id("chat-user-attachment")).to_have_text(
-            "notes.txt"
-        )
+        expect(
+            page.get_by_test_id("chat-user-message").last.get_by_test_id("chat-user-attachment")
+        ).to_have_text("notes.txt")
         thread_id = page.url.rsplit("=", 1)[-1]
         expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(
             "I read notes.txt and wrote outputs/summary.md.", timeout=BOOT_TIMEOUT_MS
@@ -142,11 +148,13 @@ def test_attach_in_preview_agent_writes_an_artifact_seen_on_the_thread_and_files
         page.wait_for_url(re.compile(r"/threads$"))
         page.locator(f'[data-thread-id="{thread_id}"]').click()
         page.wait_for_url(THREAD_URL)
-        expect(page.get_by_test_id("page-title")).to_have_text("Summarise notes.txt and write outputs/summary.md")
-        thread_files = page.get_by_test_id("thread-file")
-        expect(page.locator('[data-testid="thread-file"][data-kind="attachment"]')).to_have_attribute(
-            "data-name", "notes.txt"
+        expect(page.get_by_test_id("page-title")).to_have_text(
+            "Summarise notes.txt and write outputs/summary.md"
         )
+        thread_files = page.get_by_test_id("thread-file")
+        expect(
+            page.locator('[data-testid="thread-file"][data-kind="attachment"]')
+        ).to_have_attribute("data-name", "notes.txt")
         artifact = page.locator('[data-testid="thread-file"][data-kind="artifact"]')
         expect(artifact).to_have_attribute("data-name", re.compile(r"summary\.md$"), timeout=30_000)
         expect(thread_files).to_have_count(2)
@@ -177,9 +185,13 @@ def _files_page_checks(page: Page, stack: RunStack, thread_id: str, tmp_path: Pa
         page.get_by_test_id("files-search").fill("summary")
         page.get_by_test_id("files-search-submit").click()
         expect(rows).to_have_count(1)
-        expect(rows.first.get_by_test_id("file-thread")).to_have_attribute("href", re.compile(thread_id))
+        expect(rows.first.get_by_test_id("file-thread")).to_have_attribute(
+            "href", re.compile(thread_id)
+        )
         rows.first.get_by_test_id("file-name").click()
-        expect(page.get_by_test_id("preview-text")).to_contain_text("Revenue grew 42%; churn fell to 3%.")
+        expect(page.get_by_test_id("preview-text")).to_contain_text(
+            "Revenue grew 42%; churn fell to 3%."
+        )
         with page.expect_download() as download_info:
             page.get_by_test_id("preview-download").click()
         download = download_info.value
@@ -199,7 +211,9 @@ def _archive_checks(page: Page, stack: RunStack, app_id: str, thread_id: str) ->
         page.get_by_test_id("chat-input").fill("Anything else?")
         page.get_by_test_id("chat-input").press("Enter")
         expect(page.get_by_test_id("thread-archived")).to_have_count(0)
-        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text("Still here.", timeout=BOOT_TIMEOUT_MS)
+        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(
+            "Still here.", timeout=BOOT_TIMEOUT_MS
+        )
         expect(page.get_by_test_id("chat-send")).to_be_enabled()
         # Archive and unarchive from its page.
         page.get_by_test_id("thread-archive").click()

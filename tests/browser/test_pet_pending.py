@@ -59,14 +59,22 @@ def _ready_agent(account_id: str, app_id: str, **fields: str) -> str:
     with session_scope() as db:
         agent = agents.create_agent(db, account_id, app_id, name="Keeper", kind="pet")
         credential = vault.create_provider_credential(
-            db, account_id, app_id,
+            db,
+            account_id,
+            app_id,
             vault.ProviderCredentialInput(
-                name="P", provider="openai_compatible", base_url="http://10.0.0.5:8000/v1",
-                api_key="sk-test-0123456789abcdef0123456789", models=["m"],
+                name="P",
+                provider="openai_compatible",
+                base_url="http://10.0.0.5:8000/v1",
+                api_key="sk-test-0123456789abcdef0123456789",
+                models=["m"],
             ),
         )
         agents.update_agent(
-            db, account_id, app_id, agent.id,
+            db,
+            account_id,
+            app_id,
+            agent.id,
             agents.AgentChanges(provider_credential_id=credential.id, model="m", **fields),
         )
         return agent.id
@@ -80,10 +88,14 @@ def test_a_kind_change_is_pending_until_apply_recreates_the_assistant_sandbox(
     agent_id = _ready_agent(account_id, app_id)
     # The Agent's sandbox, as a run made it: labelled with what it was built from.
     with session_scope() as db:
-        driver_plane.register_driver(db, app_id=app_id, subject=f"agent:{agent_id}", runtime="openai")
+        driver_plane.register_driver(
+            db, app_id=app_id, subject=f"agent:{agent_id}", runtime="openai"
+        )
         built_from = agents.sandbox_fingerprint(agents.get_agent(db, account_id, app_id, agent_id))
     labels = {**runs.installation_label(), runs.LABEL_BUILT_FROM: built_from, "mosoo.test": "1"}
-    sandbox = docker_backend.create(SandboxSpec(subject=f"agent:{agent_id}", app_id=app_id, labels=labels))
+    sandbox = docker_backend.create(
+        SandboxSpec(subject=f"agent:{agent_id}", app_id=app_id, labels=labels)
+    )
     selector = {LABEL_SUBJECT: f"agent:{agent_id}", **runs.installation_label()}
     try:
         docker_backend.put_file(sandbox, f"{WORKSPACE}/notes.md", b"keep me\n", mode=0o644)
@@ -115,7 +127,9 @@ def test_a_kind_change_is_pending_until_apply_recreates_the_assistant_sandbox(
             docker_backend.remove(ref)
 
 
-def test_the_form_hides_what_the_runtime_cannot_do(page: Page, browser: Browser, shared_database: WebServer) -> None:
+def test_the_form_hides_what_the_runtime_cannot_do(
+    page: Page, browser: Browser, shared_database: WebServer
+) -> None:
     server = shared_database
     account_id, app_id = _signed_in(page, browser, server, "caps")
     agent_id = _ready_agent(account_id, app_id)

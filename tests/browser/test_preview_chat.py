@@ -80,14 +80,20 @@ def _attach_driver(app_id: str, thread_id: str) -> FakeDriver:
         run = sessions.active_run(db, thread_id)
         assert run is not None
         driver = driver_plane.register_driver(
-            db, app_id=app_id, subject=f"session:{thread_id}", runtime="openai", session_id=thread_id
+            db,
+            app_id=app_id,
+            subject=f"session:{thread_id}",
+            runtime="openai",
+            session_id=thread_id,
         )
         run.driver_instance_id, run.status = driver.instance_id, "booting"
         db.add(run)
         return FakeDriver(driver.instance_id, run.id)
 
 
-def _start_thread_on_a_driver(account_id: str, app_id: str, agent_id: str) -> tuple[str, FakeDriver]:
+def _start_thread_on_a_driver(
+    account_id: str, app_id: str, agent_id: str
+) -> tuple[str, FakeDriver]:
     """A thread with a message whose run a driver instance has picked up."""
     with session_scope() as db:
         thread = sessions.create_session(db, account_id, app_id, agent_id)
@@ -161,21 +167,39 @@ def test_agent_preview_streams_a_thread_survives_reload_and_answers_a_permission
     driver.send("message.started", message_id="m1")
     for piece in ["Let me ", "look at ", "the files", " first."]:
         driver.send("message.delta", message_id="m1", text=piece)
-    expect(page.get_by_test_id("chat-transcript")).to_contain_text("Let me look at the files first.")
-    driver.send("message.completed", message_id="m1", text="Let me look at the files first.")
-    driver.send("tool.call.started", tool_call_id="call_1", name="bash", input={"command": "ls -la /workspace"})
-    driver.send(
-        "tool.call.completed", tool_call_id="call_1", output="notes.md\nreport.csv", is_error=False, duration_ms=42
+    expect(page.get_by_test_id("chat-transcript")).to_contain_text(
+        "Let me look at the files first."
     )
-    driver.send("tool.call.started", tool_call_id="call_2", name="bash", input={"command": "rm report.csv"})
+    driver.send("message.completed", message_id="m1", text="Let me look at the files first.")
     driver.send(
-        "permission.requested", request_id="perm_1", tool_call_id="call_2", name="bash",
+        "tool.call.started",
+        tool_call_id="call_1",
+        name="bash",
+        input={"command": "ls -la /workspace"},
+    )
+    driver.send(
+        "tool.call.completed",
+        tool_call_id="call_1",
+        output="notes.md\nreport.csv",
+        is_error=False,
+        duration_ms=42,
+    )
+    driver.send(
+        "tool.call.started", tool_call_id="call_2", name="bash", input={"command": "rm report.csv"}
+    )
+    driver.send(
+        "permission.requested",
+        request_id="perm_1",
+        tool_call_id="call_2",
+        name="bash",
         input={"command": "rm report.csv"},
     )
     driver.send("usage.updated", input_tokens=1200, output_tokens=85, model="gpt-4o-mini")
 
     def check_transcript() -> None:
-        expect(page.get_by_test_id("chat-assistant-message").first).to_have_text("Let me look at the files first.")
+        expect(page.get_by_test_id("chat-assistant-message").first).to_have_text(
+            "Let me look at the files first."
+        )
         tools = page.get_by_test_id("chat-tool-card")
         expect(tools).to_have_count(2)
         expect(tools.nth(0)).to_contain_text("ls -la /workspace")
@@ -206,7 +230,8 @@ def test_agent_preview_streams_a_thread_survives_reload_and_answers_a_permission
         with session_scope() as db:
             commands = driver_plane.undelivered_commands(db, driver.instance_id)
             return any(
-                c.kind == "permission.resolve" and c.payload == {"request_id": "perm_1", "decision": "allow_once"}
+                c.kind == "permission.resolve"
+                and c.payload == {"request_id": "perm_1", "decision": "allow_once"}
                 for c in commands
             )
 
@@ -215,7 +240,9 @@ def test_agent_preview_streams_a_thread_survives_reload_and_answers_a_permission
     # The driver answers; the page, reloaded earlier, is still streaming.
     driver.send("permission.resolved", request_id="perm_1", decision="allow_once")
     expect(page.get_by_test_id("chat-permission")).to_contain_text("Allowed once")
-    driver.send("tool.call.completed", tool_call_id="call_2", output="", is_error=False, duration_ms=5)
+    driver.send(
+        "tool.call.completed", tool_call_id="call_2", output="", is_error=False, duration_ms=5
+    )
     driver.send("message.delta", message_id="m2", text="Removed report.csv.")
     driver.send("run.completed", final_text="Removed report.csv.")
     expect(page.get_by_test_id("chat-usage")).to_contain_text("1,200 in")
@@ -243,9 +270,14 @@ def test_a_ready_agent_sends_from_the_composer_stops_and_shows_a_failed_run(
     account_id = _account_id(page)
     with session_scope() as db:
         vault.create_provider_credential(
-            db, account_id, app_id,
+            db,
+            account_id,
+            app_id,
             vault.ProviderCredentialInput(
-                name="OpenAI", provider="openai", base_url="", api_key="sk-test-1234567890",
+                name="OpenAI",
+                provider="openai",
+                base_url="",
+                api_key="sk-test-1234567890",
                 models=["gpt-4o-mini", "gpt-4o"],
             ),
         )
@@ -267,7 +299,11 @@ def test_a_ready_agent_sends_from_the_composer_stops_and_shows_a_failed_run(
         with session_scope() as db:
             return agents.get_agent(db, account_id, app_id, agent_id)
 
-    wait_for(lambda: saved().model == "gpt-4o" and "bash" not in saved().tools, 10, "the choices to autosave")
+    wait_for(
+        lambda: saved().model == "gpt-4o" and "bash" not in saved().tools,
+        10,
+        "the choices to autosave",
+    )
 
     # Send from the composer: a thread starts, its id goes into the URL, the run is queued.
     page.get_by_test_id("chat-input").fill("Summarize the quarter")
@@ -300,14 +336,33 @@ def test_a_ready_agent_sends_from_the_composer_stops_and_shows_a_failed_run(
     driver.send("message.started", message_id="m1")
     driver.send("message.delta", message_id="m1", text="**Quarter summary**\n\n- Revenue up 12%\n")
     driver.send("message.delta", message_id="m1", text="- Costs flat\n")
-    driver.send("message.completed", message_id="m1", text="**Quarter summary**\n\n- Revenue up 12%\n- Costs flat\n")
-    driver.send("tool.call.started", tool_call_id="c1", name="read", input={"path": "/workspace/q3.csv"})
-    driver.send("tool.call.completed", tool_call_id="c1", output="no such file: /workspace/q3.csv", is_error=True, duration_ms=2)
+    driver.send(
+        "message.completed",
+        message_id="m1",
+        text="**Quarter summary**\n\n- Revenue up 12%\n- Costs flat\n",
+    )
+    driver.send(
+        "tool.call.started", tool_call_id="c1", name="read", input={"path": "/workspace/q3.csv"}
+    )
+    driver.send(
+        "tool.call.completed",
+        tool_call_id="c1",
+        output="no such file: /workspace/q3.csv",
+        is_error=True,
+        duration_ms=2,
+    )
     driver.send("usage.updated", input_tokens=2048, output_tokens=128, cached_input_tokens=1024)
-    driver.send("run.failed", code="provider_error", message="The provider answered 429: rate limited.", retryable=True)
+    driver.send(
+        "run.failed",
+        code="provider_error",
+        message="The provider answered 429: rate limited.",
+        retryable=True,
+    )
 
     expect(page.get_by_test_id("chat-thinking")).to_contain_text("I will make one.")
-    expect(page.locator("[data-testid=chat-assistant-message] strong")).to_have_text("Quarter summary")
+    expect(page.locator("[data-testid=chat-assistant-message] strong")).to_have_text(
+        "Quarter summary"
+    )
     tool = page.get_by_test_id("chat-tool-card")
     expect(tool).to_have_attribute("data-status", "error")
     expect(tool.get_by_test_id("tool-output")).to_contain_text("no such file")

@@ -38,7 +38,9 @@ def run_stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> It
 def _parts_shown(text: str) -> int:
     """How many chunks of the long answer the text holds (the chunks are numbered)."""
     numbers = [int(n) for n in re.findall(r"part(\d{3})", text)]
-    assert numbers == list(range(len(numbers))), f"the chunks arrive in order and complete: {text!r}"
+    assert numbers == list(range(len(numbers))), (
+        f"the chunks arrive in order and complete: {text!r}"
+    )
     return len(numbers)
 
 
@@ -56,7 +58,10 @@ def test_owner_approves_a_real_tool_call_then_reloads_mid_stream_and_stops_a_lon
     frames: list[str] = []
 
     def watch(socket: WebSocket) -> None:
-        socket.on("framereceived", lambda p: frames.append(p if isinstance(p, str) else p.decode(errors="replace")))
+        socket.on(
+            "framereceived",
+            lambda p: frames.append(p if isinstance(p, str) else p.decode(errors="replace")),
+        )
 
     page.on("websocket", watch)
     started = time.monotonic()
@@ -108,7 +113,9 @@ def test_owner_approves_a_real_tool_call_then_reloads_mid_stream_and_stops_a_lon
         # Enter sends. (The "Scripted added." and "Saved." toasts sit over the Send button for
         # a few seconds; a click there can land on a toast instead.)
         page.get_by_test_id("chat-input").press("Enter")
-        expect(page.get_by_test_id("chat-user-message")).to_have_text("run pwd and tell me what you see")
+        expect(page.get_by_test_id("chat-user-message")).to_have_text(
+            "run pwd and tell me what you see"
+        )
         expect(page).to_have_url(re.compile(r"\?thread=[0-9A-Z]{26}$"))
         prompt = page.get_by_test_id("chat-permission")
         expect(prompt.get_by_test_id("permission-allow")).to_be_visible(timeout=BOOT_TIMEOUT_MS)
@@ -168,7 +175,9 @@ def test_owner_approves_a_real_tool_call_then_reloads_mid_stream_and_stops_a_lon
         expect(page.get_by_test_id("chat-send")).to_be_enabled()
 
         # The key went to the provider, and never back to the browser.
-        assert {r.headers.get("authorization") for r in model.chat_requests} == {f"Bearer {PROVIDER_KEY}"}
+        assert {r.headers.get("authorization") for r in model.chat_requests} == {
+            f"Bearer {PROVIDER_KEY}"
+        }
         assert PROVIDER_KEY not in page.content()
         assert frames, "the page talks to the server over its websocket"
         assert not [frame for frame in frames if PROVIDER_KEY in frame]

@@ -37,7 +37,12 @@ def test_owner_adds_a_key_sees_it_masked_and_the_full_key_never_comes_back(
     received: list[str] = []
 
     def watch(socket: WebSocket) -> None:
-        socket.on("framereceived", lambda payload: received.append(payload if isinstance(payload, str) else payload.decode(errors="replace")))
+        socket.on(
+            "framereceived",
+            lambda payload: received.append(
+                payload if isinstance(payload, str) else payload.decode(errors="replace")
+            ),
+        )
 
     page.on("websocket", watch)
     page.goto(f"{web_server.url}/login")
@@ -51,7 +56,9 @@ def test_owner_adds_a_key_sees_it_masked_and_the_full_key_never_comes_back(
     expect(page.get_by_test_id("providers-empty")).to_be_visible()
 
     # A preset fills its base URL; a custom endpoint starts empty and needs one.
-    expect(page.get_by_test_id("provider-base-url-input")).to_have_value("https://api.openai.com/v1")
+    expect(page.get_by_test_id("provider-base-url-input")).to_have_value(
+        "https://api.openai.com/v1"
+    )
     _choose_preset(page, "OpenAI-compatible")
     expect(page.get_by_test_id("provider-base-url-input")).to_have_value("")
     page.get_by_test_id("provider-name-input").fill("Local vLLM")
@@ -96,18 +103,24 @@ def test_owner_adds_a_key_sees_it_masked_and_the_full_key_never_comes_back(
     # Reload: still masked, and neither full key is anywhere in the page.
     page.reload()
     expect(page.get_by_test_id("provider-row")).to_have_count(2)
-    expect(page.get_by_test_id("provider-masked-key").filter(has_text=KEY[-4:])).to_have_text("••••" + KEY[-4:])
+    expect(page.get_by_test_id("provider-masked-key").filter(has_text=KEY[-4:])).to_have_text(
+        "••••" + KEY[-4:]
+    )
     html = page.content()
     for key in (KEY, SECOND_KEY):
         assert key not in html and key[:-4] not in html
 
     # Make the first one the default again, then delete the other with confirmation.
     _row_named(page, "Local vLLM").get_by_test_id("provider-make-default").click()
-    expect(page.get_by_test_id("provider-row").first.get_by_test_id("provider-name")).to_have_text("Local vLLM")
+    expect(page.get_by_test_id("provider-row").first.get_by_test_id("provider-name")).to_have_text(
+        "Local vLLM"
+    )
     _row_named(page, "OpenAI").get_by_test_id("provider-delete").click()
     page.get_by_test_id("provider-delete-confirm").click()
     expect(page.get_by_test_id("provider-row")).to_have_count(1)
-    expect(page.get_by_test_id("provider-row").get_by_test_id("provider-name")).to_have_text("Local vLLM")
+    expect(page.get_by_test_id("provider-row").get_by_test_id("provider-name")).to_have_text(
+        "Local vLLM"
+    )
 
     # The server never sent either key back to the browser, in any state update.
     assert received, "the page talks to the server over its websocket"
@@ -133,8 +146,14 @@ def _agent_using(web_server: WebServer, credential_name: str, agent_name: str) -
     engine = create_engine(web_server.database_url)
     try:
         with Session(engine) as db:
-            credential = db.exec(select(ProviderCredential).where(ProviderCredential.name == credential_name)).one()
-            db.add(Agent(app_id=credential.app_id, name=agent_name, provider_credential_id=credential.id))
+            credential = db.exec(
+                select(ProviderCredential).where(ProviderCredential.name == credential_name)
+            ).one()
+            db.add(
+                Agent(
+                    app_id=credential.app_id, name=agent_name, provider_credential_id=credential.id
+                )
+            )
             db.commit()
     finally:
         engine.dispose()
@@ -146,7 +165,9 @@ def test_owner_edits_a_provider_tests_its_connection_and_cannot_delete_it_while_
     good_key = "sk-good-" + uuid.uuid4().hex + "Gd9x"
     wrong_key = "sk-wrong-" + uuid.uuid4().hex + "Wr0n"
     name = f"Scripted {uuid.uuid4().hex[:6]}"
-    with ScriptedOpenAIServer(models=["scripted-small", "scripted-large"], api_key=good_key) as provider:
+    with ScriptedOpenAIServer(
+        models=["scripted-small", "scripted-large"], api_key=good_key
+    ) as provider:
         page.goto(f"{web_server.url}/login")
         _sign_in(page, browser, web_server, f"edit-{uuid.uuid4().hex[:8]}@example.com")
         page.wait_for_url(re.compile(r"/apps/[0-9A-Z]{26}$"))
@@ -162,7 +183,9 @@ def test_owner_edits_a_provider_tests_its_connection_and_cannot_delete_it_while_
         row = _row_named(page, name)
         expect(row).to_have_count(1)
         row.get_by_test_id("provider-test").click()
-        expect(row.get_by_test_id("provider-test-result")).to_have_text("The provider refused the key.")
+        expect(row.get_by_test_id("provider-test-result")).to_have_text(
+            "The provider refused the key."
+        )
         assert provider.requests[-1].headers["authorization"] == f"Bearer {wrong_key}"
 
         # Edit fills the same form, never with the key.
@@ -184,13 +207,19 @@ def test_owner_edits_a_provider_tests_its_connection_and_cannot_delete_it_while_
         row = _row_named(page, name)
         expect(row).to_have_count(1)
         expect(row.get_by_test_id("provider-masked-key")).to_have_text("••••" + good_key[-4:])
-        expect(page.get_by_test_id("provider-add-submit")).to_be_visible()  # back to an empty add form
+        expect(
+            page.get_by_test_id("provider-add-submit")
+        ).to_be_visible()  # back to an empty add form
         expect(page.get_by_test_id("provider-key-input")).to_have_value("")
 
         # Now the provider accepts the key and lists its models; they are shown, not saved.
         row.get_by_test_id("provider-test").click()
-        expect(row.get_by_test_id("provider-test-result")).to_contain_text("the provider lists 2 model(s)")
-        expect(row.get_by_test_id("provider-test-models")).to_have_text("Offered: scripted-small, scripted-large")
+        expect(row.get_by_test_id("provider-test-result")).to_contain_text(
+            "the provider lists 2 model(s)"
+        )
+        expect(row.get_by_test_id("provider-test-models")).to_have_text(
+            "Offered: scripted-small, scripted-large"
+        )
         expect(row.get_by_test_id("provider-models")).to_have_text("none listed")
         assert provider.requests[-1].headers["authorization"] == f"Bearer {good_key}"
 

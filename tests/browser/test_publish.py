@@ -33,13 +33,24 @@ def _ready_agent(account_id: str, app_id: str) -> str:
     with session_scope() as db:
         agent = agents.create_agent(db, account_id, app_id, name="Publisher")
         credential = vault.create_provider_credential(
-            db, account_id, app_id,
+            db,
+            account_id,
+            app_id,
             vault.ProviderCredentialInput(
-                name="P", provider="openai_compatible", base_url="http://10.0.0.5:8000/v1",
-                api_key="sk-test-0123456789abcdef0123456789", models=["m"],
+                name="P",
+                provider="openai_compatible",
+                base_url="http://10.0.0.5:8000/v1",
+                api_key="sk-test-0123456789abcdef0123456789",
+                models=["m"],
             ),
         )
-        agents.update_agent(db, account_id, app_id, agent.id, agents.AgentChanges(provider_credential_id=credential.id, model="m"))
+        agents.update_agent(
+            db,
+            account_id,
+            app_id,
+            agent.id,
+            agents.AgentChanges(provider_credential_id=credential.id, model="m"),
+        )
         return agent.id
 
 

@@ -94,7 +94,11 @@ def _owner_rows(database: sa.Engine, account_id: str) -> tuple[int, int]:
             .join(Organization, Organization.id == App.organization_id)
             .where(Organization.owner_account_id == account_id)
         ).one()
-        tokens = db.exec(select(func.count()).select_from(AccessToken).where(AccessToken.account_id == account_id)).one()
+        tokens = db.exec(
+            select(func.count())
+            .select_from(AccessToken)
+            .where(AccessToken.account_id == account_id)
+        ).one()
     return int(agents), int(tokens)
 
 
@@ -115,7 +119,9 @@ def test_signing_out_sends_the_other_open_tabs_to_login_by_themselves(
     assert _owner_rows(database, tabs.account_id) == (0, 0)
 
 
-def test_tabs_of_a_revoked_session_cannot_create_agents_or_tokens(tabs: SignedInTabs, database: sa.Engine) -> None:
+def test_tabs_of_a_revoked_session_cannot_create_agents_or_tokens(
+    tabs: SignedInTabs, database: sa.Engine
+) -> None:
     """Every action re-checks the session, so a tab the push never reached (Redis down at
     sign-out, say) cannot act either. The session is revoked in the database here, which is
     what such a sign-out amounts to: nothing announces it."""
@@ -129,15 +135,21 @@ def test_tabs_of_a_revoked_session_cannot_create_agents_or_tokens(tabs: SignedIn
     # Each tab shows the outcome of its submit: sent to /login, or (the defect) the new
     # Agent's Preview and the new token's secret.
     tabs.agents.wait_for_url(re.compile(r"/login/?(\?|$)|/agents/[0-9A-Z]{26}"))
-    expect(tabs.tokens.get_by_test_id("login-email").or_(tabs.tokens.get_by_test_id("token-secret"))).to_be_visible()
-    assert _owner_rows(database, tabs.account_id) == (0, 0), "a signed-out tab created an Agent or a token"
+    expect(
+        tabs.tokens.get_by_test_id("login-email").or_(tabs.tokens.get_by_test_id("token-secret"))
+    ).to_be_visible()
+    assert _owner_rows(database, tabs.account_id) == (0, 0), (
+        "a signed-out tab created an Agent or a token"
+    )
     for tab in (tabs.agents, tabs.tokens):
         tab.wait_for_url(LOGIN_URL)
         expect(tab.get_by_test_id("login-email")).to_be_visible()
     expect(tabs.tokens.get_by_test_id("token-secret")).to_have_count(0)
 
 
-def test_open_tabs_of_an_expired_session_go_to_login_at_the_next_sweep(tabs: SignedInTabs, database: sa.Engine) -> None:
+def test_open_tabs_of_an_expired_session_go_to_login_at_the_next_sweep(
+    tabs: SignedInTabs, database: sa.Engine
+) -> None:
     """Nothing announces an expiry: the web process's periodic sweep finds it."""
     with Session(database) as db:
         row = db.exec(select(AuthSession).where(AuthSession.account_id == tabs.account_id)).one()

@@ -32,12 +32,16 @@ APP_URL = re.compile(r"/apps/([0-9A-Z]{26})$")
 def shared_database(web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> WebServer:
     """This process writes to the web process's database and object store."""
     monkeypatch.setenv("MOSOO_DATABASE_URL", web_server.database_url)
-    monkeypatch.setenv("MOSOO_DATA_DIR", str(web_server.log.parent))  # the fixture keeps its log there
+    monkeypatch.setenv(
+        "MOSOO_DATA_DIR", str(web_server.log.parent)
+    )  # the fixture keeps its log there
     reset_settings_cache()
     return web_server
 
 
-def _thread(account_id: str, app_id: str, agent_id: str, text: str, finish: str | None, **error: str) -> str:
+def _thread(
+    account_id: str, app_id: str, agent_id: str, text: str, finish: str | None, **error: str
+) -> str:
     """A thread with one message; its run finished as `finish` (None: still active)."""
     with session_scope() as db:
         thread_id = sessions.create_session(db, account_id, app_id, agent_id).id
@@ -45,12 +49,26 @@ def _thread(account_id: str, app_id: str, agent_id: str, text: str, finish: str 
         run = db.get(SessionRun, sent.run.id)
         assert run is not None
         if finish == "completed":
-            append_events(db, thread_id, [
-                NewEvent(type="agent.message.completed", payload={"text": f"Answer to: {text}", "message_id": "m1"}, run_id=run.id),
-            ])
+            append_events(
+                db,
+                thread_id,
+                [
+                    NewEvent(
+                        type="agent.message.completed",
+                        payload={"text": f"Answer to: {text}", "message_id": "m1"},
+                        run_id=run.id,
+                    ),
+                ],
+            )
         if finish is not None:
             driver_plane.finish_run(
-                db, run, finish, code=error.get("code"), message=error.get("message"), retryable=False, emit_event=True
+                db,
+                run,
+                finish,
+                code=error.get("code"),
+                message=error.get("message"),
+                retryable=False,
+                emit_event=True,
             )
     return thread_id
 
@@ -64,10 +82,17 @@ def _seed(account_id: str, app_id: str) -> dict[str, str]:
         db.flush()
         helper_id, other_id = helper.id, other.id
     ids = {
-        "report": _thread(account_id, app_id, helper_id, "Summarise the quarterly report", "completed"),
+        "report": _thread(
+            account_id, app_id, helper_id, "Summarise the quarterly report", "completed"
+        ),
         "broken": _thread(
-            account_id, app_id, helper_id, "Fetch the sales data", "failed",
-            code="driver_lost", message="The sandbox stopped answering.",
+            account_id,
+            app_id,
+            helper_id,
+            "Fetch the sales data",
+            "failed",
+            code="driver_lost",
+            message="The sandbox stopped answering.",
         ),
         "busy": _thread(account_id, app_id, helper_id, "Crunch all the numbers", None),
         "other": _thread(account_id, app_id, other_id, "Hello from the other agent", "completed"),
@@ -75,7 +100,13 @@ def _seed(account_id: str, app_id: str) -> dict[str, str]:
     }
     with session_scope() as db:
         files.upload_file(
-            db, account_id, app_id, helper_id, io.BytesIO(b"revenue,42\n"), "numbers.csv", session_id=ids["report"]
+            db,
+            account_id,
+            app_id,
+            helper_id,
+            io.BytesIO(b"revenue,42\n"),
+            "numbers.csv",
+            session_id=ids["report"],
         )
     return ids
 
@@ -108,9 +139,13 @@ def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives
     expect(page.get_by_test_id("section-completed").first).to_contain_text("3")
     expect(page.get_by_test_id("section-archived").first).to_contain_text("0")
 
-    page.get_by_test_id("thread-sections").get_by_role("radio", name=re.compile("Completed")).click()
+    page.get_by_test_id("thread-sections").get_by_role(
+        "radio", name=re.compile("Completed")
+    ).click()
     expect(rows).to_have_count(3)
-    expect(page.get_by_test_id("thread-row-error")).to_contain_text("The sandbox stopped answering.")
+    expect(page.get_by_test_id("thread-row-error")).to_contain_text(
+        "The sandbox stopped answering."
+    )
 
     # Failed only, then one agent.
     page.get_by_test_id("thread-failed-filter").click()
@@ -132,7 +167,9 @@ def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives
     expect(page.get_by_test_id("thread-agent")).to_have_text("Helper")
     expect(page.get_by_test_id("thread-version")).to_have_text("Draft")
     expect(page.get_by_test_id("chat-user-message")).to_have_text("Summarise the quarterly report")
-    expect(page.get_by_test_id("chat-assistant-message")).to_have_text("Answer to: Summarise the quarterly report")
+    expect(page.get_by_test_id("chat-assistant-message")).to_have_text(
+        "Answer to: Summarise the quarterly report"
+    )
     thread_file = page.get_by_test_id("thread-file")
     expect(thread_file).to_have_attribute("data-name", "numbers.csv")
     with page.expect_download() as download_info:
@@ -146,7 +183,9 @@ def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives
     with open(big, "wb") as handle:
         handle.truncate(64 * 1024 * 1024 + 1)
     page.get_by_test_id("chat-attach-upload").locator("input[type=file]").set_input_files(str(big))
-    expect(page.get_by_test_id("attach-error")).to_have_text("big.bin was not attached: files are at most 64 MiB each, 20 at a time.")
+    expect(page.get_by_test_id("attach-error")).to_have_text(
+        "big.bin was not attached: files are at most 64 MiB each, 20 at a time."
+    )
     expect(page.get_by_test_id("attachment-chip")).to_have_count(0)
     page.get_by_test_id("chat-attach-upload").locator("input[type=file]").set_input_files(
         files=[{"name": "draft.txt", "mimeType": "text/plain", "buffer": b"draft"}]
@@ -156,7 +195,9 @@ def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives
     page.get_by_test_id("attachment-remove").click()
     expect(page.get_by_test_id("attachment-chip")).to_have_count(0)
     with session_scope() as db:
-        assert [f.name for f in files.list_thread_files(db, account_id, ids["report"])] == ["numbers.csv"]
+        assert [f.name for f in files.list_thread_files(db, account_id, ids["report"])] == [
+            "numbers.csv"
+        ]
 
     # Rename: a blank title is refused next to the field; a good one sticks.
     page.get_by_test_id("thread-rename").click()
@@ -170,7 +211,9 @@ def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives
     # Archive: it moves to Archived; unarchive brings it back.
     page.get_by_test_id("thread-archive").click()
     expect(page.get_by_test_id("thread-archived")).to_be_visible()
-    expect(page.get_by_test_id("thread-archived-note")).to_contain_text("Sending a message unarchives it")
+    expect(page.get_by_test_id("thread-archived-note")).to_contain_text(
+        "Sending a message unarchives it"
+    )
     page.get_by_test_id("thread-back").click()
     page.wait_for_url(re.compile(r"/threads$"))
     expect(page.get_by_test_id("section-archived").first).to_contain_text("1")
@@ -215,13 +258,19 @@ def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives
     expect(page.get_by_test_id("thread-not-found")).to_be_visible()
     stranger_email = f"stranger-{uuid.uuid4().hex[:8]}@example.com"
     with session_scope() as db:
-        stranger = identity.sign_in_identity(db, provider="email", subject=stranger_email, email=stranger_email)
+        stranger = identity.sign_in_identity(
+            db, provider="email", subject=stranger_email, email=stranger_email
+        )
         stranger_app = identity.list_apps(db, stranger.id)[0].id
     page.goto(f"{server.url}/apps/{stranger_app}/threads/{ids['broken']}")
-    expect(page.get_by_test_id("thread-not-found").or_(page.get_by_text("App not found"))).to_be_visible()
+    expect(
+        page.get_by_test_id("thread-not-found").or_(page.get_by_text("App not found"))
+    ).to_be_visible()
 
 
-def test_a_long_list_shows_a_page_at_a_time(page: Page, browser: Browser, shared_database: WebServer) -> None:
+def test_a_long_list_shows_a_page_at_a_time(
+    page: Page, browser: Browser, shared_database: WebServer
+) -> None:
     server = shared_database
     page.goto(f"{server.url}/login")
     _sign_in(page, browser, server, f"many-threads-{uuid.uuid4().hex[:8]}@example.com")

@@ -32,7 +32,9 @@ def _authenticates(server: WebServer, secret: str) -> bool:
         engine.dispose()
 
 
-def test_token_is_shown_once_listed_and_revoked(page: Page, browser: Browser, web_server: WebServer) -> None:
+def test_token_is_shown_once_listed_and_revoked(
+    page: Page, browser: Browser, web_server: WebServer
+) -> None:
     page.goto(f"{web_server.url}/tokens")
     page.wait_for_url(re.compile(r"/login"))
     _sign_in(page, browser, web_server, f"tokens-{uuid.uuid4().hex[:8]}@example.com")
@@ -61,7 +63,9 @@ def test_token_is_shown_once_listed_and_revoked(page: Page, browser: Browser, we
     # After a reload the secret is gone for good; the token stays listed, with its last use.
     page.reload()
     expect(page.get_by_test_id("token-row")).to_have_count(1)
-    expect(page.get_by_test_id("token-row").get_by_test_id("token-last-used")).to_have_text("just now")
+    expect(page.get_by_test_id("token-row").get_by_test_id("token-last-used")).to_have_text(
+        "just now"
+    )
     expect(page.get_by_test_id("token-secret")).to_have_count(0)
     assert secret not in page.content()
 
@@ -71,8 +75,12 @@ def test_token_is_shown_once_listed_and_revoked(page: Page, browser: Browser, we
     assert not _authenticates(web_server, secret)
 
 
-def test_cli_code_link_survives_sign_in_and_is_approved_once(page: Page, browser: Browser, web_server: WebServer) -> None:
-    started = httpx.post(f"{web_server.url}/api/auth/cli/start", json={"client_name": "mosoo CLI on test-box"}).json()
+def test_cli_code_link_survives_sign_in_and_is_approved_once(
+    page: Page, browser: Browser, web_server: WebServer
+) -> None:
+    started = httpx.post(
+        f"{web_server.url}/api/auth/cli/start", json={"client_name": "mosoo CLI on test-box"}
+    ).json()
     # The link the CLI prints: opening it signed out goes through sign-in and comes back.
     page.goto(started["verification_uri_complete"])
     page.wait_for_url(re.compile(r"/login/?\?next="))
@@ -83,7 +91,9 @@ def test_cli_code_link_survives_sign_in_and_is_approved_once(page: Page, browser
 
     page.get_by_test_id("cli-approve").click()
     expect(page.get_by_test_id("cli-approved")).to_be_visible()
-    poll = httpx.post(f"{web_server.url}/api/auth/cli/token", json={"device_code": started["device_code"]})
+    poll = httpx.post(
+        f"{web_server.url}/api/auth/cli/token", json={"device_code": started["device_code"]}
+    )
     assert poll.status_code == 200 and poll.json()["access_token"].startswith("mst_")
 
     # The same link again: the code is used up, and the page says so.
@@ -99,7 +109,9 @@ def test_cli_code_link_survives_sign_in_and_is_approved_once(page: Page, browser
     expect(page.get_by_test_id("cli-user-code")).to_have_text(other["user_code"])
     page.get_by_test_id("cli-deny").click()
     expect(page.get_by_test_id("cli-denied")).to_be_visible()
-    denied = httpx.post(f"{web_server.url}/api/auth/cli/token", json={"device_code": other["device_code"]})
+    denied = httpx.post(
+        f"{web_server.url}/api/auth/cli/token", json={"device_code": other["device_code"]}
+    )
     assert denied.status_code == 400 and denied.json()["error"]["code"] == "access_denied"
 
     # A code nobody issued gets a clear message.

@@ -34,11 +34,15 @@ class ControlServer:
     server: uvicorn.Server
 
     def connect(self) -> Any:
-        return websockets.unix_connect(str(self.socket_path), uri="ws://control/driver/socket", max_size=None)
+        return websockets.unix_connect(
+            str(self.socket_path), uri="ws://control/driver/socket", max_size=None
+        )
 
 
 @pytest.fixture
-def control(engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ControlServer]:
+def control(
+    engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ControlServer]:
     monkeypatch.setenv("MOSOO_REDIS_URL", f"redis://127.0.0.1:6379/{TEST_REDIS_DB}")
     monkeypatch.setenv("MOSOO_DRIVER_HEARTBEAT_INTERVAL_MS", "500")
     reset_settings_cache()
@@ -46,7 +50,13 @@ def control(engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     from mosoo_core.control.server import build_app
 
     socket_path = tmp_path / "control.sock"
-    config = uvicorn.Config(build_app(), uds=str(socket_path), log_level="warning", lifespan="on", ws_max_size=2 * 1024 * 1024)
+    config = uvicorn.Config(
+        build_app(),
+        uds=str(socket_path),
+        log_level="warning",
+        lifespan="on",
+        ws_max_size=2 * 1024 * 1024,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -76,20 +86,35 @@ def boot_fixture(db: Session, email: str = "ctl@example.com") -> Booted:
     db.flush()
     thread = sessions.create_session(db, account.id, app_id, agent.id)
     sent = sessions.send_message(db, account.id, thread.id, "hello")
-    driver = driver_plane.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai", session_id=thread.id)
+    driver = driver_plane.register_driver(
+        db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai", session_id=thread.id
+    )
     run = db.get(SessionRun, sent.run.id)
     assert run is not None
     run.driver_instance_id = driver.instance_id
     run.status = "booting"
     db.add(run)
     db.commit()
-    return Booted(account.id, app_id, agent.id, thread.id, run.id, driver.instance_id, driver.boot_token)
+    return Booted(
+        account.id, app_id, agent.id, thread.id, run.id, driver.instance_id, driver.boot_token
+    )
 
 
-def hello(instance_id: str, *, boot_token: str | None = None, resume_token: str | None = None, runtime: str = "openai") -> str:
+def hello(
+    instance_id: str,
+    *,
+    boot_token: str | None = None,
+    resume_token: str | None = None,
+    runtime: str = "openai",
+) -> str:
     message: dict[str, Any] = {
-        "type": "hello", "driver_instance_id": instance_id, "protocol_version": PROTOCOL_VERSION,
-        "driver_version": "test", "runtime": runtime, "capabilities": [], "pid": 1,
+        "type": "hello",
+        "driver_instance_id": instance_id,
+        "protocol_version": PROTOCOL_VERSION,
+        "driver_version": "test",
+        "runtime": runtime,
+        "capabilities": [],
+        "pid": 1,
     }
     if boot_token:
         message["boot_token"] = boot_token
@@ -99,7 +124,13 @@ def hello(instance_id: str, *, boot_token: str | None = None, resume_token: str 
 
 
 def event(run_id: str, source_event_id: str, kind: str, **payload: Any) -> dict[str, Any]:
-    return {"source_event_id": source_event_id, "run_id": run_id, "kind": kind, "occurred_at": "2026-11-30T12:00:00+00:00", "payload": payload}
+    return {
+        "source_event_id": source_event_id,
+        "run_id": run_id,
+        "kind": kind,
+        "occurred_at": "2026-11-30T12:00:00+00:00",
+        "payload": payload,
+    }
 
 
 async def recv_json(ws: Any, timeout: float = 10) -> dict[str, Any]:

@@ -30,21 +30,33 @@ async def _welcomed(control: ControlServer, instance_id: str, **tokens: str):  #
     return ws, welcome
 
 
-def test_events_are_stored_in_seq_order_acked_and_streamed(control: ControlServer, engine: Engine) -> None:
+def test_events_are_stored_in_seq_order_acked_and_streamed(
+    control: ControlServer, engine: Engine
+) -> None:
     with Session(engine) as db:
         booted = boot_fixture(db)
 
     async def scenario() -> dict:
         ws, _ = await _welcomed(control, booted.instance_id, boot_token=booted.boot_token)
         await ws.send(json.dumps({"type": "ready", "at": "now"}))
-        batch = [event(booted.run_id, "e1", "run.started"), event(booted.run_id, "e2", "message.delta", text="Hel"),
-                 event(booted.run_id, "e3", "message.delta", text="lo")]
+        batch = [
+            event(booted.run_id, "e1", "run.started"),
+            event(booted.run_id, "e2", "message.delta", text="Hel"),
+            event(booted.run_id, "e3", "message.delta", text="lo"),
+        ]
         await ws.send(json.dumps({"type": "events", "events": batch}))
         ack = await recv_json(ws)
         # The same batch again (a re-send after reconnect) is acknowledged but not stored twice.
         await ws.send(json.dumps({"type": "events", "events": batch}))
         again = await recv_json(ws)
-        await ws.send(json.dumps({"type": "events", "events": [event(booted.run_id, "e4", "run.completed", final_text="Hello")]}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "events",
+                    "events": [event(booted.run_id, "e4", "run.completed", final_text="Hello")],
+                }
+            )
+        )
         await recv_json(ws)
         await ws.close()
         return {"ack": ack, "again": again}
@@ -81,10 +93,16 @@ def test_replayed_boot_token_is_refused(control: ControlServer, engine: Engine) 
             return await recv_json(second)
 
     refused = asyncio.run(scenario())
-    assert refused == {"type": "close", "code": "token_replayed", "reason": "boot token was already used"}
+    assert refused == {
+        "type": "close",
+        "code": "token_replayed",
+        "reason": "boot token was already used",
+    }
 
 
-def test_a_boot_token_refused_for_its_runtime_is_burned_all_the_same(control: ControlServer, engine: Engine) -> None:
+def test_a_boot_token_refused_for_its_runtime_is_burned_all_the_same(
+    control: ControlServer, engine: Engine
+) -> None:
     """Record, then refuse: the token was presented, so a retry with it is a replay."""
     with Session(engine) as db:
         booted = boot_fixture(db)
@@ -102,7 +120,11 @@ def test_a_boot_token_refused_for_its_runtime_is_burned_all_the_same(control: Co
     assert retry["code"] == "token_replayed"
     with Session(engine) as db:
         instance = db.get(DriverInstance, booted.instance_id)
-        assert instance is not None and instance.boot_token_used_at is not None and instance.connection_id is None
+        assert (
+            instance is not None
+            and instance.boot_token_used_at is not None
+            and instance.connection_id is None
+        )
 
 
 def test_boot_token_of_another_instance_is_refused(control: ControlServer, engine: Engine) -> None:
@@ -118,14 +140,18 @@ def test_boot_token_of_another_instance_is_refused(control: ControlServer, engin
     assert asyncio.run(scenario())["code"] == "bad_token"
 
 
-def test_resume_token_rotates_and_old_one_is_refused(control: ControlServer, engine: Engine) -> None:
+def test_resume_token_rotates_and_old_one_is_refused(
+    control: ControlServer, engine: Engine
+) -> None:
     with Session(engine) as db:
         booted = boot_fixture(db)
 
     async def scenario() -> tuple[dict, dict]:
         ws, welcome = await _welcomed(control, booted.instance_id, boot_token=booted.boot_token)
         await ws.close()
-        ws2, welcome2 = await _welcomed(control, booted.instance_id, resume_token=welcome["resume_token"])
+        ws2, welcome2 = await _welcomed(
+            control, booted.instance_id, resume_token=welcome["resume_token"]
+        )
         await ws2.close()
         async with control.connect() as ws3:
             await ws3.send(hello(booted.instance_id, resume_token=welcome["resume_token"]))
@@ -144,25 +170,40 @@ def test_events_for_another_threads_run_are_refused(control: ControlServer, engi
 
     async def scenario() -> dict:
         ws, _ = await _welcomed(control, mine.instance_id, boot_token=mine.boot_token)
-        await ws.send(json.dumps({"type": "events", "events": [event(theirs.run_id, "x1", "message.delta", text="pwned")]}))
+        await ws.send(
+            json.dumps(
+                {
+                    "type": "events",
+                    "events": [event(theirs.run_id, "x1", "message.delta", text="pwned")],
+                }
+            )
+        )
         return await recv_json(ws)
 
     assert asyncio.run(scenario())["code"] == "foreign_run"
     with Session(engine) as db:
-        assert all(e.type != "agent.message.delta" for e in driver_plane.read_events(db, theirs.session_id))
+        assert all(
+            e.type != "agent.message.delta" for e in driver_plane.read_events(db, theirs.session_id)
+        )
 
 
-def test_command_update_for_another_drivers_command_is_refused(control: ControlServer, engine: Engine) -> None:
+def test_command_update_for_another_drivers_command_is_refused(
+    control: ControlServer, engine: Engine
+) -> None:
     with Session(engine) as db:
         mine = boot_fixture(db, "mine@example.com")
         theirs = boot_fixture(db, "theirs@example.com")
-        command = driver_plane.enqueue_command(db, theirs.instance_id, "turn.cancel", {"run_id": theirs.run_id, "reason": "x"})
+        command = driver_plane.enqueue_command(
+            db, theirs.instance_id, "turn.cancel", {"run_id": theirs.run_id, "reason": "x"}
+        )
         db.commit()
         command_id = command.id
 
     async def scenario() -> dict:
         ws, _ = await _welcomed(control, mine.instance_id, boot_token=mine.boot_token)
-        await ws.send(json.dumps({"type": "command_update", "command_id": command_id, "status": "completed"}))
+        await ws.send(
+            json.dumps({"type": "command_update", "command_id": command_id, "status": "completed"})
+        )
         return await recv_json(ws)
 
     assert asyncio.run(scenario())["code"] == "unknown_command"
@@ -171,10 +212,17 @@ def test_command_update_for_another_drivers_command_is_refused(control: ControlS
         assert row is not None and row.status == "pending"
 
 
-def test_commands_are_delivered_in_order_and_redelivered_after_reconnect(control: ControlServer, engine: Engine) -> None:
+def test_commands_are_delivered_in_order_and_redelivered_after_reconnect(
+    control: ControlServer, engine: Engine
+) -> None:
     with Session(engine) as db:
         booted = boot_fixture(db)
-        first = driver_plane.enqueue_command(db, booted.instance_id, "input.start", {"run_id": booted.run_id, "text": "hi", "attachments": []})
+        first = driver_plane.enqueue_command(
+            db,
+            booted.instance_id,
+            "input.start",
+            {"run_id": booted.run_id, "text": "hi", "attachments": []},
+        )
         db.commit()
         first_id = first.id
 
@@ -182,13 +230,17 @@ def test_commands_are_delivered_in_order_and_redelivered_after_reconnect(control
         ws, welcome = await _welcomed(control, booted.instance_id, boot_token=booted.boot_token)
         got = [await recv_json(ws)]
         with Session(engine) as db:
-            driver_plane.enqueue_command(db, booted.instance_id, "turn.cancel", {"run_id": booted.run_id, "reason": "user"})
+            driver_plane.enqueue_command(
+                db, booted.instance_id, "turn.cancel", {"run_id": booted.run_id, "reason": "user"}
+            )
             db.commit()
         from mosoo_core import streams
 
         streams.notify_driver(booted.instance_id, redis.Redis(db=TEST_REDIS_DB))
         got.append(await recv_json(ws, timeout=5))
-        await ws.send(json.dumps({"type": "command_update", "command_id": first_id, "status": "completed"}))
+        await ws.send(
+            json.dumps({"type": "command_update", "command_id": first_id, "status": "completed"})
+        )
 
         def first_completed() -> bool:
             with Session(engine) as db:
@@ -215,12 +267,22 @@ def test_commands_are_delivered_in_order_and_redelivered_after_reconnect(control
 
 
 @pytest.mark.parametrize("count", [1000])
-def test_a_thousand_bad_frames_are_refused_and_control_keeps_serving(control: ControlServer, engine: Engine, count: int) -> None:
+def test_a_thousand_bad_frames_are_refused_and_control_keeps_serving(
+    control: ControlServer, engine: Engine, count: int
+) -> None:
     with Session(engine) as db:
         booted = boot_fixture(db)
     bad_frames = [
-        "not json", "{}", '{"type": "nope"}', '{"type": "hello"}', "[1,2,3]", '{"type": "events", "events": []}',
-        '{"type":"heartbeat","at":"now"}', "\x00\x01", '{"type": "ready", "at": 5}', "x" * (1024 * 1024 + 10),
+        "not json",
+        "{}",
+        '{"type": "nope"}',
+        '{"type": "hello"}',
+        "[1,2,3]",
+        '{"type": "events", "events": []}',
+        '{"type":"heartbeat","at":"now"}',
+        "\x00\x01",
+        '{"type": "ready", "at": 5}',
+        "x" * (1024 * 1024 + 10),
     ]
 
     async def scenario() -> tuple[set, dict]:
@@ -234,7 +296,9 @@ def test_a_thousand_bad_frames_are_refused_and_control_keeps_serving(control: Co
                 except Exception:  # closed by the websocket layer (over the size limit)
                     reasons.add("closed")
         ws, welcome = await _welcomed(control, booted.instance_id, boot_token=booted.boot_token)
-        await ws.send(json.dumps({"type": "events", "events": [event(booted.run_id, "ok1", "run.started")]}))
+        await ws.send(
+            json.dumps({"type": "events", "events": [event(booted.run_id, "ok1", "run.started")]})
+        )
         ack = await recv_json(ws)
         # A bad frame after a good hello closes only that connection, with a reason.
         await ws.send("garbage")
@@ -261,18 +325,39 @@ def test_missed_heartbeats_reschedule_then_fail_with_driver_lost(engine: Engine)
         db.add(instance)
         db.commit()
         interval = timedelta(seconds=10)
-        assert driver_plane.sweep_lost_drivers(db, heartbeat_interval=interval, now=start + timedelta(seconds=25)) == []
+        assert (
+            driver_plane.sweep_lost_drivers(
+                db, heartbeat_interval=interval, now=start + timedelta(seconds=25)
+            )
+            == []
+        )
         db.commit()
-        stored = driver_plane.sweep_lost_drivers(db, heartbeat_interval=interval, now=start + timedelta(seconds=31))
+        stored = driver_plane.sweep_lost_drivers(
+            db, heartbeat_interval=interval, now=start + timedelta(seconds=31)
+        )
         db.commit()
-        assert [e.payload["status"] for e in stored if e.type == "session.status"] == ["rescheduling"]
+        assert [e.payload["status"] for e in stored if e.type == "session.status"] == [
+            "rescheduling"
+        ]
         thread = db.get(AgentSession, booted.session_id)
         assert thread is not None and thread.status == "rescheduling"
-        stored = driver_plane.sweep_lost_drivers(db, heartbeat_interval=interval, now=start + timedelta(seconds=160))
+        stored = driver_plane.sweep_lost_drivers(
+            db, heartbeat_interval=interval, now=start + timedelta(seconds=160)
+        )
         db.commit()
         run = db.get(SessionRun, booted.run_id)
-        assert run is not None and run.status == "failed" and run.error_code == "driver_lost" and run.error_retryable
+        assert (
+            run is not None
+            and run.status == "failed"
+            and run.error_code == "driver_lost"
+            and run.error_retryable
+        )
         assert [e.type for e in stored] == ["run.failed", "session.status"]
         db.refresh(thread)
         assert thread.status == "idle"
-        assert db.exec(select(DriverInstance).where(DriverInstance.id == booted.instance_id)).one().status == "lost"
+        assert (
+            db.exec(select(DriverInstance).where(DriverInstance.id == booted.instance_id))
+            .one()
+            .status
+            == "lost"
+        )

@@ -33,35 +33,62 @@ def _grant(engine: Engine, base_url: str, models: list[str] | None = None) -> tu
     with Session(engine) as db:
         booted = boot_fixture(db)
         credential = vault.create_provider_credential(
-            db, booted.account_id, booted.app_id,
-            vault.ProviderCredentialInput(name="Local", provider="openai_compatible", base_url=base_url, api_key=PROVIDER_KEY, models=["test-model"]),
+            db,
+            booted.account_id,
+            booted.app_id,
+            vault.ProviderCredentialInput(
+                name="Local",
+                provider="openai_compatible",
+                base_url=base_url,
+                api_key=PROVIDER_KEY,
+                models=["test-model"],
+            ),
         )
         run = db.get(SessionRun, booted.run_id)
         assert run is not None
-        grant = driver_plane.issue_model_grant(db, run, credential_id=credential.id, allowed_models=models or ["test-model"])
+        grant = driver_plane.issue_model_grant(
+            db, run, credential_id=credential.id, allowed_models=models or ["test-model"]
+        )
         db.commit()
         return grant, booted.run_id
 
 
 def _client(control: ControlServer) -> httpx.Client:
-    return httpx.Client(transport=httpx.HTTPTransport(uds=str(control.socket_path)), base_url="http://control", timeout=30)
+    return httpx.Client(
+        transport=httpx.HTTPTransport(uds=str(control.socket_path)),
+        base_url="http://control",
+        timeout=30,
+    )
 
 
 def test_streamed_call_reaches_provider_with_the_real_key_and_records_usage(
     control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer
 ) -> None:
-    upstream.add(TextTurn("Hello from the provider", usage={"prompt_tokens": 11, "completion_tokens": 4, "cached_tokens": 3}))
+    upstream.add(
+        TextTurn(
+            "Hello from the provider",
+            usage={"prompt_tokens": 11, "completion_tokens": 4, "cached_tokens": 3},
+        )
+    )
     grant, run_id = _grant(engine, upstream.base_url)
     body = {"model": "test-model", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
-    with _client(control) as client, client.stream(
-        "POST", "/gateway/openai/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {grant}"}
-    ) as response:
+    with (
+        _client(control) as client,
+        client.stream(
+            "POST",
+            "/gateway/openai/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {grant}"},
+        ) as response,
+    ):
         assert response.status_code == 200
         raw = b"".join(response.iter_raw())
     text = "".join(
         (json.loads(line[5:])["choices"][0]["delta"].get("content") or "")
         for line in raw.decode().splitlines()
-        if line.startswith("data:") and line.strip() != "data: [DONE]" and json.loads(line[5:]).get("choices")
+        if line.startswith("data:")
+        and line.strip() != "data: [DONE]"
+        and json.loads(line[5:]).get("choices")
     )
     assert text == "Hello from the provider"
     [request] = upstream.chat_requests
@@ -75,26 +102,46 @@ def test_streamed_call_reaches_provider_with_the_real_key_and_records_usage(
     # The record is written once the stream has been relayed to the end.
     wait_for(lambda: len(usage_rows()) == 1, 10, "the usage record")
     [row] = usage_rows()
-    assert (row.run_id, row.model, row.input_tokens, row.output_tokens, row.cached_input_tokens) == (run_id, "test-model", 11, 4, 3)
+    assert (
+        row.run_id,
+        row.model,
+        row.input_tokens,
+        row.output_tokens,
+        row.cached_input_tokens,
+    ) == (run_id, "test-model", 11, 4, 3)
 
 
 @pytest.mark.parametrize("token", ["mgr_forged", "sk-anything", "mgr_" + "x" * 300])
-def test_unknown_grants_are_refused(control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer, token: str) -> None:
+def test_unknown_grants_are_refused(
+    control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer, token: str
+) -> None:
     _grant(engine, upstream.base_url)
     with _client(control) as client:
-        response = client.post("/gateway/openai/v1/chat/completions", json={"model": "test-model"}, headers={"Authorization": f"Bearer {token}"})
+        response = client.post(
+            "/gateway/openai/v1/chat/completions",
+            json={"model": "test-model"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
     assert response.status_code == 401
     assert upstream.requests == []
 
 
-def test_a_model_outside_the_grant_is_refused(control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer) -> None:
+def test_a_model_outside_the_grant_is_refused(
+    control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer
+) -> None:
     grant, _ = _grant(engine, upstream.base_url)
     with _client(control) as client:
-        response = client.post("/gateway/openai/v1/chat/completions", json={"model": "gpt-expensive"}, headers={"Authorization": f"Bearer {grant}"})
+        response = client.post(
+            "/gateway/openai/v1/chat/completions",
+            json={"model": "gpt-expensive"},
+            headers={"Authorization": f"Bearer {grant}"},
+        )
     assert response.status_code == 403 and response.json()["error"]["code"] == "model_not_allowed"
 
 
-def test_grant_dies_with_its_run(control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer) -> None:
+def test_grant_dies_with_its_run(
+    control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer
+) -> None:
     grant, run_id = _grant(engine, upstream.base_url)
     with Session(engine) as db:
         run = db.get(SessionRun, run_id)
@@ -102,27 +149,59 @@ def test_grant_dies_with_its_run(control: ControlServer, engine: Engine, upstrea
         driver_plane.finish_run(db, run, "completed")
         db.commit()
     with _client(control) as client:
-        response = client.post("/gateway/openai/v1/chat/completions", json={"model": "test-model"}, headers={"Authorization": f"Bearer {grant}"})
+        response = client.post(
+            "/gateway/openai/v1/chat/completions",
+            json={"model": "test-model"},
+            headers={"Authorization": f"Bearer {grant}"},
+        )
     assert response.status_code == 401
 
 
 def test_streamed_responses_call_records_usage_from_response_completed(
     control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer
 ) -> None:
-    upstream.add(TextTurn("Hello over Responses", usage={"prompt_tokens": 21, "completion_tokens": 5, "cached_tokens": 8, "reasoning_tokens": 2}))
+    upstream.add(
+        TextTurn(
+            "Hello over Responses",
+            usage={
+                "prompt_tokens": 21,
+                "completion_tokens": 5,
+                "cached_tokens": 8,
+                "reasoning_tokens": 2,
+            },
+        )
+    )
     grant, run_id = _grant(engine, upstream.base_url)
-    body = {"model": "test-model", "stream": True, "instructions": "Be brief.", "input": [{"role": "user", "content": "hi"}]}
-    with _client(control) as client, client.stream(
-        "POST", "/gateway/openai/v1/responses", json=body, headers={"Authorization": f"Bearer {grant}"}
-    ) as response:
+    body = {
+        "model": "test-model",
+        "stream": True,
+        "instructions": "Be brief.",
+        "input": [{"role": "user", "content": "hi"}],
+    }
+    with (
+        _client(control) as client,
+        client.stream(
+            "POST",
+            "/gateway/openai/v1/responses",
+            json=body,
+            headers={"Authorization": f"Bearer {grant}"},
+        ) as response,
+    ):
         assert response.status_code == 200
         raw = b"".join(response.iter_raw())
-    events = [json.loads(line[5:]) for line in raw.decode().splitlines() if line.startswith("data:")]
+    events = [
+        json.loads(line[5:]) for line in raw.decode().splitlines() if line.startswith("data:")
+    ]
     assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
-    assert "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta") == "Hello over Responses"
+    assert (
+        "".join(e["delta"] for e in events if e["type"] == "response.output_text.delta")
+        == "Hello over Responses"
+    )
     [request] = upstream.responses_requests
     assert request.headers["authorization"] == f"Bearer {PROVIDER_KEY}"
-    assert request.body == body  # relayed unchanged (no stream_options: usage comes in response.completed)
+    assert (
+        request.body == body
+    )  # relayed unchanged (no stream_options: usage comes in response.completed)
 
     def usage_rows() -> list[UsageEvent]:
         with Session(engine) as db:
@@ -130,8 +209,20 @@ def test_streamed_responses_call_records_usage_from_response_completed(
 
     wait_for(lambda: len(usage_rows()) == 1, 10, "the usage record")
     [row] = usage_rows()
-    assert (row.run_id, row.model, row.input_tokens, row.output_tokens, row.cached_input_tokens, row.reasoning_tokens) == (
-        run_id, "test-model", 21, 5, 8, 2,
+    assert (
+        row.run_id,
+        row.model,
+        row.input_tokens,
+        row.output_tokens,
+        row.cached_input_tokens,
+        row.reasoning_tokens,
+    ) == (
+        run_id,
+        "test-model",
+        21,
+        5,
+        8,
+        2,
     )
 
 
@@ -145,12 +236,18 @@ def test_streamed_responses_call_records_usage_from_response_completed(
         ("openai_compatible", "http://10.0.0.5:8000/v1", "chat_completions"),
     ],
 )
-def test_the_openai_runtime_uses_the_responses_api_only_for_openai(engine: Engine, provider: str, base_url: str, api_style: str) -> None:
+def test_the_openai_runtime_uses_the_responses_api_only_for_openai(
+    engine: Engine, provider: str, base_url: str, api_style: str
+) -> None:
     with Session(engine) as db:
         booted = boot_fixture(db)
         credential = vault.create_provider_credential(
-            db, booted.account_id, booted.app_id,
-            vault.ProviderCredentialInput(name="P", provider=provider, base_url=base_url, api_key=PROVIDER_KEY, models=["m"]),
+            db,
+            booted.account_id,
+            booted.app_id,
+            vault.ProviderCredentialInput(
+                name="P", provider=provider, base_url=base_url, api_key=PROVIDER_KEY, models=["m"]
+            ),
         )
         agent = db.get(Agent, booted.agent_id)
         run = db.get(SessionRun, booted.run_id)

@@ -28,11 +28,26 @@ class RecordingSink:
 
     def emit(self, run_id: str, kind: str, payload: dict[str, Any] | None = None) -> str:
         source_event_id = uuid.uuid4().hex
-        self.events.append({"source_event_id": source_event_id, "run_id": run_id, "kind": kind, "payload": payload or {}})
+        self.events.append(
+            {
+                "source_event_id": source_event_id,
+                "run_id": run_id,
+                "kind": kind,
+                "payload": payload or {},
+            }
+        )
         return source_event_id
 
-    def command_update(self, command_id: str, status: str, result: dict[str, Any] | None = None, error: str | None = None) -> None:
-        self.updates.append({"command_id": command_id, "status": status, "result": result, "error": error})
+    def command_update(
+        self,
+        command_id: str,
+        status: str,
+        result: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> None:
+        self.updates.append(
+            {"command_id": command_id, "status": status, "result": result, "error": error}
+        )
 
     def kinds(self, run_id: str | None = None) -> list[str]:
         return [e["kind"] for e in self.events if run_id is None or e["run_id"] == run_id]
@@ -63,10 +78,14 @@ def make_spec(workspace: Path, **overrides: Any) -> ExecutionSpec:
 
 
 def command(kind: str, payload: dict[str, Any], command_id: str | None = None) -> Command:
-    return Command(command_id=command_id or f"cmd_{uuid.uuid4().hex[:10]}", seq=1, kind=kind, payload=payload)
+    return Command(
+        command_id=command_id or f"cmd_{uuid.uuid4().hex[:10]}", seq=1, kind=kind, payload=payload
+    )
 
 
-async def wait_for(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+async def wait_for(
+    condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

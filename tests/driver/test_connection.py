@@ -33,7 +33,9 @@ class RecordingBackend:
     async def handle(self, command: Command) -> None:
         self.commands.append(command)
         assert self.connection is not None
-        self.connection.command_update(command.command_id, "completed", result={"n": len(self.commands)})
+        self.connection.command_update(
+            command.command_id, "completed", result={"n": len(self.commands)}
+        )
 
 
 @pytest.fixture
@@ -42,7 +44,9 @@ def harness(socket_dir: Path) -> Iterator[ControlHarness]:
         yield running_harness
 
 
-def make_connection(harness: ControlHarness, backend: RecordingBackend, **options: float) -> ControlConnection:
+def make_connection(
+    harness: ControlHarness, backend: RecordingBackend, **options: float
+) -> ControlConnection:
     connection = ControlConnection(
         control_url=harness.control_url,
         driver_instance_id="drv_1",
@@ -69,7 +73,9 @@ async def running(connection: ControlConnection) -> AsyncIterator[asyncio.Task[N
         await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), timeout=10)
 
 
-async def test_hello_welcome_then_backend_start_then_ready_and_heartbeats(harness: ControlHarness) -> None:
+async def test_hello_welcome_then_backend_start_then_ready_and_heartbeats(
+    harness: ControlHarness,
+) -> None:
     backend = RecordingBackend(harness)
     connection = make_connection(harness, backend)
     async with running(connection):
@@ -91,7 +97,9 @@ async def test_hello_welcome_then_backend_start_then_ready_and_heartbeats(harnes
     assert connection.resume_token == harness.issued_resume_tokens[-1]
 
 
-async def test_events_go_in_batches_of_at_most_64_and_acks_drop_them(harness: ControlHarness) -> None:
+async def test_events_go_in_batches_of_at_most_64_and_acks_drop_them(
+    harness: ControlHarness,
+) -> None:
     backend = RecordingBackend(harness)
     connection = make_connection(harness, backend)
     async with running(connection):
@@ -110,7 +118,9 @@ async def test_events_go_in_batches_of_at_most_64_and_acks_drop_them(harness: Co
     assert len(set(ids)) == 150
 
 
-async def test_unacked_events_are_resent_after_a_drop_with_the_rotated_resume_token(harness: ControlHarness) -> None:
+async def test_unacked_events_are_resent_after_a_drop_with_the_rotated_resume_token(
+    harness: ControlHarness,
+) -> None:
     harness.auto_ack = False
     backend = RecordingBackend(harness)
     connection = make_connection(harness, backend)
@@ -121,8 +131,13 @@ async def test_unacked_events_are_resent_after_a_drop_with_the_rotated_resume_to
         assert connection.unacked_count == 3
 
         harness.drop()
-        await harness.wait(lambda: harness.connection_count == 2 and harness.of_type("events", 2), what="a reconnect")
-        resent = [e["source_event_id"] for batch in harness.of_type("events", 2) for e in batch["events"]]
+        await harness.wait(
+            lambda: harness.connection_count == 2 and harness.of_type("events", 2),
+            what="a reconnect",
+        )
+        resent = [
+            e["source_event_id"] for batch in harness.of_type("events", 2) for e in batch["events"]
+        ]
         assert resent == ids
         second_hello = harness.of_type("hello", 2)[0]
         assert second_hello["resume_token"] == harness.issued_resume_tokens[0]
@@ -132,7 +147,10 @@ async def test_unacked_events_are_resent_after_a_drop_with_the_rotated_resume_to
         harness.ack(ids)
         await wait_for(lambda: connection.unacked_count == 0, what="the ack")
         harness.drop()
-        await harness.wait(lambda: harness.connection_count == 3 and harness.of_type("ready", 3), what="a second reconnect")
+        await harness.wait(
+            lambda: harness.connection_count == 3 and harness.of_type("ready", 3),
+            what="a second reconnect",
+        )
         third_hello = harness.of_type("hello", 3)[0]
         assert third_hello["resume_token"] == harness.issued_resume_tokens[1]
         assert third_hello["last_acked_source_event_id"] == ids[-1]
@@ -141,7 +159,9 @@ async def test_unacked_events_are_resent_after_a_drop_with_the_rotated_resume_to
     assert backend.frames_when_started == 1  # the backend starts once, not per connection
 
 
-async def test_a_redelivered_command_is_handled_once_and_its_status_sent_again(harness: ControlHarness) -> None:
+async def test_a_redelivered_command_is_handled_once_and_its_status_sent_again(
+    harness: ControlHarness,
+) -> None:
     backend = RecordingBackend(harness)
     connection = make_connection(harness, backend)
     async with running(connection):
@@ -151,7 +171,16 @@ async def test_a_redelivered_command_is_handled_once_and_its_status_sent_again(h
         await harness.wait(lambda: len(harness.command_updates("cmd-1")) == 2, what="two updates")
     assert len(backend.commands) == 1
     updates = [m for m in harness.of_type("command_update") if m["command_id"] == "cmd-1"]
-    assert updates[0] == updates[1] == {"type": "command_update", "command_id": "cmd-1", "status": "completed", "result": {"n": 1}}
+    assert (
+        updates[0]
+        == updates[1]
+        == {
+            "type": "command_update",
+            "command_id": "cmd-1",
+            "status": "completed",
+            "result": {"n": 1},
+        }
+    )
 
 
 async def test_bad_frames_from_control_are_ignored(harness: ControlHarness) -> None:
@@ -162,17 +191,25 @@ async def test_bad_frames_from_control_are_ignored(harness: ControlHarness) -> N
         harness.send({"type": "bogus"})
         harness.send({"type": "command", "kind": "input.start"})
         harness.send_command("turn.cancel", {"run_id": "r"}, command_id="cmd-after")
-        await harness.wait(lambda: harness.command_updates("cmd-after") == ["completed"], what="the command after bad frames")
+        await harness.wait(
+            lambda: harness.command_updates("cmd-after") == ["completed"],
+            what="the command after bad frames",
+        )
     assert harness.connection_count == 1
 
 
-async def test_a_refused_hello_stops_the_connection_with_the_reason(harness: ControlHarness) -> None:
+async def test_a_refused_hello_stops_the_connection_with_the_reason(
+    harness: ControlHarness,
+) -> None:
     harness.reject_next_hello = ("boot_token_invalid", "unknown boot token")
     backend = RecordingBackend(harness)
     connection = make_connection(harness, backend)
     with pytest.raises(ControlRejected) as rejected:
         await asyncio.wait_for(connection.run(), timeout=5)
-    assert (rejected.value.code, rejected.value.reason) == ("boot_token_invalid", "unknown boot token")
+    assert (rejected.value.code, rejected.value.reason) == (
+        "boot_token_invalid",
+        "unknown boot token",
+    )
     assert backend.frames_when_started is None
 
 
@@ -202,7 +239,16 @@ async def test_an_event_over_the_frame_limit_is_truncated_not_lost(harness: Cont
     connection = make_connection(harness, backend)
     async with running(connection):
         await asyncio.wait_for(connection.connected.wait(), 5)
-        connection.emit("run-1", "tool.call.completed", {"tool_call_id": "c", "output": "x" * (3 * MAX_FRAME_BYTES), "is_error": False, "duration_ms": 1})
+        connection.emit(
+            "run-1",
+            "tool.call.completed",
+            {
+                "tool_call_id": "c",
+                "output": "x" * (3 * MAX_FRAME_BYTES),
+                "is_error": False,
+                "duration_ms": 1,
+            },
+        )
         connection.emit("run-1", "run.completed", {"final_text": "done"})
         await harness.wait(lambda: len(harness.events) == 2, what="both events")
     big = harness.events[0]["payload"]
@@ -251,4 +297,6 @@ async def test_gives_up_when_control_stays_unreachable(socket_dir: Path) -> None
 
 def test_the_control_url_must_be_unix_or_websocket() -> None:
     with pytest.raises(ValueError, match="control_url"):
-        ControlConnection(control_url="http://control", driver_instance_id="d", boot_token="t", runtime="openai")
+        ControlConnection(
+            control_url="http://control", driver_instance_id="d", boot_token="t", runtime="openai"
+        )

@@ -26,22 +26,35 @@ CHAT_BODY = {
 
 @pytest.fixture
 def harness(socket_dir: Path, model_server: ScriptedOpenAIServer) -> Iterator[ControlHarness]:
-    with ControlHarness(socket_dir / "control.sock", gateway_upstream=model_server.origin, gateway_grant=GRANT) as running:
+    with ControlHarness(
+        socket_dir / "control.sock", gateway_upstream=model_server.origin, gateway_grant=GRANT
+    ) as running:
         yield running
 
 
 @pytest.fixture
 async def forwarder(harness: ControlHarness) -> AsyncIterator[Forwarder]:
-    forwarder = Forwarder(harness.control_url, traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    forwarder = Forwarder(
+        harness.control_url, traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    )
     await forwarder.start()
     yield forwarder
     await forwarder.close()
 
 
 def test_upstream_for_maps_control_urls() -> None:
-    assert upstream_for("unix:///run/mosoo/control.sock") == ("http://control", "/run/mosoo/control.sock")
-    assert upstream_for("wss://mosoo.example.com/driver/socket") == ("https://mosoo.example.com", None)
-    assert upstream_for("ws://127.0.0.1:8100/prefix/driver/socket") == ("http://127.0.0.1:8100/prefix", None)
+    assert upstream_for("unix:///run/mosoo/control.sock") == (
+        "http://control",
+        "/run/mosoo/control.sock",
+    )
+    assert upstream_for("wss://mosoo.example.com/driver/socket") == (
+        "https://mosoo.example.com",
+        None,
+    )
+    assert upstream_for("ws://127.0.0.1:8100/prefix/driver/socket") == (
+        "http://127.0.0.1:8100/prefix",
+        None,
+    )
     with pytest.raises(ValueError):
         upstream_for("ftp://nope")
 
@@ -51,12 +64,15 @@ async def test_sse_flows_chunk_by_chunk_with_the_grant_passed_through(
 ) -> None:
     model_server.add(TextTurn(["one ", "two ", "three ", "four ", "five"], delay=0.15))
     arrivals: list[tuple[float, str]] = []
-    async with httpx.AsyncClient(trust_env=False) as client, client.stream(
-        "POST",
-        f"{forwarder.gateway_url}/openai/v1/chat/completions",
-        json=CHAT_BODY,
-        headers={"Authorization": f"Bearer {GRANT}"},
-    ) as response:
+    async with (
+        httpx.AsyncClient(trust_env=False) as client,
+        client.stream(
+            "POST",
+            f"{forwarder.gateway_url}/openai/v1/chat/completions",
+            json=CHAT_BODY,
+            headers={"Authorization": f"Bearer {GRANT}"},
+        ) as response,
+    ):
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         async for line in response.aiter_lines():
@@ -76,25 +92,40 @@ async def test_the_openai_sdk_works_through_the_forwarder_and_keeps_its_connecti
 ) -> None:
     model_server.add(TextTurn("first"), TextTurn("second"))
     async with openai.AsyncOpenAI(
-        base_url=f"{forwarder.gateway_url}/openai/v1", api_key=GRANT, max_retries=0, http_client=openai.DefaultAsyncHttpxClient(trust_env=False)
+        base_url=f"{forwarder.gateway_url}/openai/v1",
+        api_key=GRANT,
+        max_retries=0,
+        http_client=openai.DefaultAsyncHttpxClient(trust_env=False),
     ) as client:
         models = await client.models.list()
         assert [m.id for m in models.data] == ["test-model"]
         for expected in ("first", "second"):
-            completion = await client.chat.completions.create(model="test-model", messages=[{"role": "user", "content": "hi"}])
+            completion = await client.chat.completions.create(
+                model="test-model", messages=[{"role": "user", "content": "hi"}]
+            )
             assert completion.choices[0].message.content == expected
 
 
-async def test_only_gateway_paths_are_forwarded(forwarder: Forwarder, harness: ControlHarness) -> None:
+async def test_only_gateway_paths_are_forwarded(
+    forwarder: Forwarder, harness: ControlHarness
+) -> None:
     async with httpx.AsyncClient(trust_env=False) as client:
-        for path in ("/driver/socket", "/api/v1/threads", "/gateway/../driver/socket", "/gateway/%2e%2e/driver/socket", "/gatewayx/openai"):
+        for path in (
+            "/driver/socket",
+            "/api/v1/threads",
+            "/gateway/../driver/socket",
+            "/gateway/%2e%2e/driver/socket",
+            "/gatewayx/openai",
+        ):
             response = await client.get(f"{forwarder.url}{path}")
             assert response.status_code == 404, path
             assert response.json()["error"]["code"] == "forwarder_error"
     assert harness.gateway_requests == []
 
 
-async def test_a_raw_dot_dot_path_cannot_climb_out_of_the_gateway(forwarder: Forwarder, harness: ControlHarness) -> None:
+async def test_a_raw_dot_dot_path_cannot_climb_out_of_the_gateway(
+    forwarder: Forwarder, harness: ControlHarness
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", forwarder.port)
     writer.write(b"GET /gateway/../driver/socket HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     await writer.drain()
@@ -106,20 +137,31 @@ async def test_a_raw_dot_dot_path_cannot_climb_out_of_the_gateway(forwarder: For
 
 async def test_gateway_errors_come_back_unchanged(forwarder: Forwarder) -> None:
     async with httpx.AsyncClient(trust_env=False) as client:
-        response = await client.post(f"{forwarder.gateway_url}/openai/v1/chat/completions", json=CHAT_BODY, headers={"Authorization": "Bearer wrong"})
+        response = await client.post(
+            f"{forwarder.gateway_url}/openai/v1/chat/completions",
+            json=CHAT_BODY,
+            headers={"Authorization": "Bearer wrong"},
+        )
     assert response.status_code == 401
     assert response.json() == {"error": {"code": "unauthenticated", "message": "bad grant"}}
 
 
-async def test_a_client_that_goes_away_stops_the_upstream_stream(forwarder: Forwarder, model_server: ScriptedOpenAIServer) -> None:
+async def test_a_client_that_goes_away_stops_the_upstream_stream(
+    forwarder: Forwarder, model_server: ScriptedOpenAIServer
+) -> None:
     model_server.add(TextTurn([f"w{i} " for i in range(200)], delay=0.02))
     url = f"{forwarder.gateway_url}/openai/v1/chat/completions"
     headers = {"Authorization": f"Bearer {GRANT}"}
-    async with httpx.AsyncClient(trust_env=False) as client, client.stream("POST", url, json=CHAT_BODY, headers=headers) as response:
+    async with (
+        httpx.AsyncClient(trust_env=False) as client,
+        client.stream("POST", url, json=CHAT_BODY, headers=headers) as response,
+    ):
         async for line in response.aiter_lines():
             if '"w1 "' in line:
                 break
-    await wait_for(lambda: model_server.streams_aborted == 1, timeout=5, what="the upstream stream to stop")
+    await wait_for(
+        lambda: model_server.streams_aborted == 1, timeout=5, what="the upstream stream to stop"
+    )
     assert model_server.streams_completed == 0
 
 
@@ -128,7 +170,9 @@ async def test_an_unreachable_control_is_a_502(socket_dir: Path) -> None:
     await forwarder.start()
     try:
         async with httpx.AsyncClient(trust_env=False) as client:
-            response = await client.post(f"{forwarder.gateway_url}/openai/v1/chat/completions", json=CHAT_BODY)
+            response = await client.post(
+                f"{forwarder.gateway_url}/openai/v1/chat/completions", json=CHAT_BODY
+            )
         assert response.status_code == 502
         assert "control is unreachable" in response.json()["error"]["message"]
     finally:

@@ -27,12 +27,17 @@ BOOT_TOKEN = "boot-token-do-not-log"
 @pytest.fixture
 def harness(socket_dir: Path, model_server: ScriptedOpenAIServer) -> Iterator[ControlHarness]:
     with ControlHarness(
-        socket_dir / "control.sock", boot_token=BOOT_TOKEN, gateway_upstream=model_server.origin, gateway_grant=GRANT
+        socket_dir / "control.sock",
+        boot_token=BOOT_TOKEN,
+        gateway_upstream=model_server.origin,
+        gateway_grant=GRANT,
     ) as running:
         yield running
 
 
-def write_payload(directory: Path, control_url: str, workspace: Path, runtime: str = "openai", **spec: Any) -> Path:
+def write_payload(
+    directory: Path, control_url: str, workspace: Path, runtime: str = "openai", **spec: Any
+) -> Path:
     payload = {
         "control_url": control_url,
         "driver_instance_id": "drv_main_1",
@@ -92,28 +97,48 @@ def test_a_run_end_to_end_through_the_real_driver_process(
 ) -> None:
     workspace = tmp_path / "workspace"
     payload_file = write_payload(tmp_path, harness.control_url, workspace, tools={"bash": "allow"})
-    model_server.add(ToolCallsTurn([ToolCall("bash", {"command": "echo made > outputs.txt; cat outputs.txt"})]), TextTurn("All done."))
+    model_server.add(
+        ToolCallsTurn([ToolCall("bash", {"command": "echo made > outputs.txt; cat outputs.txt"})]),
+        TextTurn("All done."),
+    )
     log_file = tmp_path / "driver.log"
     process = start_driver(payload_file, log_file)
     try:
         harness.wait_sync(lambda: harness.of_type("ready") != [], timeout=20, what="ready")
         assert not payload_file.exists()
         hello = harness.of_type("hello")[0]
-        assert hello["boot_token"] == BOOT_TOKEN and hello["runtime"] == "openai" and hello["pid"] == process.pid
+        assert (
+            hello["boot_token"] == BOOT_TOKEN
+            and hello["runtime"] == "openai"
+            and hello["pid"] == process.pid
+        )
         assert "permission_requests" in hello["capabilities"]
 
-        command_id = harness.send_command("input.start", {"run_id": "run-e2e", "text": "Make a file", "attachments": []})
-        harness.wait_sync(lambda: "run.completed" in harness.event_kinds("run-e2e"), timeout=20, what="run.completed")
+        command_id = harness.send_command(
+            "input.start", {"run_id": "run-e2e", "text": "Make a file", "attachments": []}
+        )
+        harness.wait_sync(
+            lambda: "run.completed" in harness.event_kinds("run-e2e"),
+            timeout=20,
+            what="run.completed",
+        )
         kinds = harness.event_kinds("run-e2e")
         assert kinds[0] == "run.started" and kinds[-1] == "run.completed"
         assert "tool.call.completed" in kinds and "message.delta" in kinds
-        tool_result = next(e for e in harness.events if e["kind"] == "tool.call.completed")["payload"]
+        tool_result = next(e for e in harness.events if e["kind"] == "tool.call.completed")[
+            "payload"
+        ]
         assert tool_result["output"] == "made"
         assert (workspace / "outputs.txt").read_text() == "made\n"
-        harness.wait_sync(lambda: harness.command_updates(command_id) == ["accepted", "completed"], what="the command completed")
+        harness.wait_sync(
+            lambda: harness.command_updates(command_id) == ["accepted", "completed"],
+            what="the command completed",
+        )
         # The model calls went through the forwarder and control's gateway, with the grant.
         assert len(harness.gateway_requests) == 2
-        assert all(r["headers"]["authorization"] == f"Bearer {GRANT}" for r in harness.gateway_requests)
+        assert all(
+            r["headers"]["authorization"] == f"Bearer {GRANT}" for r in harness.gateway_requests
+        )
 
         stop_id = harness.send_command("session.stop", {"reason": "done"})
         assert process.wait(15) == 0
@@ -121,8 +146,13 @@ def test_a_run_end_to_end_through_the_real_driver_process(
     finally:
         stop(process)
     lines = log_lines(log_file)
-    assert {"driver_starting", "control_welcome", "run_started", "driver_exit"} <= {line["event"] for line in lines}
-    assert all(line["driver_instance_id"] == "drv_main_1" and line["traceparent"].startswith("00-") for line in lines)
+    assert {"driver_starting", "control_welcome", "run_started", "driver_exit"} <= {
+        line["event"] for line in lines
+    }
+    assert all(
+        line["driver_instance_id"] == "drv_main_1" and line["traceparent"].startswith("00-")
+        for line in lines
+    )
     assert_no_secret_in(log_file, harness)
 
 
@@ -136,16 +166,26 @@ def test_sigterm_mid_run_fails_the_run_as_retryable_and_exits_cleanly(
     try:
         harness.wait_sync(lambda: harness.of_type("ready") != [], timeout=20, what="ready")
         harness.send_command("input.start", {"run_id": "run-t", "text": "talk", "attachments": []})
-        harness.wait_sync(lambda: "message.delta" in harness.event_kinds("run-t"), timeout=20, what="a delta")
+        harness.wait_sync(
+            lambda: "message.delta" in harness.event_kinds("run-t"), timeout=20, what="a delta"
+        )
         process.send_signal(signal.SIGTERM)
         assert process.wait(15) == 0
     finally:
         stop(process)
     failed = [e["payload"] for e in harness.events if e["kind"] == "run.failed"]
-    assert failed == [{"code": "driver_stopped", "message": "the driver was stopped during the run", "retryable": True}]
+    assert failed == [
+        {
+            "code": "driver_stopped",
+            "message": "the driver was stopped during the run",
+            "retryable": True,
+        }
+    ]
 
 
-def test_a_refused_boot_token_exits_non_zero_with_the_reason_logged(harness: ControlHarness, tmp_path: Path) -> None:
+def test_a_refused_boot_token_exits_non_zero_with_the_reason_logged(
+    harness: ControlHarness, tmp_path: Path
+) -> None:
     harness.reject_next_hello = ("boot_token_expired", "the boot token expired")
     payload_file = write_payload(tmp_path, harness.control_url, tmp_path / "workspace")
     log_file = tmp_path / "driver.log"
@@ -156,19 +196,31 @@ def test_a_refused_boot_token_exits_non_zero_with_the_reason_logged(harness: Con
         stop(process)
     assert not payload_file.exists()
     rejected = [line for line in log_lines(log_file) if line["event"] == "driver_rejected"]
-    assert rejected and rejected[0]["code"] == "boot_token_expired" and rejected[0]["reason"] == "the boot token expired"
+    assert (
+        rejected
+        and rejected[0]["code"] == "boot_token_expired"
+        and rejected[0]["reason"] == "the boot token expired"
+    )
     assert_no_secret_in(log_file)
 
 
-def test_an_unsupported_runtime_connects_and_fails_each_run_clearly(harness: ControlHarness, tmp_path: Path) -> None:
-    payload_file = write_payload(tmp_path, harness.control_url, tmp_path / "workspace", runtime="acp")
+def test_an_unsupported_runtime_connects_and_fails_each_run_clearly(
+    harness: ControlHarness, tmp_path: Path
+) -> None:
+    payload_file = write_payload(
+        tmp_path, harness.control_url, tmp_path / "workspace", runtime="acp"
+    )
     log_file = tmp_path / "driver.log"
     process = start_driver(payload_file, log_file)
     try:
         harness.wait_sync(lambda: harness.of_type("ready") != [], timeout=20, what="ready")
         assert harness.of_type("hello")[0]["capabilities"] == []
-        command_id = harness.send_command("input.start", {"run_id": "run-acp", "text": "hi", "attachments": []})
-        harness.wait_sync(lambda: harness.command_updates(command_id) == ["failed"], what="the refusal")
+        command_id = harness.send_command(
+            "input.start", {"run_id": "run-acp", "text": "hi", "attachments": []}
+        )
+        harness.wait_sync(
+            lambda: harness.command_updates(command_id) == ["failed"], what="the refusal"
+        )
         assert harness.event_kinds("run-acp") == ["run.failed"]
         assert harness.events[-1]["payload"]["code"] == "runtime_unsupported"
     finally:
@@ -176,7 +228,9 @@ def test_an_unsupported_runtime_connects_and_fails_each_run_clearly(harness: Con
 
 
 @pytest.mark.parametrize("content", [None, "{broken json", '{"control_url": "unix:///x"}'])
-def test_a_missing_or_invalid_payload_exits_2_and_the_file_is_gone(tmp_path: Path, content: str | None) -> None:
+def test_a_missing_or_invalid_payload_exits_2_and_the_file_is_gone(
+    tmp_path: Path, content: str | None
+) -> None:
     payload_file = tmp_path / "payload.json"
     if content is not None:
         payload_file.write_text(content)
@@ -191,8 +245,12 @@ def test_a_missing_or_invalid_payload_exits_2_and_the_file_is_gone(tmp_path: Pat
     assert events & {"boot_payload_missing", "boot_payload_invalid"}
 
 
-def test_the_payload_file_is_deleted_before_control_answers(tmp_path: Path, socket_dir: Path) -> None:
-    payload_file = write_payload(tmp_path, f"unix://{socket_dir}/nobody-listens.sock", tmp_path / "workspace")
+def test_the_payload_file_is_deleted_before_control_answers(
+    tmp_path: Path, socket_dir: Path
+) -> None:
+    payload_file = write_payload(
+        tmp_path, f"unix://{socket_dir}/nobody-listens.sock", tmp_path / "workspace"
+    )
     log_file = tmp_path / "driver.log"
     process = start_driver(payload_file, log_file)
     try:

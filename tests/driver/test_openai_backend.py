@@ -42,7 +42,11 @@ def api_style() -> str:
 
 def sent(model_server: ScriptedOpenAIServer, api_style: str) -> list[RecordedRequest]:
     """The model requests of the given API, in order."""
-    return model_server.chat_requests if api_style == "chat_completions" else model_server.responses_requests
+    return (
+        model_server.chat_requests
+        if api_style == "chat_completions"
+        else model_server.responses_requests
+    )
 
 
 def conversation(request: RecordedRequest, api_style: str) -> list[dict[str, Any]]:
@@ -60,16 +64,26 @@ def last_tool_result(request: RecordedRequest, api_style: str) -> tuple[str, str
 
 
 @pytest.fixture
-async def make_backend(workspace: Path, model_server: ScriptedOpenAIServer, api_style: str) -> AsyncIterator[BackendFactory]:
+async def make_backend(
+    workspace: Path, model_server: ScriptedOpenAIServer, api_style: str
+) -> AsyncIterator[BackendFactory]:
     started: list[OpenAIBackend] = []
 
     async def factory(
-        sink: RecordingSink, *, max_steps: int = 50, retry_initial_delay: float = 0.5, **spec_overrides: Any
+        sink: RecordingSink,
+        *,
+        max_steps: int = 50,
+        retry_initial_delay: float = 0.5,
+        **spec_overrides: Any,
     ) -> OpenAIBackend:
         spec_overrides.setdefault("gateway", GatewayGrant(grant=GRANT, api_style=api_style))  # type: ignore[arg-type]
         spec = make_spec(workspace, **spec_overrides)
         backend = OpenAIBackend(
-            spec, sink, model_base_url=model_server.base_url, max_steps=max_steps, max_retries=0,
+            spec,
+            sink,
+            model_base_url=model_server.base_url,
+            max_steps=max_steps,
+            max_retries=0,
             retry_initial_delay=retry_initial_delay,
         )
         await backend.start()
@@ -88,7 +102,9 @@ async def start_run(backend: OpenAIBackend, run_id: str, text: str, **extra: Any
 
 
 async def finish(sink: RecordingSink, run_id: str, timeout: float = 10.0) -> str:
-    await wait_for(lambda: any(k in TERMINAL for k in sink.kinds(run_id)), timeout, f"the end of {run_id}")
+    await wait_for(
+        lambda: any(k in TERMINAL for k in sink.kinds(run_id)), timeout, f"the end of {run_id}"
+    )
     return next(k for k in sink.kinds(run_id) if k in TERMINAL)
 
 
@@ -129,7 +145,15 @@ async def test_a_chat_completions_request_carries_the_prompt_and_known_options(
 ) -> None:
     model_server.add(TextTurn(["Hel", "lo", " world"], reasoning=["Let me ", "think."]))
     sink = RecordingSink()
-    backend = await make_backend(sink, provider_options={"temperature": 0.2, "max_tokens": 300, "reasoning_effort": "low", "unknown": 1})
+    backend = await make_backend(
+        sink,
+        provider_options={
+            "temperature": 0.2,
+            "max_tokens": 300,
+            "reasoning_effort": "low",
+            "unknown": 1,
+        },
+    )
     await start_run(backend, "run-1", "Say hello")
     assert await finish(sink, "run-1") == "run.completed"
     (request,) = model_server.chat_requests
@@ -146,22 +170,46 @@ async def test_a_chat_completions_request_carries_the_prompt_and_known_options(
 
 
 @BOTH_STYLES
-async def test_usage_comes_from_the_providers_own_numbers(make_backend: BackendFactory, model_server: ScriptedOpenAIServer) -> None:
-    model_server.add(TextTurn("ok", usage={"prompt_tokens": 1234, "completion_tokens": 56, "cached_tokens": 1000, "reasoning_tokens": 7}))
+async def test_usage_comes_from_the_providers_own_numbers(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer
+) -> None:
+    model_server.add(
+        TextTurn(
+            "ok",
+            usage={
+                "prompt_tokens": 1234,
+                "completion_tokens": 56,
+                "cached_tokens": 1000,
+                "reasoning_tokens": 7,
+            },
+        )
+    )
     sink = RecordingSink()
     backend = await make_backend(sink)
     await start_run(backend, "run-u", "hi")
     await finish(sink, "run-u")
     assert sink.of_kind("usage.updated") == [
-        {"input_tokens": 1234, "output_tokens": 56, "cached_input_tokens": 1000, "reasoning_tokens": 7, "model": "test-model"}
+        {
+            "input_tokens": 1234,
+            "output_tokens": 56,
+            "cached_input_tokens": 1000,
+            "reasoning_tokens": 7,
+            "model": "test-model",
+        }
     ]
 
 
 @BOTH_STYLES
 async def test_a_bash_tool_call_runs_in_the_workspace_and_its_output_goes_back_to_the_model(
-    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path, api_style: str
+    make_backend: BackendFactory,
+    model_server: ScriptedOpenAIServer,
+    workspace: Path,
+    api_style: str,
 ) -> None:
-    model_server.add(ToolCallsTurn([ToolCall("bash", {"command": "pwd"}, id="call_pwd")]), TextTurn("In the workspace."))
+    model_server.add(
+        ToolCallsTurn([ToolCall("bash", {"command": "pwd"}, id="call_pwd")]),
+        TextTurn("In the workspace."),
+    )
     sink = RecordingSink()
     backend = await make_backend(sink, tools={"bash": "allow", "read": "allow"})
     await start_run(backend, "run-2", "Where are you?")
@@ -180,7 +228,9 @@ async def test_a_bash_tool_call_runs_in_the_workspace_and_its_output_goes_back_t
         "message.completed",
         "run.completed",
     ]
-    assert sink.of_kind("tool.call.started") == [{"tool_call_id": "call_pwd", "name": "bash", "input": {"command": "pwd"}}]
+    assert sink.of_kind("tool.call.started") == [
+        {"tool_call_id": "call_pwd", "name": "bash", "input": {"command": "pwd"}}
+    ]
     completed = sink.of_kind("tool.call.completed")[0]
     assert completed["tool_call_id"] == "call_pwd"
     assert completed["output"] == str(workspace)
@@ -193,7 +243,10 @@ async def test_a_bash_tool_call_runs_in_the_workspace_and_its_output_goes_back_t
 async def test_chat_completions_carry_the_tools_and_the_call_before_its_result(
     make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path
 ) -> None:
-    model_server.add(ToolCallsTurn([ToolCall("bash", {"command": "pwd"}, id="call_pwd")]), TextTurn("In the workspace."))
+    model_server.add(
+        ToolCallsTurn([ToolCall("bash", {"command": "pwd"}, id="call_pwd")]),
+        TextTurn("In the workspace."),
+    )
     sink = RecordingSink()
     backend = await make_backend(sink, tools={"bash": "allow", "read": "allow"})
     await start_run(backend, "run-2", "Where are you?")
@@ -202,15 +255,24 @@ async def test_chat_completions_carry_the_tools_and_the_call_before_its_result(
     assert sorted(t["function"]["name"] for t in first.body["tools"]) == ["bash", "read"]
     assert second.messages[-2]["role"] == "assistant"
     assert second.messages[-2]["tool_calls"][0]["id"] == "call_pwd"
-    assert second.messages[-1] == {"role": "tool", "tool_call_id": "call_pwd", "content": str(workspace)}
+    assert second.messages[-1] == {
+        "role": "tool",
+        "tool_call_id": "call_pwd",
+        "content": str(workspace),
+    }
 
 
 @BOTH_STYLES
 async def test_an_ask_tool_waits_for_permission_and_runs_when_allowed(
-    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path, api_style: str
+    make_backend: BackendFactory,
+    model_server: ScriptedOpenAIServer,
+    workspace: Path,
+    api_style: str,
 ) -> None:
     model_server.add(
-        ToolCallsTurn([ToolCall("write", {"path": "outputs/hello.txt", "content": "hi"}, id="call_w")]),
+        ToolCallsTurn(
+            [ToolCall("write", {"path": "outputs/hello.txt", "content": "hi"}, id="call_w")]
+        ),
         TextTurn("Written."),
     )
     sink = RecordingSink()
@@ -224,39 +286,61 @@ async def test_an_ask_tool_waits_for_permission_and_runs_when_allowed(
     assert "tool.call.completed" not in sink.kinds()
     assert not (workspace / "outputs/hello.txt").exists()
 
-    resolve = command("permission.resolve", {"request_id": request["request_id"], "decision": "allow_once"})
+    resolve = command(
+        "permission.resolve", {"request_id": request["request_id"], "decision": "allow_once"}
+    )
     await backend.handle_command(resolve)
     assert await finish(sink, "run-3") == "run.completed"
     assert sink.statuses(resolve.command_id) == ["completed"]
-    assert sink.of_kind("permission.resolved") == [{"request_id": request["request_id"], "decision": "allow_once"}]
+    assert sink.of_kind("permission.resolved") == [
+        {"request_id": request["request_id"], "decision": "allow_once"}
+    ]
     assert (workspace / "outputs/hello.txt").read_text() == "hi"
     assert sink.of_kind("tool.call.completed")[0]["is_error"] is False
     assert sink.of_kind("file.changed") == [{"path": "outputs/hello.txt", "change": "created"}]
     kinds = sink.kinds()
-    assert kinds.index("tool.call.started") < kinds.index("permission.requested") < kinds.index("permission.resolved") < kinds.index("tool.call.completed")
+    assert (
+        kinds.index("tool.call.started")
+        < kinds.index("permission.requested")
+        < kinds.index("permission.resolved")
+        < kinds.index("tool.call.completed")
+    )
     assert last_tool_result(sent(model_server, api_style)[1], api_style)[0] == "call_w"
 
 
 @BOTH_STYLES
 async def test_a_rejected_tool_call_is_an_error_result_for_the_model(
-    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path, api_style: str
+    make_backend: BackendFactory,
+    model_server: ScriptedOpenAIServer,
+    workspace: Path,
+    api_style: str,
 ) -> None:
-    model_server.add(ToolCallsTurn([ToolCall("bash", {"command": "touch forbidden"}, id="call_b")]), TextTurn("Understood."))
+    model_server.add(
+        ToolCallsTurn([ToolCall("bash", {"command": "touch forbidden"}, id="call_b")]),
+        TextTurn("Understood."),
+    )
     sink = RecordingSink()
     backend = await make_backend(sink, tools={"bash": "ask"})
     await start_run(backend, "run-4", "Touch it")
     await wait_for(lambda: "permission.requested" in sink.kinds())
     request_id = sink.of_kind("permission.requested")[0]["request_id"]
-    await backend.handle_command(command("permission.resolve", {"request_id": request_id, "decision": "reject_once"}))
+    await backend.handle_command(
+        command("permission.resolve", {"request_id": request_id, "decision": "reject_once"})
+    )
     assert await finish(sink, "run-4") == "run.completed"
 
     assert not (workspace / "forbidden").exists()
     completed = sink.of_kind("tool.call.completed")[0]
     assert (completed["output"], completed["is_error"]) == ("rejected by the user", True)
-    assert last_tool_result(sent(model_server, api_style)[1], api_style) == ("call_b", "rejected by the user")
+    assert last_tool_result(sent(model_server, api_style)[1], api_style) == (
+        "call_b",
+        "rejected by the user",
+    )
 
 
-async def test_permission_answers_for_unknown_requests_or_bad_decisions_fail(make_backend: BackendFactory) -> None:
+async def test_permission_answers_for_unknown_requests_or_bad_decisions_fail(
+    make_backend: BackendFactory,
+) -> None:
     sink = RecordingSink()
     backend = await make_backend(sink)
     unknown = command("permission.resolve", {"request_id": "perm_nope", "decision": "allow_once"})
@@ -268,7 +352,9 @@ async def test_permission_answers_for_unknown_requests_or_bad_decisions_fail(mak
 
 
 @BOTH_STYLES
-async def test_cancel_mid_stream_stops_the_model_stream(make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path) -> None:
+async def test_cancel_mid_stream_stops_the_model_stream(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path
+) -> None:
     model_server.add(TextTurn([f"word{i} " for i in range(100)], delay=0.05))
     sink = RecordingSink()
     backend = await make_backend(sink)
@@ -282,7 +368,9 @@ async def test_cancel_mid_stream_stops_the_model_stream(make_backend: BackendFac
     assert sink.of_kind("run.cancelled") == [{"reason": "stopped by the user"}]
     assert sink.statuses(cancel.command_id) == ["accepted", "completed"]
     assert sink.last_update(cancel.command_id)["result"] == {"cancelled": True}
-    await wait_for(lambda: model_server.streams_aborted == 1, what="the server to see the stream closed")
+    await wait_for(
+        lambda: model_server.streams_aborted == 1, what="the server to see the stream closed"
+    )
     delta_count = len(sink.of_kind("message.delta"))
     await asyncio.sleep(0.2)
     assert len(sink.of_kind("message.delta")) == delta_count < 100
@@ -291,13 +379,22 @@ async def test_cancel_mid_stream_stops_the_model_stream(make_backend: BackendFac
 
 
 @BOTH_STYLES
-async def test_cancel_mid_tool_kills_the_running_command(make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path) -> None:
-    model_server.add(ToolCallsTurn([ToolCall("bash", {"command": "echo $$ > bash.pid; sleep 60"}, id="call_sleep")]))
+async def test_cancel_mid_tool_kills_the_running_command(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path
+) -> None:
+    model_server.add(
+        ToolCallsTurn(
+            [ToolCall("bash", {"command": "echo $$ > bash.pid; sleep 60"}, id="call_sleep")]
+        )
+    )
     sink = RecordingSink()
     backend = await make_backend(sink, tools={"bash": "allow"})
     await start_run(backend, "run-6", "Sleep")
     pid_file = workspace / "bash.pid"
-    await wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "", what="the command to start")
+    await wait_for(
+        lambda: pid_file.exists() and pid_file.read_text().strip() != "",
+        what="the command to start",
+    )
     pid = int(pid_file.read_text())
     started = time.monotonic()
     await backend.handle_command(command("turn.cancel", {"run_id": "run-6"}))
@@ -362,10 +459,18 @@ async def test_the_conversation_persists_in_the_workspace_and_continues_in_a_new
     ]
 
 
-async def test_a_conversation_of_another_session_is_not_reused(make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path) -> None:
+async def test_a_conversation_of_another_session_is_not_reused(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path
+) -> None:
     (workspace / ".mosoo/sessions").mkdir(parents=True)
     (workspace / ".mosoo/sessions/ses_1.json").write_text(
-        json.dumps({"version": 1, "session_id": "ses_other", "messages": [{"role": "user", "content": "secret of another thread"}]})
+        json.dumps(
+            {
+                "version": 1,
+                "session_id": "ses_other",
+                "messages": [{"role": "user", "content": "secret of another thread"}],
+            }
+        )
     )
     model_server.add(TextTurn("fresh"))
     sink = RecordingSink()
@@ -375,7 +480,9 @@ async def test_a_conversation_of_another_session_is_not_reused(make_backend: Bac
     assert model_server.chat_requests[0].messages[1:] == [{"role": "user", "content": "hello"}]
 
 
-async def test_the_loop_stops_at_the_step_limit(make_backend: BackendFactory, model_server: ScriptedOpenAIServer) -> None:
+async def test_the_loop_stops_at_the_step_limit(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer
+) -> None:
     model_server.add(*[ToolCallsTurn([ToolCall("bash", {"command": "true"})]) for _ in range(3)])
     sink = RecordingSink()
     backend = await make_backend(sink, max_steps=2, tools={"bash": "allow"})
@@ -384,12 +491,19 @@ async def test_the_loop_stops_at_the_step_limit(make_backend: BackendFactory, mo
     failure = sink.of_kind("run.failed")[0]
     assert failure["code"] == "tool_loop_limit" and failure["retryable"] is False
     assert len(model_server.chat_requests) == 2
-    assert sink.last_update(command_id) == {"command_id": command_id, "status": "completed", "result": {"run_status": "failed"}, "error": None}
+    assert sink.last_update(command_id) == {
+        "command_id": command_id,
+        "status": "completed",
+        "result": {"run_status": "failed"},
+        "error": None,
+    }
 
 
 @BOTH_STYLES
 @pytest.mark.parametrize(("status", "retryable"), [(400, False), (503, True)])
-async def test_a_model_error_fails_the_run(make_backend: BackendFactory, model_server: ScriptedOpenAIServer, status: int, retryable: bool) -> None:
+async def test_a_model_error_fails_the_run(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, status: int, retryable: bool
+) -> None:
     model_server.add(ErrorTurn(status, "the model refused"))
     sink = RecordingSink()
     backend = await make_backend(sink)
@@ -405,7 +519,12 @@ async def test_unknown_tools_and_broken_arguments_go_back_to_the_model_as_errors
     make_backend: BackendFactory, model_server: ScriptedOpenAIServer
 ) -> None:
     model_server.add(
-        ToolCallsTurn([ToolCall("web_fetch", {"url": "https://example.com"}, id="c1"), ToolCall("bash", "{not json", id="c2")]),
+        ToolCallsTurn(
+            [
+                ToolCall("web_fetch", {"url": "https://example.com"}, id="c1"),
+                ToolCall("bash", "{not json", id="c2"),
+            ]
+        ),
         TextTurn("Sorry."),
     )
     sink = RecordingSink()
@@ -418,7 +537,9 @@ async def test_unknown_tools_and_broken_arguments_go_back_to_the_model_as_errors
     assert sink.of_kind("tool.call.started")[1]["input"] == {"raw_arguments": "{not json"}
 
 
-async def test_a_second_input_while_a_run_is_active_is_refused(make_backend: BackendFactory, model_server: ScriptedOpenAIServer) -> None:
+async def test_a_second_input_while_a_run_is_active_is_refused(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer
+) -> None:
     model_server.add(TextTurn([f"w{i} " for i in range(40)], delay=0.02))
     sink = RecordingSink()
     backend = await make_backend(sink)
@@ -429,12 +550,19 @@ async def test_a_second_input_while_a_run_is_active_is_refused(make_backend: Bac
     await finish(sink, "run-10")
 
 
-async def test_attachments_are_named_in_the_user_message(make_backend: BackendFactory, model_server: ScriptedOpenAIServer) -> None:
+async def test_attachments_are_named_in_the_user_message(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer
+) -> None:
     model_server.add(TextTurn("Seen."))
     sink = RecordingSink()
     backend = await make_backend(sink)
     await start_run(
-        backend, "run-12", "Look at this", attachments=[{"file_id": "file_1", "name": "data.csv", "mime_type": "text/csv", "size": 12}]
+        backend,
+        "run-12",
+        "Look at this",
+        attachments=[
+            {"file_id": "file_1", "name": "data.csv", "mime_type": "text/csv", "size": 12}
+        ],
     )
     await finish(sink, "run-12")
     content = model_server.chat_requests[0].messages[-1]["content"]
@@ -444,18 +572,29 @@ async def test_attachments_are_named_in_the_user_message(make_backend: BackendFa
 
 async def test_an_unsupported_runtime_refuses_each_input_clearly(workspace: Path) -> None:
     sink = RecordingSink()
-    backend = create_backend("claude", make_spec(workspace, runtime="claude"), sink, gateway_url="http://127.0.0.1:9/gateway")
+    backend = create_backend(
+        "claude",
+        make_spec(workspace, runtime="claude"),
+        sink,
+        gateway_url="http://127.0.0.1:9/gateway",
+    )
     assert backend.capabilities == ()
     await backend.start()
     cmd = command("input.start", {"run_id": "run-13", "text": "hi"})
     await backend.handle_command(cmd)
     assert sink.kinds() == ["run.failed"]
     failure = sink.of_kind("run.failed")[0]
-    assert failure["code"] == "runtime_unsupported" and "'claude'" in failure["message"] and failure["retryable"] is False
+    assert (
+        failure["code"] == "runtime_unsupported"
+        and "'claude'" in failure["message"]
+        and failure["retryable"] is False
+    )
     assert sink.statuses(cmd.command_id) == ["failed"]
 
 
-async def test_session_stop_cancels_the_active_run_and_sets_stopped(make_backend: BackendFactory, model_server: ScriptedOpenAIServer) -> None:
+async def test_session_stop_cancels_the_active_run_and_sets_stopped(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer
+) -> None:
     model_server.add(TextTurn([f"w{i} " for i in range(100)], delay=0.05))
     sink = RecordingSink()
     backend = await make_backend(sink)
@@ -494,9 +633,14 @@ def _alive(pid: int) -> bool:
 
 @BOTH_STYLES
 async def test_a_stream_cut_mid_answer_is_retried_as_a_new_message(
-    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path, api_style: str
+    make_backend: BackendFactory,
+    model_server: ScriptedOpenAIServer,
+    workspace: Path,
+    api_style: str,
 ) -> None:
-    model_server.add(TextTurn(["Hel", "lo", " wor", "ld"], drop_after=2), TextTurn(["Hello", " world"]))
+    model_server.add(
+        TextTurn(["Hel", "lo", " wor", "ld"], drop_after=2), TextTurn(["Hello", " world"])
+    )
     sink = RecordingSink()
     backend = await make_backend(sink, retry_initial_delay=0.05)
     command_id = await start_run(backend, "run-r1", "Say hello")
@@ -521,7 +665,9 @@ async def test_a_stream_cut_mid_answer_is_retried_as_a_new_message(
     assert interrupted == {"message_id": first["message_id"], "text": "Hello", "interrupted": True}
     assert completed == {"message_id": second["message_id"], "text": "Hello world"}
     deltas = sink.of_kind("message.delta")
-    assert [d["message_id"] for d in deltas] == [first["message_id"]] * 2 + [second["message_id"]] * 2
+    assert [d["message_id"] for d in deltas] == [first["message_id"]] * 2 + [
+        second["message_id"]
+    ] * 2
     assert sink.of_kind("run.completed") == [{"final_text": "Hello world"}]
     assert sink.last_update(command_id)["result"] == {"run_status": "completed"}
     assert model_server.streams_aborted == 1
@@ -530,7 +676,10 @@ async def test_a_stream_cut_mid_answer_is_retried_as_a_new_message(
     first_request, second_request = sent(model_server, api_style)
     assert conversation(second_request, api_style) == conversation(first_request, api_style)
     saved = json.loads((workspace / ".mosoo/sessions/ses_1.json").read_text())["messages"]
-    assert saved == [{"role": "user", "content": "Say hello"}, {"role": "assistant", "content": "Hello world"}]
+    assert saved == [
+        {"role": "user", "content": "Say hello"},
+        {"role": "assistant", "content": "Hello world"},
+    ]
 
 
 async def test_the_forwarders_502_while_control_is_down_is_retried(
@@ -544,10 +693,14 @@ async def test_the_forwarders_502_while_control_is_down_is_retried(
     assert await finish(sink, "run-r2") == "run.completed"
     assert len(model_server.chat_requests) == 3
     assert "message.completed" in sink.kinds()
-    assert all(not p.get("interrupted") for p in sink.of_kind("message.completed"))  # nothing was streamed before
+    assert all(
+        not p.get("interrupted") for p in sink.of_kind("message.completed")
+    )  # nothing was streamed before
 
 
-async def test_another_502_is_not_retried(make_backend: BackendFactory, model_server: ScriptedOpenAIServer) -> None:
+async def test_another_502_is_not_retried(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer
+) -> None:
     model_server.add(ErrorTurn(502, "bad gateway upstream"), TextTurn("never"))
     sink = RecordingSink()
     backend = await make_backend(sink, retry_initial_delay=0.05)
@@ -561,8 +714,13 @@ async def test_a_model_gateway_that_stays_unreachable_fails_the_run_after_the_bu
 ) -> None:
     sink = RecordingSink()
     backend = OpenAIBackend(
-        make_spec(workspace), sink, model_base_url=f"http://127.0.0.1:{_closed_port()}/v1", max_retries=0,
-        retry_budget=1.0, retry_initial_delay=0.05, retry_max_delay=0.2,
+        make_spec(workspace),
+        sink,
+        model_base_url=f"http://127.0.0.1:{_closed_port()}/v1",
+        max_retries=0,
+        retry_budget=1.0,
+        retry_initial_delay=0.05,
+        retry_max_delay=0.2,
     )
     await backend.start()
     try:
@@ -580,7 +738,9 @@ async def test_a_model_gateway_that_stays_unreachable_fails_the_run_after_the_bu
     assert sink.last_update(command_id)["result"] == {"run_status": "failed"}
 
 
-async def test_cancel_interrupts_the_backoff_at_once(make_backend: BackendFactory, model_server: ScriptedOpenAIServer) -> None:
+async def test_cancel_interrupts_the_backoff_at_once(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer
+) -> None:
     model_server.add(TextTurn(["partial ", "answer ", "never ", "finished"], drop_after=1))
     sink = RecordingSink()
     backend = await make_backend(sink, retry_initial_delay=30.0)  # the first wait is long
@@ -595,7 +755,11 @@ async def test_cancel_interrupts_the_backoff_at_once(make_backend: BackendFactor
     assert sink.last_update(cancel.command_id)["result"] == {"cancelled": True}
     assert len(model_server.chat_requests) == 1  # no attempt after the cancel
     assert sink.of_kind("message.completed") == [
-        {"message_id": sink.of_kind("message.started")[0]["message_id"], "text": "partial ", "interrupted": True}
+        {
+            "message_id": sink.of_kind("message.started")[0]["message_id"],
+            "text": "partial ",
+            "interrupted": True,
+        }
     ]
 
 

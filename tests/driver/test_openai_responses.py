@@ -28,12 +28,24 @@ BackendFactory = Callable[..., Any]
 
 
 @pytest.fixture
-async def make_backend(workspace: Path, model_server: ScriptedOpenAIServer) -> AsyncIterator[BackendFactory]:
+async def make_backend(
+    workspace: Path, model_server: ScriptedOpenAIServer
+) -> AsyncIterator[BackendFactory]:
     started: list[OpenAIBackend] = []
 
-    async def factory(sink: RecordingSink, *, api_style: str = "responses", **spec_overrides: Any) -> OpenAIBackend:
-        spec = make_spec(workspace, gateway=GatewayGrant(grant=GRANT, api_style=api_style), **spec_overrides)  # type: ignore[arg-type]
-        backend = OpenAIBackend(spec, sink, model_base_url=model_server.base_url, max_retries=0, retry_initial_delay=0.05)
+    async def factory(
+        sink: RecordingSink, *, api_style: str = "responses", **spec_overrides: Any
+    ) -> OpenAIBackend:
+        spec = make_spec(
+            workspace, gateway=GatewayGrant(grant=GRANT, api_style=api_style), **spec_overrides
+        )  # type: ignore[arg-type]
+        backend = OpenAIBackend(
+            spec,
+            sink,
+            model_base_url=model_server.base_url,
+            max_retries=0,
+            retry_initial_delay=0.05,
+        )
         await backend.start()
         started.append(backend)
         return backend
@@ -50,7 +62,9 @@ async def start_run(backend: OpenAIBackend, run_id: str, text: str) -> str:
 
 
 async def finish(sink: RecordingSink, run_id: str, timeout: float = 10.0) -> str:
-    await wait_for(lambda: any(k in TERMINAL for k in sink.kinds(run_id)), timeout, f"the end of {run_id}")
+    await wait_for(
+        lambda: any(k in TERMINAL for k in sink.kinds(run_id)), timeout, f"the end of {run_id}"
+    )
     return next(k for k in sink.kinds(run_id) if k in TERMINAL)
 
 
@@ -63,7 +77,13 @@ async def test_the_request_carries_instructions_input_and_translated_options(
 ) -> None:
     model_server.add(TextTurn(["Hel", "lo", " world"], reasoning=["Let me ", "think."]))
     sink = RecordingSink()
-    options = {"temperature": 0.2, "max_tokens": 300, "reasoning_effort": "low", "seed": 7, "stop": ["x"]}
+    options = {
+        "temperature": 0.2,
+        "max_tokens": 300,
+        "reasoning_effort": "low",
+        "seed": 7,
+        "stop": ["x"],
+    }
     backend = await make_backend(sink, provider_options=options)
     await start_run(backend, "run-1", "Say hello")
     assert await finish(sink, "run-1") == "run.completed"
@@ -75,14 +95,29 @@ async def test_the_request_carries_instructions_input_and_translated_options(
     assert body["instructions"].startswith("You are a careful test agent.")
     assert body["input"] == [{"role": "user", "content": "Say hello"}]
     # Chat Completions names are translated; what the Responses API lacks is not sent.
-    assert (body["temperature"], body["max_output_tokens"], body["reasoning"]) == (0.2, 300, {"effort": "low"})
-    assert not {"messages", "stream_options", "max_tokens", "reasoning_effort", "seed", "stop", "tools"} & set(body)
+    assert (body["temperature"], body["max_output_tokens"], body["reasoning"]) == (
+        0.2,
+        300,
+        {"effort": "low"},
+    )
+    assert not {
+        "messages",
+        "stream_options",
+        "max_tokens",
+        "reasoning_effort",
+        "seed",
+        "stop",
+        "tools",
+    } & set(body)
 
 
 async def test_a_bash_call_round_trips_as_function_call_and_function_call_output(
     make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path
 ) -> None:
-    model_server.add(ToolCallsTurn([ToolCall("bash", {"command": "pwd"}, id="call_pwd")]), TextTurn("In the workspace."))
+    model_server.add(
+        ToolCallsTurn([ToolCall("bash", {"command": "pwd"}, id="call_pwd")]),
+        TextTurn("In the workspace."),
+    )
     sink = RecordingSink()
     backend = await make_backend(sink, tools={"bash": "allow", "read": "allow"})
     await start_run(backend, "run-2", "Where are you?")
@@ -94,7 +129,12 @@ async def test_a_bash_call_round_trips_as_function_call_and_function_call_output
     assert tools["bash"]["parameters"]["properties"]["command"]["type"] == "string"
     assert second.input == [
         {"role": "user", "content": "Where are you?"},
-        {"type": "function_call", "call_id": "call_pwd", "name": "bash", "arguments": json.dumps({"command": "pwd"})},
+        {
+            "type": "function_call",
+            "call_id": "call_pwd",
+            "name": "bash",
+            "arguments": json.dumps({"command": "pwd"}),
+        },
         {"type": "function_call_output", "call_id": "call_pwd", "output": str(workspace)},
     ]
 
@@ -113,15 +153,27 @@ async def test_the_conversation_persists_and_continues_as_input_items(
     assert await finish(first_sink, "run-a") == "run.completed"
     await first.close()
     # Saved in the one format both APIs share (Chat Completions messages).
-    assert [m["role"] for m in saved_messages(workspace)] == ["user", "assistant", "tool", "assistant"]
+    assert [m["role"] for m in saved_messages(workspace)] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
 
     second_sink = RecordingSink()
-    second = await make_backend(second_sink, tools={"bash": "allow"})  # a new container on the restored workspace
+    second = await make_backend(
+        second_sink, tools={"bash": "allow"}
+    )  # a new container on the restored workspace
     await start_run(second, "run-b", "What did I ask?")
     assert await finish(second_sink, "run-b") == "run.completed"
     assert model_server.responses_requests[2].input == [
         {"role": "user", "content": "What is the answer?"},
-        {"type": "function_call", "call_id": "call_echo", "name": "bash", "arguments": json.dumps({"command": "echo 42"})},
+        {
+            "type": "function_call",
+            "call_id": "call_echo",
+            "name": "bash",
+            "arguments": json.dumps({"command": "echo 42"}),
+        },
         {"type": "function_call_output", "call_id": "call_echo", "output": "42"},
         {"role": "assistant", "content": "The answer is 42."},
         {"role": "user", "content": "What did I ask?"},
@@ -153,13 +205,26 @@ async def test_a_chat_completions_conversation_continues_over_the_responses_api(
 @pytest.mark.parametrize(
     ("turn", "retryable", "detail"),
     [
-        (FailedTurn("the model fell over", code="server_error", text=["Half an ", "answer"]), True, "the model fell over (server_error)"),
-        (FailedTurn("bad prompt", code="invalid_prompt", event="error"), False, "bad prompt (invalid_prompt)"),
+        (
+            FailedTurn("the model fell over", code="server_error", text=["Half an ", "answer"]),
+            True,
+            "the model fell over (server_error)",
+        ),
+        (
+            FailedTurn("bad prompt", code="invalid_prompt", event="error"),
+            False,
+            "bad prompt (invalid_prompt)",
+        ),
     ],
     ids=["response.failed", "error"],
 )
 async def test_a_failed_response_fails_the_run_with_model_error(
-    make_backend: BackendFactory, model_server: ScriptedOpenAIServer, workspace: Path, turn: FailedTurn, retryable: bool, detail: str
+    make_backend: BackendFactory,
+    model_server: ScriptedOpenAIServer,
+    workspace: Path,
+    turn: FailedTurn,
+    retryable: bool,
+    detail: str,
 ) -> None:
     model_server.add(turn)
     sink = RecordingSink()
@@ -174,5 +239,3 @@ async def test_a_failed_response_fails_the_run_with_model_error(
     if turn.text:  # what was streamed is closed as interrupted and kept out of the conversation
         assert sink.of_kind("message.completed")[0]["interrupted"] is True
     assert saved_messages(workspace) == [{"role": "user", "content": "hi"}]
-
-

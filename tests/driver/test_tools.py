@@ -18,7 +18,9 @@ TOOLS = builtin_tools()
 def context(tmp_path: Path) -> ToolContext:
     workspace = tmp_path / "workspace"
     workspace.mkdir()
-    return ToolContext(workspace=workspace, environment={"MOSOO_TEST_GREETING": "hello from the spec"})
+    return ToolContext(
+        workspace=workspace, environment={"MOSOO_TEST_GREETING": "hello from the spec"}
+    )
 
 
 async def run(name: str, context: ToolContext, **arguments: object) -> tuple[str, bool]:
@@ -39,7 +41,9 @@ def test_every_tool_has_a_function_schema() -> None:
 # --- read ------------------------------------------------------------------------------------
 
 
-async def test_read_numbers_lines_and_resolves_relative_paths_in_the_workspace(context: ToolContext) -> None:
+async def test_read_numbers_lines_and_resolves_relative_paths_in_the_workspace(
+    context: ToolContext,
+) -> None:
     (context.workspace / "notes.txt").write_text("alpha\nbeta\ngamma\n")
     output, is_error = await run("read", context, path="notes.txt")
     assert not is_error
@@ -48,7 +52,9 @@ async def test_read_numbers_lines_and_resolves_relative_paths_in_the_workspace(c
 
 async def test_read_with_offset_and_limit_says_how_to_continue(context: ToolContext) -> None:
     (context.workspace / "n.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
-    output, is_error = await run("read", context, path=str(context.workspace / "n.txt"), offset=3, limit=2)
+    output, is_error = await run(
+        "read", context, path=str(context.workspace / "n.txt"), offset=3, limit=2
+    )
     assert not is_error
     assert output.splitlines()[:2] == ["     3\tline 3", "     4\tline 4"]
     assert "6 more lines" in output and "offset=5" in output
@@ -65,7 +71,9 @@ async def test_read_with_offset_and_limit_says_how_to_continue(context: ToolCont
         ("text", {"path": "t.txt", "limit": "ten"}, "`limit` must be an integer"),
     ],
 )
-async def test_read_errors_are_clear(context: ToolContext, setup: str | None, arguments: dict[str, object], message: str) -> None:
+async def test_read_errors_are_clear(
+    context: ToolContext, setup: str | None, arguments: dict[str, object], message: str
+) -> None:
     if setup == "dir":
         (context.workspace / "sub").mkdir()
     elif setup == "binary":
@@ -80,8 +88,12 @@ async def test_read_errors_are_clear(context: ToolContext, setup: str | None, ar
 # --- write -----------------------------------------------------------------------------------
 
 
-async def test_write_creates_parent_directories_and_reports_the_change(context: ToolContext) -> None:
-    result = await TOOLS["write"].run({"path": "outputs/deep/report.md", "content": "# Report\n"}, context)
+async def test_write_creates_parent_directories_and_reports_the_change(
+    context: ToolContext,
+) -> None:
+    result = await TOOLS["write"].run(
+        {"path": "outputs/deep/report.md", "content": "# Report\n"}, context
+    )
     assert not result.is_error
     assert (context.workspace / "outputs/deep/report.md").read_text() == "# Report\n"
     assert result.changed_files == [("outputs/deep/report.md", "created")]
@@ -104,19 +116,27 @@ async def test_write_refuses_a_directory_and_missing_content(context: ToolContex
 async def test_edit_replaces_a_unique_string(context: ToolContext) -> None:
     target = context.workspace / "app.py"
     target.write_text("def greet():\n    return 'hi'\n")
-    output, is_error = await run("edit", context, path="app.py", old_string="'hi'", new_string="'hello'")
+    output, is_error = await run(
+        "edit", context, path="app.py", old_string="'hi'", new_string="'hello'"
+    )
     assert not is_error, output
     assert target.read_text() == "def greet():\n    return 'hello'\n"
 
 
-async def test_edit_refuses_a_string_that_is_not_unique_unless_replace_all(context: ToolContext) -> None:
+async def test_edit_refuses_a_string_that_is_not_unique_unless_replace_all(
+    context: ToolContext,
+) -> None:
     target = context.workspace / "a.txt"
     target.write_text("x = 1\nx = 1\n")
-    output, is_error = await run("edit", context, path="a.txt", old_string="x = 1", new_string="x = 2")
+    output, is_error = await run(
+        "edit", context, path="a.txt", old_string="x = 1", new_string="x = 2"
+    )
     assert is_error and "occurs 2 times" in output
     assert target.read_text() == "x = 1\nx = 1\n"
 
-    output, is_error = await run("edit", context, path="a.txt", old_string="x = 1", new_string="x = 2", replace_all=True)
+    output, is_error = await run(
+        "edit", context, path="a.txt", old_string="x = 1", new_string="x = 2", replace_all=True
+    )
     assert not is_error and "Replaced 2 occurrences" in output
     assert target.read_text() == "x = 2\nx = 2\n"
 
@@ -130,7 +150,9 @@ async def test_edit_refuses_a_string_that_is_not_unique_unless_replace_all(conte
         ({"path": "a.txt", "old_string": "", "new_string": "b"}, "must not be empty"),
     ],
 )
-async def test_edit_errors_are_clear(context: ToolContext, arguments: dict[str, object], message: str) -> None:
+async def test_edit_errors_are_clear(
+    context: ToolContext, arguments: dict[str, object], message: str
+) -> None:
     (context.workspace / "a.txt").write_text("same text\n")
     output, is_error = await run("edit", context, **arguments)
     assert is_error
@@ -141,8 +163,17 @@ async def test_edit_errors_are_clear(context: ToolContext, arguments: dict[str, 
 # --- glob and grep ---------------------------------------------------------------------------
 
 
-async def test_glob_finds_nested_files_relative_to_the_workspace_and_skips_noise(context: ToolContext) -> None:
-    for name in ["src/a.py", "src/pkg/b.py", "src/c.txt", "top.py", ".git/hook.py", "node_modules/x/y.py"]:
+async def test_glob_finds_nested_files_relative_to_the_workspace_and_skips_noise(
+    context: ToolContext,
+) -> None:
+    for name in [
+        "src/a.py",
+        "src/pkg/b.py",
+        "src/c.txt",
+        "top.py",
+        ".git/hook.py",
+        "node_modules/x/y.py",
+    ]:
         path = context.workspace / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("pass\n")
@@ -186,7 +217,9 @@ async def test_grep_reports_a_bad_regex_and_no_matches(context: ToolContext) -> 
 
 
 async def test_bash_runs_in_the_workspace_with_the_spec_environment(context: ToolContext) -> None:
-    output, is_error = await run("bash", context, command="pwd; echo $MOSOO_TEST_GREETING; echo oops >&2")
+    output, is_error = await run(
+        "bash", context, command="pwd; echo $MOSOO_TEST_GREETING; echo oops >&2"
+    )
     assert not is_error
     assert output.splitlines() == [str(context.workspace), "hello from the spec", "oops"]
 
@@ -199,14 +232,18 @@ async def test_bash_reports_a_failing_exit_code_as_an_error(context: ToolContext
 
 async def test_bash_kills_a_command_that_times_out(context: ToolContext) -> None:
     started = time.monotonic()
-    output, is_error = await run("bash", context, command="echo started; sleep 30", timeout_seconds=1)
+    output, is_error = await run(
+        "bash", context, command="echo started; sleep 30", timeout_seconds=1
+    )
     assert time.monotonic() - started < 5
     assert is_error
     assert "started" in output and "timed out after 1 s" in output
 
 
 async def test_bash_caps_long_output_and_says_so(context: ToolContext) -> None:
-    output, is_error = await run("bash", context, command="head -c 200000 /dev/zero | tr '\\0' 'a'; echo; echo THE-END")
+    output, is_error = await run(
+        "bash", context, command="head -c 200000 /dev/zero | tr '\\0' 'a'; echo; echo THE-END"
+    )
     assert not is_error
     assert len(output) <= MAX_TOOL_OUTPUT_CHARS
     assert "output truncated" in output

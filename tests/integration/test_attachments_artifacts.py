@@ -61,9 +61,17 @@ def _owner(db: Session, email: str = "files-it@example.com") -> Owner:
     return Owner(account.id, app_id, agent.id)
 
 
-def _upload(db: Session, owner: Owner, data: bytes, name: str, session_id: str | None = None) -> files.FileView:
+def _upload(
+    db: Session, owner: Owner, data: bytes, name: str, session_id: str | None = None
+) -> files.FileView:
     return files.upload_file(
-        db, owner.account_id, owner.app_id, owner.agent_id, io.BytesIO(data), name, session_id=session_id
+        db,
+        owner.account_id,
+        owner.app_id,
+        owner.agent_id,
+        io.BytesIO(data),
+        name,
+        session_id=session_id,
     )
 
 
@@ -89,25 +97,35 @@ def s3_endpoint() -> Iterator[str]:
 
 
 @pytest.fixture(params=["filesystem", "s3"])
-def store_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+def store_kind(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> str:
     if request.param == "s3":
         endpoint = request.getfixturevalue("s3_endpoint")
         bucket = f"mosoo-files-{tmp_path.name.lower().replace('_', '-')[:30]}"
         settings = {
-            "MOSOO_S3_BUCKET": bucket, "MOSOO_S3_ENDPOINT_URL": endpoint, "MOSOO_S3_REGION": "us-east-1",
-            "MOSOO_S3_ACCESS_KEY_ID": "test", "MOSOO_S3_SECRET_ACCESS_KEY": "test",
+            "MOSOO_S3_BUCKET": bucket,
+            "MOSOO_S3_ENDPOINT_URL": endpoint,
+            "MOSOO_S3_REGION": "us-east-1",
+            "MOSOO_S3_ACCESS_KEY_ID": "test",
+            "MOSOO_S3_SECRET_ACCESS_KEY": "test",
         }
         for key, value in settings.items():
             monkeypatch.setenv(key, value)
         reset_settings_cache()
         boto3.client(
-            "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="test",
             aws_secret_access_key="test",
         ).create_bucket(Bucket=bucket)
     return str(request.param)
 
 
-def test_deleting_a_threads_files_removes_its_objects_from_the_store(db: Session, store_kind: str) -> None:
+def test_deleting_a_threads_files_removes_its_objects_from_the_store(
+    db: Session, store_kind: str
+) -> None:
     store = get_store()
     assert type(store).__name__ == {"filesystem": "FilesystemStore", "s3": "S3Store"}[store_kind]
     owner = _owner(db)
@@ -129,7 +147,9 @@ def test_deleting_a_threads_files_removes_its_objects_from_the_store(db: Session
     assert not store.exists(key_of[mine.id])
     assert store.exists(key_of[shared.id])  # the other thread's copy still uses it
 
-    files.delete_file(db, owner.account_id, files.list_thread_files(db, owner.account_id, other_thread)[0].id)
+    files.delete_file(
+        db, owner.account_id, files.list_thread_files(db, owner.account_id, other_thread)[0].id
+    )
     db.commit()
     assert not store.exists(key_of[shared.id])
 
@@ -150,7 +170,9 @@ def host_tmp() -> Iterator[Path]:
 def backend(request: pytest.FixtureRequest, host_tmp: Path) -> SandboxBackend:
     if request.param == "docker":
         client = docker.from_env(timeout=600)
-        image = ensure_sandbox_image(client, base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", ""))
+        image = ensure_sandbox_image(
+            client, base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", "")
+        )
         return DockerBackend(client, image=image, attachments_root=host_tmp / "docker-attachments")
     runtime = ensure_process_runtime(ROOT / "data" / "sandbox-runtime")
     return ProcessBackend(host_tmp / "sandboxes", runtime_dir=runtime)
@@ -158,7 +180,11 @@ def backend(request: pytest.FixtureRequest, host_tmp: Path) -> SandboxBackend:
 
 @pytest.fixture
 def sandbox(backend: SandboxBackend) -> Iterator[SandboxRef]:
-    ref = backend.create(SandboxSpec(subject="session:files-test", app_id="app_files_test", labels={"mosoo.test": "1"}))
+    ref = backend.create(
+        SandboxSpec(
+            subject="session:files-test", app_id="app_files_test", labels={"mosoo.test": "1"}
+        )
+    )
     yield ref
     backend.remove(ref)
 
@@ -175,18 +201,31 @@ def test_attachments_are_delivered_read_only_and_removed(
         owner = _owner(db)
         thread_id = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id).id
         report = _upload(db, owner, b"a,b\n1,2\n", "report.csv")
-        odd = _upload(db, owner, b"odd", "it's a \"name\" $(x).txt")
-        run_id = sessions.send_message(db, owner.account_id, thread_id, "read", file_ids=[report.id, odd.id]).run.id
+        odd = _upload(db, owner, b"odd", 'it\'s a "name" $(x).txt')
+        run_id = sessions.send_message(
+            db, owner.account_id, thread_id, "read", file_ids=[report.id, odd.id]
+        ).run.id
         db.commit()
 
     manifest = files.deliver_attachments(backend, sandbox, run_id)
     path = f"/mnt/attachments/{report.id}/report.csv"
-    assert manifest[0] == {"file_id": report.id, "name": "report.csv", "mime_type": "text/csv", "size": 8, "path": path}
+    assert manifest[0] == {
+        "file_id": report.id,
+        "name": "report.csv",
+        "mime_type": "text/csv",
+        "size": 8,
+        "path": path,
+    }
     assert _sh(backend, sandbox, f"cat {path}") == (0, "a,b\n1,2\n")
     assert backend.exec(sandbox, ["cat", manifest[1]["path"]]).stdout_text == "odd"
     for attempt in (
-        f"echo x >> {path}", f"rm -f {path}", f"rm -rf /mnt/attachments/{report.id}", f"chmod 666 {path}",
-        f"mv {path} /tmp/x", f"touch /mnt/attachments/{report.id}/new", "touch /mnt/attachments/new",
+        f"echo x >> {path}",
+        f"rm -f {path}",
+        f"rm -rf /mnt/attachments/{report.id}",
+        f"chmod 666 {path}",
+        f"mv {path} /tmp/x",
+        f"touch /mnt/attachments/{report.id}/new",
+        "touch /mnt/attachments/new",
     ):
         assert _sh(backend, sandbox, attempt)[0] != 0, attempt
     assert _sh(backend, sandbox, f"cat {path}") == (0, "a,b\n1,2\n")
@@ -205,13 +244,19 @@ def test_a_shared_sandbox_drops_attachments_of_runs_that_are_over(
         busy_thread = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id).id
         old = _upload(db, owner, b"old", "old.txt")
         new = _upload(db, owner, b"new", "new.txt")
-        done_run = sessions.send_message(db, owner.account_id, done_thread, "a", file_ids=[old.id]).run.id
-        busy_run = sessions.send_message(db, owner.account_id, busy_thread, "b", file_ids=[new.id]).run.id
+        done_run = sessions.send_message(
+            db, owner.account_id, done_thread, "a", file_ids=[old.id]
+        ).run.id
+        busy_run = sessions.send_message(
+            db, owner.account_id, busy_thread, "b", file_ids=[new.id]
+        ).run.id
         db.commit()
     files.deliver_attachments(backend, sandbox, done_run)
     files.deliver_attachments(backend, sandbox, busy_run)
     with Session(engine) as db:
-        driver_plane.finish_run(db, db.get(SessionRun, done_run), "failed", code="driver_lost", message="gone")  # type: ignore[arg-type]
+        driver_plane.finish_run(
+            db, db.get(SessionRun, done_run), "failed", code="driver_lost", message="gone"
+        )  # type: ignore[arg-type]
         db.commit()
     assert files.remove_stale_attachments(backend, sandbox) == 1
     assert _sh(backend, sandbox, "ls /mnt/attachments") == (0, f"{new.id}\n")
@@ -239,7 +284,9 @@ def test_outputs_become_artifacts_once_and_again_when_changed(
     assert _sh(backend, sandbox, script)[0] == 0
     recorded = record_run_outputs(backend, sandbox, run_id)
     assert sorted((f.path, f.name, f.size) for f in recorded) == [
-        ("empty.txt", "empty.txt", 0), ("sub/data.csv", "data.csv", 3), ("summary.md", "summary.md", 10),
+        ("empty.txt", "empty.txt", 0),
+        ("sub/data.csv", "data.csv", 3),
+        ("summary.md", "summary.md", 10),
     ]
     assert {f.kind for f in recorded} == {"artifact"} and {f.run_id for f in recorded} == {run_id}
     summary = next(f for f in recorded if f.path == "summary.md")
@@ -249,7 +296,11 @@ def test_outputs_become_artifacts_once_and_again_when_changed(
         assert b"".join(files.iter_chunks(handle)) == b"# Summary\n"
     (event,) = _events(engine, thread_id, "session_files.updated")
     assert event.run_id == run_id and event.payload["run_id"] == run_id
-    assert sorted(f["path"] for f in event.payload["files"]) == ["empty.txt", "sub/data.csv", "summary.md"]
+    assert sorted(f["path"] for f in event.payload["files"]) == [
+        "empty.txt",
+        "sub/data.csv",
+        "summary.md",
+    ]
     streamed: list[tuple[bytes, dict[bytes, bytes]]] = redis.Redis(db=REDIS_DB).xrange(  # type: ignore[assignment]
         streams.events_stream(thread_id)
     )
@@ -299,32 +350,62 @@ def test_a_pet_agent_reads_its_attachment_cannot_change_it_and_its_output_become
         thread_id = new_thread(stack.engine, owner)
         with Session(stack.engine, expire_on_commit=False) as db:
             notes = files.upload_file(
-                db, owner.account_id, owner.app_id, owner.agent_id, io.BytesIO(b"Mosoo ships files.\n"), "notes.txt",
-                "text/plain", session_id=thread_id,
+                db,
+                owner.account_id,
+                owner.app_id,
+                owner.agent_id,
+                io.BytesIO(b"Mosoo ships files.\n"),
+                "notes.txt",
+                "text/plain",
+                session_id=thread_id,
             )
             db.commit()
         path = f"/mnt/attachments/{notes.id}/notes.txt"
         stack.model.add(
             ToolCallsTurn([ToolCall("bash", {"command": f"cat {path}"}, id="call_cat")]),
-            ToolCallsTurn([ToolCall("bash", {"command": (
-                f"(echo tamper >> {path}) 2>/dev/null && echo WRITE_OK || echo WRITE_DENIED; "
-                f"rm -f {path} 2>/dev/null && echo RM_OK || echo RM_DENIED"
-            )}, id="call_tamper")]),
-            ToolCallsTurn([ToolCall("bash", {"command": (
-                f"mkdir -p outputs && {{ echo '# Summary'; cat {path}; }} > outputs/summary.md && echo written"
-            )}, id="call_write")]),
+            ToolCallsTurn(
+                [
+                    ToolCall(
+                        "bash",
+                        {
+                            "command": (
+                                f"(echo tamper >> {path}) 2>/dev/null && echo WRITE_OK || echo WRITE_DENIED; "
+                                f"rm -f {path} 2>/dev/null && echo RM_OK || echo RM_DENIED"
+                            )
+                        },
+                        id="call_tamper",
+                    )
+                ]
+            ),
+            ToolCallsTurn(
+                [
+                    ToolCall(
+                        "bash",
+                        {
+                            "command": (
+                                f"mkdir -p outputs && {{ echo '# Summary'; cat {path}; }} > outputs/summary.md && echo written"
+                            )
+                        },
+                        id="call_write",
+                    )
+                ]
+            ),
             TextTurn("Summarised into outputs/summary.md."),
         )
 
         with Session(stack.engine) as db:
-            sent = sessions.send_message(db, owner.account_id, thread_id, "summarise the file", file_ids=[notes.id])
+            sent = sessions.send_message(
+                db, owner.account_id, thread_id, "summarise the file", file_ids=[notes.id]
+            )
             db.commit()
         streams.publish_events(sent.events)
         enqueue_run_dispatch(sent.run.id)
         run = wait_run(stack.engine, sent.run.id)
         assert run.status == "completed", (run.error_code, run.error_message)
 
-        texts = [e.payload["output"] for e in _events(stack.engine, thread_id, "tool.use.completed")]
+        texts = [
+            e.payload["output"] for e in _events(stack.engine, thread_id, "tool.use.completed")
+        ]
         assert texts[0].strip() == "Mosoo ships files.", texts
         assert "WRITE_DENIED" in texts[1] and "RM_DENIED" in texts[1], texts
         assert texts[2].strip() == "written", texts
@@ -332,31 +413,46 @@ def test_a_pet_agent_reads_its_attachment_cannot_change_it_and_its_output_become
         first_request = stack.model.chat_requests[0].messages
         assert any(path in str(m.get("content")) for m in first_request if m.get("role") == "user")
 
-        wait_for(lambda: bool(_events(stack.engine, thread_id, "session_files.updated")), 60, "the artifacts to be recorded")
+        wait_for(
+            lambda: bool(_events(stack.engine, thread_id, "session_files.updated")),
+            60,
+            "the artifacts to be recorded",
+        )
         (event,) = _events(stack.engine, thread_id, "session_files.updated")
         assert [f["path"] for f in event.payload["files"]] == ["summary.md"]
         with Session(stack.engine) as db:
             artifact = files.list_files(db, owner.account_id, owner.app_id, kind="artifact")
-            assert [(f.path, f.run_id, f.session_id) for f in artifact] == [("summary.md", run.id, thread_id)]
+            assert [(f.path, f.run_id, f.session_id) for f in artifact] == [
+                ("summary.md", run.id, thread_id)
+            ]
             _, handle = files.open_file(db, owner.account_id, artifact[0].id)
             assert b"".join(files.iter_chunks(handle)) == b"# Summary\nMosoo ships files.\n"
         assert event.payload["files"][0]["id"] == artifact[0].id
 
         # The Pet sandbox stays, without the attachment of the finished message.
         backend = get_backend()
-        (pet,) = backend.list_by_label({LABEL_SUBJECT: f"agent:{owner.agent_id}", **installation_label()})
+        (pet,) = backend.list_by_label(
+            {LABEL_SUBJECT: f"agent:{owner.agent_id}", **installation_label()}
+        )
         gone = backend.exec(pet, ["sh", "-c", f"test -e {path} || echo gone"], timeout=30)
         assert gone.stdout_text == "gone\n"
         assert backend.exec(pet, ["cat", "/workspace/outputs/summary.md"]).exit_code == 0
 
         # And it can no longer be named on another thread.
         other = new_thread(stack.engine, owner)
-        with Session(stack.engine) as db, pytest.raises(InvalidInput, match="belongs to another thread"):
+        with (
+            Session(stack.engine) as db,
+            pytest.raises(InvalidInput, match="belongs to another thread"),
+        ):
             sessions.send_message(db, owner.account_id, other, "use it", file_ids=[notes.id])
 
 
 def test_removing_a_sandbox_removes_its_attachments_folder(backend: SandboxBackend) -> None:
-    ref = backend.create(SandboxSpec(subject="session:files-test", app_id="app_files_test", labels={"mosoo.test": "1"}))
+    ref = backend.create(
+        SandboxSpec(
+            subject="session:files-test", app_id="app_files_test", labels={"mosoo.test": "1"}
+        )
+    )
     folder = backend.attachments_dir(ref)
     (folder / "01FILE").mkdir(mode=0o755)
     (folder / "01FILE" / "a.txt").write_text("a")

@@ -57,7 +57,9 @@ GONE_WITHIN_SECONDS = 5.0
 
 
 @pytest.fixture
-def stack(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RuntimeStack]:
+def stack(
+    engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RuntimeStack]:
     with runtime_stack(engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB) as stack:
         yield stack
 
@@ -87,11 +89,17 @@ def _driver(engine: Engine, instance_id: str) -> DriverInstance:
 
 
 def _stop_while_booting(
-    stack: RuntimeStack, owner: Owner, thread_id: str, subject: str, file_ids: list[str] | None = None
+    stack: RuntimeStack,
+    owner: Owner,
+    thread_id: str,
+    subject: str,
+    file_ids: list[str] | None = None,
 ) -> tuple[str, float, Any]:
     """Send a message and stop its run the moment its sandbox exists, before the driver is
     ready. Returns the run id, when it was stopped and the container."""
-    sent = actions.send_and_dispatch(owner.account_id, thread_id, "this message is stopped", file_ids=file_ids or [])
+    sent = actions.send_and_dispatch(
+        owner.account_id, thread_id, "this message is stopped", file_ids=file_ids or []
+    )
     deadline = time.monotonic() + 120
     while not (found := _containers(subject)):
         assert time.monotonic() < deadline, "the sandbox was never created"
@@ -101,7 +109,9 @@ def _stop_while_booting(
     (container,) = found
     run = _run(stack.engine, sent.run.id)
     assert run.status == "booting" and run.driver_instance_id is not None
-    assert _driver(stack.engine, run.driver_instance_id).ready_at is None, "too late: the driver is already ready"
+    assert _driver(stack.engine, run.driver_instance_id).ready_at is None, (
+        "too late: the driver is already ready"
+    )
     stopped = actions.stop_run(owner.account_id, thread_id)
     stopped_at = time.monotonic()
     assert "run.cancelled" in [e.type for e in stopped]
@@ -110,10 +120,19 @@ def _stop_while_booting(
 
 def _driver_processes(container: Any) -> list[str]:
     listing = container.exec_run(
-        ["sh", "-c", "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < \"$f\"; echo; done 2>/dev/null"], user="0"
+        [
+            "sh",
+            "-c",
+            "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < \"$f\"; echo; done 2>/dev/null",
+        ],
+        user="0",
     )
     # `mosoo-driver` execs `python -m driver.main`.
-    return [line for line in listing.output.decode(errors="replace").splitlines() if "driver.main" in line]
+    return [
+        line
+        for line in listing.output.decode(errors="replace").splitlines()
+        if "driver.main" in line
+    ]
 
 
 def test_a_cattle_run_stopped_while_booting_loses_its_sandbox_at_once_and_the_thread_goes_on(
@@ -128,7 +147,9 @@ def test_a_cattle_run_stopped_while_booting_loses_its_sandbox_at_once_and_the_th
     owner = make_agent(stack.engine, stack.model.base_url, PROVIDER_KEY)
     thread_id = new_thread(stack.engine, owner)
     subject = f"session:{thread_id}"
-    first = wait_run(stack.engine, actions.send_and_dispatch(owner.account_id, thread_id, "write a note").run.id)
+    first = wait_run(
+        stack.engine, actions.send_and_dispatch(owner.account_id, thread_id, "write a note").run.id
+    )
     assert first.status == "completed", (first.error_code, first.error_message)
     wait_for(lambda: not _containers(subject), 60, "the first run's sandbox to be removed")
     store = get_store()
@@ -139,14 +160,19 @@ def test_a_cattle_run_stopped_while_booting_loses_its_sandbox_at_once_and_the_th
     run_id, stopped_at, container = _stop_while_booting(stack, owner, thread_id, subject)
     attachments = stack.data_dir / "sandbox-attachments" / container.name
     wait_for(
-        lambda: not _containers(subject) and not attachments.exists(), GONE_WITHIN_SECONDS,
+        lambda: not _containers(subject) and not attachments.exists(),
+        GONE_WITHIN_SECONDS,
         "the stopped run's sandbox and its attachments folder to be removed",
     )
     print(f"stop to sandbox removed: {time.monotonic() - stopped_at:.2f}s")
     stopped = _run(stack.engine, run_id)
     assert (stopped.status, stopped.error_code) == ("cancelled", None)
     assert stopped.driver_instance_id is not None
-    wait_for(lambda: _driver(stack.engine, stopped.driver_instance_id).status == "stopped", 10, "the driver to be stopped")  # type: ignore[arg-type]
+    wait_for(
+        lambda: _driver(stack.engine, stopped.driver_instance_id).status == "stopped",
+        10,
+        "the driver to be stopped",
+    )  # type: ignore[arg-type]
     # A stopped run is not checkpointed: the thread's workspace is the one the first run left.
     with store.open(key) as handle:
         assert handle.read() == checkpoint
@@ -157,7 +183,9 @@ def test_a_cattle_run_stopped_while_booting_loses_its_sandbox_at_once_and_the_th
 
     with Session(stack.engine) as db:
         assert sessions.get_session(db, owner.account_id, thread_id).status == "idle"
-    third = wait_run(stack.engine, actions.send_and_dispatch(owner.account_id, thread_id, "read it back").run.id)
+    third = wait_run(
+        stack.engine, actions.send_and_dispatch(owner.account_id, thread_id, "read it back").run.id
+    )
     assert third.status == "completed", (third.error_code, third.error_message)
     with Session(stack.engine) as db:
         events = driver_plane.read_events(db, thread_id, limit=1000)
@@ -167,31 +195,43 @@ def test_a_cattle_run_stopped_while_booting_loses_its_sandbox_at_once_and_the_th
     assert len(stack.model.chat_requests) == 4
     assert not any(
         m.get("content") == "this message is stopped" and m.get("role") == "user"
-        for request in stack.model.chat_requests for m in request.messages
+        for request in stack.model.chat_requests
+        for m in request.messages
     )
     assert [e.type for e in events if e.run_id == run_id] == ["user.message", "run.cancelled"]
     wait_for(lambda: not _containers(subject), 60, "the last run's sandbox to be removed")
 
 
-def test_a_pet_run_stopped_while_booting_stops_only_its_driver_and_the_thread_goes_on(stack: RuntimeStack) -> None:
+def test_a_pet_run_stopped_while_booting_stops_only_its_driver_and_the_thread_goes_on(
+    stack: RuntimeStack,
+) -> None:
     owner = make_agent(stack.engine, stack.model.base_url, PROVIDER_KEY, kind="pet")
     thread_id = new_thread(stack.engine, owner)
     subject = f"agent:{owner.agent_id}"
     with Session(stack.engine, expire_on_commit=False) as db:
         notes = files.upload_file(
-            db, owner.account_id, owner.app_id, owner.agent_id, io.BytesIO(b"for one message\n"), "notes.txt",
-            "text/plain", session_id=thread_id,
+            db,
+            owner.account_id,
+            owner.app_id,
+            owner.agent_id,
+            io.BytesIO(b"for one message\n"),
+            "notes.txt",
+            "text/plain",
+            session_id=thread_id,
         )
         db.commit()
 
-    run_id, stopped_at, container = _stop_while_booting(stack, owner, thread_id, subject, file_ids=[notes.id])
+    run_id, stopped_at, container = _stop_while_booting(
+        stack, owner, thread_id, subject, file_ids=[notes.id]
+    )
     stopped = _run(stack.engine, run_id)
     assert stopped.driver_instance_id is not None
     attachment = stack.data_dir / "sandbox-attachments" / container.name / notes.id
 
     def released() -> bool:
         return (
-            not _driver_processes(container) and not attachment.exists()
+            not _driver_processes(container)
+            and not attachment.exists()
             and _driver(stack.engine, stopped.driver_instance_id).status == "stopped"  # type: ignore[arg-type]
         )
 
@@ -200,12 +240,16 @@ def test_a_pet_run_stopped_while_booting_stops_only_its_driver_and_the_thread_go
     # The Agent's sandbox itself stays.
     container.reload()
     assert [c.id for c in _containers(subject)] == [container.id] and container.status == "running"
-    assert (_run(stack.engine, run_id).status, _run(stack.engine, run_id).error_code) == ("cancelled", None)
+    assert (_run(stack.engine, run_id).status, _run(stack.engine, run_id).error_code) == (
+        "cancelled",
+        None,
+    )
     assert dispatch_run(run_id) == "cancelled"
     with Session(stack.engine) as db:
         stops = db.exec(
             select(DriverCommand).where(
-                DriverCommand.driver_instance_id == stopped.driver_instance_id, DriverCommand.kind == "session.stop"
+                DriverCommand.driver_instance_id == stopped.driver_instance_id,
+                DriverCommand.kind == "session.stop",
             )
         ).all()
         assert len(stops) <= 1  # told once, however often the teardown runs
@@ -213,10 +257,15 @@ def test_a_pet_run_stopped_while_booting_stops_only_its_driver_and_the_thread_go
     # The next message names the same file again and reads it while a late teardown of the
     # stopped run comes by: that file is the new run's now and stays.
     path = f"/mnt/attachments/{notes.id}/notes.txt"
-    stack.model.add(ToolCallsTurn([ToolCall("bash", {"command": f"sleep 4; cat {path}"})]), TextTurn("Read it."))
-    nxt_id = actions.send_and_dispatch(owner.account_id, thread_id, "read the file", file_ids=[notes.id]).run.id
+    stack.model.add(
+        ToolCallsTurn([ToolCall("bash", {"command": f"sleep 4; cat {path}"})]), TextTurn("Read it.")
+    )
+    nxt_id = actions.send_and_dispatch(
+        owner.account_id, thread_id, "read the file", file_ids=[notes.id]
+    ).run.id
     wait_for(
-        lambda: attachment.exists() and _run(stack.engine, nxt_id).status == "running", 60,
+        lambda: attachment.exists() and _run(stack.engine, nxt_id).status == "running",
+        60,
         "the file to reach the next run",
     )
     assert finish_run_sandbox(run_id) == "kept"
@@ -224,13 +273,19 @@ def test_a_pet_run_stopped_while_booting_stops_only_its_driver_and_the_thread_go
     nxt = wait_run(stack.engine, nxt_id)
     assert nxt.status == "completed", (nxt.error_code, nxt.error_message)
     with Session(stack.engine) as db:
-        outputs = [e.payload["output"] for e in driver_plane.read_events(db, thread_id, limit=1000) if e.type == "tool.use.completed"]
+        outputs = [
+            e.payload["output"]
+            for e in driver_plane.read_events(db, thread_id, limit=1000)
+            if e.type == "tool.use.completed"
+        ]
     assert [output.strip() for output in outputs] == ["for one message"]
     assert [c.id for c in _containers(subject)] == [container.id]
     # Only the new run's driver lives in the Agent's sandbox (the check sees drivers at all).
     assert len(_driver_processes(container)) == 1
     assert len(stack.model.chat_requests) == 2  # the stopped message never reached the model
-    wait_for(lambda: not attachment.exists(), 60, "the next run's attachment to be taken out after it")
+    wait_for(
+        lambda: not attachment.exists(), 60, "the next run's attachment to be taken out after it"
+    )
 
 
 def test_a_pet_run_stopped_once_its_driver_runs_stops_that_driver_only(stack: RuntimeStack) -> None:
@@ -238,7 +293,9 @@ def test_a_pet_run_stopped_once_its_driver_runs_stops_that_driver_only(stack: Ru
     owner = make_agent(stack.engine, stack.model.base_url, PROVIDER_KEY, kind="pet")
     subject = f"agent:{owner.agent_id}"
     other_thread = new_thread(stack.engine, owner)
-    first = wait_run(stack.engine, actions.send_and_dispatch(owner.account_id, other_thread, "hello").run.id)
+    first = wait_run(
+        stack.engine, actions.send_and_dispatch(owner.account_id, other_thread, "hello").run.id
+    )
     assert first.status == "completed", (first.error_code, first.error_message)
     (container,) = _containers(subject)
     drivers_before = _driver_processes(container)
@@ -246,37 +303,62 @@ def test_a_pet_run_stopped_once_its_driver_runs_stops_that_driver_only(stack: Ru
     thread_id = new_thread(stack.engine, owner)
     with Session(stack.engine, expire_on_commit=False) as db:
         notes = files.upload_file(
-            db, owner.account_id, owner.app_id, owner.agent_id, io.BytesIO(b"for one message\n"), "notes.txt",
-            "text/plain", session_id=thread_id,
+            db,
+            owner.account_id,
+            owner.app_id,
+            owner.agent_id,
+            io.BytesIO(b"for one message\n"),
+            "notes.txt",
+            "text/plain",
+            session_id=thread_id,
         )
         db.commit()
     attachment = stack.data_dir / "sandbox-attachments" / container.name / notes.id
-    sent = actions.send_and_dispatch(owner.account_id, thread_id, "this message is stopped", file_ids=[notes.id])
+    sent = actions.send_and_dispatch(
+        owner.account_id, thread_id, "this message is stopped", file_ids=[notes.id]
+    )
     deadline = time.monotonic() + 60
     while len(_driver_processes(container)) <= len(drivers_before):
         assert time.monotonic() < deadline, "the run's driver never started"
     run = _run(stack.engine, sent.run.id)
     assert run.status == "booting" and run.driver_instance_id is not None
-    assert _driver(stack.engine, run.driver_instance_id).ready_at is None, "too late: the driver is already ready"
+    assert _driver(stack.engine, run.driver_instance_id).ready_at is None, (
+        "too late: the driver is already ready"
+    )
     assert attachment.exists(), "delivered before the driver starts"
     assert "run.cancelled" in [e.type for e in actions.stop_run(owner.account_id, thread_id)]
     stopped_at = time.monotonic()
 
     wait_for(
-        lambda: not attachment.exists() and _driver(stack.engine, run.driver_instance_id).status == "stopped",  # type: ignore[arg-type]
-        GONE_WITHIN_SECONDS, "the stopped run's attachment to go and its driver to be stopped",
+        lambda: (
+            not attachment.exists()
+            and _driver(stack.engine, run.driver_instance_id).status == "stopped"
+        ),  # type: ignore[arg-type]
+        GONE_WITHIN_SECONDS,
+        "the stopped run's attachment to go and its driver to be stopped",
     )
     print(f"stop to attachment out and driver stopped: {time.monotonic() - stopped_at:.2f}s")
     # The process exits as soon as it reaches control (refused at hello), however slow its boot.
-    wait_for(lambda: _driver_processes(container) == drivers_before, 60, "the stopped run's driver to exit")
+    wait_for(
+        lambda: _driver_processes(container) == drivers_before,
+        60,
+        "the stopped run's driver to exit",
+    )
     print(f"stop to its driver process gone: {time.monotonic() - stopped_at:.2f}s")
     container.reload()
     assert [c.id for c in _containers(subject)] == [container.id] and container.status == "running"
     assert first.driver_instance_id is not None
-    assert _driver(stack.engine, first.driver_instance_id).status == "connected"  # the other thread's driver
-    assert (_run(stack.engine, sent.run.id).status, _run(stack.engine, sent.run.id).error_code) == ("cancelled", None)
+    assert (
+        _driver(stack.engine, first.driver_instance_id).status == "connected"
+    )  # the other thread's driver
+    assert (_run(stack.engine, sent.run.id).status, _run(stack.engine, sent.run.id).error_code) == (
+        "cancelled",
+        None,
+    )
 
-    nxt = wait_run(stack.engine, actions.send_and_dispatch(owner.account_id, thread_id, "hello again").run.id)
+    nxt = wait_run(
+        stack.engine, actions.send_and_dispatch(owner.account_id, thread_id, "hello again").run.id
+    )
     assert nxt.status == "completed", (nxt.error_code, nxt.error_message)
     assert len(stack.model.chat_requests) == 2
 
@@ -286,7 +368,9 @@ def test_a_stop_after_the_dispatcher_died_still_releases_the_boot(
 ) -> None:
     # No control process: a socket nobody serves keeps the boot waiting, so the worker can be
     # killed in it (as in test_run_end_to_end's worker-killed test).
-    with runtime_stack(engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB, start_control=False) as stack:
+    with runtime_stack(
+        engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB, start_control=False
+    ) as stack:
         dead_socket = bind_unserved_control_socket(stack)
         owner = make_agent(engine, stack.model.base_url, PROVIDER_KEY)
         thread_id = new_thread(engine, owner)
@@ -301,8 +385,14 @@ def test_a_stop_after_the_dispatcher_died_still_releases_the_boot(
         stopped_at = time.monotonic()
         stack.start("worker-again", "worker", "--concurrency", "2")
         # The dead dispatcher's mark lapses, then the teardown the stop asked for runs.
-        wait_for(lambda: not _containers(subject), 2 * DISPATCHING_MARK_SECONDS + 30, "the sandbox to be removed")
-        print(f"stop (no dispatcher alive) to sandbox removed: {time.monotonic() - stopped_at:.2f}s")
+        wait_for(
+            lambda: not _containers(subject),
+            2 * DISPATCHING_MARK_SECONDS + 30,
+            "the sandbox to be removed",
+        )
+        print(
+            f"stop (no dispatcher alive) to sandbox removed: {time.monotonic() - stopped_at:.2f}s"
+        )
         stopped = _run(engine, run_id)
         assert (stopped.status, stopped.error_code) == ("cancelled", None)
         assert _driver(engine, stopped.driver_instance_id).status == "stopped"  # type: ignore[arg-type]
@@ -315,26 +405,47 @@ def test_a_late_teardown_of_a_stopped_pet_boot_leaves_the_files_a_newer_message_
     # message may already have named one of its files again (and had it delivered).
     runtime_env(tmp_path / "data", database_url, REDIS_DB, monkeypatch)
     with Session(engine, expire_on_commit=False) as db:
-        account = sign_in_identity(db, provider="email", subject="late@example.com", email="late@example.com")
+        account = sign_in_identity(
+            db, provider="email", subject="late@example.com", email="late@example.com"
+        )
         app_id = list_apps(db, account.id)[0].id
         agent = Agent(app_id=app_id, name="Pet", model="m", kind="pet")
         db.add(agent)
         db.flush()
         thread_id = sessions.create_session(db, account.id, app_id, agent.id).id
         kept, dropped = (
-            files.upload_file(db, account.id, app_id, agent.id, io.BytesIO(name.encode()), name, "text/plain", session_id=thread_id)
+            files.upload_file(
+                db,
+                account.id,
+                app_id,
+                agent.id,
+                io.BytesIO(name.encode()),
+                name,
+                "text/plain",
+                session_id=thread_id,
+            )
             for name in ("kept.txt", "dropped.txt")
         )
-        stopped_id = sessions.send_message(db, account.id, thread_id, "stopped", file_ids=[kept.id, dropped.id]).run.id
-        driver = driver_plane.register_driver(db, app_id=app_id, subject=f"agent:{agent.id}", runtime="openai", session_id=thread_id)
+        stopped_id = sessions.send_message(
+            db, account.id, thread_id, "stopped", file_ids=[kept.id, dropped.id]
+        ).run.id
+        driver = driver_plane.register_driver(
+            db, app_id=app_id, subject=f"agent:{agent.id}", runtime="openai", session_id=thread_id
+        )
         stopped = db.get(SessionRun, stopped_id)
         assert stopped is not None
-        stopped.status, stopped.driver_instance_id, stopped.snapshot = "booting", driver.instance_id, {"kind": "pet"}
+        stopped.status, stopped.driver_instance_id, stopped.snapshot = (
+            "booting",
+            driver.instance_id,
+            {"kind": "pet"},
+        )
         driver_plane.finish_run(db, stopped, "cancelled", emit_event=True)
         sessions.send_message(db, account.id, thread_id, "again", file_ids=[kept.id])
         db.commit()
     backend = get_backend()
-    pet = backend.create(SandboxSpec(subject=f"agent:{agent.id}", app_id=app_id, labels=installation_label()))
+    pet = backend.create(
+        SandboxSpec(subject=f"agent:{agent.id}", app_id=app_id, labels=installation_label())
+    )
     try:
         files.deliver_attachments(backend, pet, stopped_id)
         folder = backend.attachments_dir(pet)

@@ -60,7 +60,10 @@ def web(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     log = data_dir / "web.log"
     url = f"http://127.0.0.1:{port}"
     env = mosoo_env(
-        data_dir, database_url, MOSOO_WEB_PORT=str(port), MOSOO_PUBLIC_URL=url,
+        data_dir,
+        database_url,
+        MOSOO_WEB_PORT=str(port),
+        MOSOO_PUBLIC_URL=url,
         MOSOO_REDIS_URL=f"redis://127.0.0.1:6379/{REDIS_DB}",
     )
     with running(["web"], env, log) as process:
@@ -82,13 +85,20 @@ class CliRun:
     readers: list[threading.Thread] = field(default_factory=list)
 
     def start_readers(self) -> None:
-        for stream, sink in ((self.process.stdout, self.stdout), (self.process.stderr, self.stderr)):
-            reader = threading.Thread(target=lambda s=stream, k=sink: k.extend(iter(s.readline, "")), daemon=True)
+        for stream, sink in (
+            (self.process.stdout, self.stdout),
+            (self.process.stderr, self.stderr),
+        ):
+            reader = threading.Thread(
+                target=lambda s=stream, k=sink: k.extend(iter(s.readline, "")), daemon=True
+            )
             reader.start()
             self.readers.append(reader)
 
     def user_code(self) -> str:
-        wait_for(lambda: any(CODE_LINE in line for line in self.stdout), 30, "the CLI to print the code")
+        wait_for(
+            lambda: any(CODE_LINE in line for line in self.stdout), 30, "the CLI to print the code"
+        )
         line = next(line for line in self.stdout if CODE_LINE in line)
         return line.split(CODE_LINE, 1)[1].strip()
 
@@ -123,7 +133,12 @@ def _cli(web: Web, config_dir: Path, *args: str) -> CliRun:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MOSOO_")}
     env.update(MOSOO_CONFIG_DIR=str(config_dir), MOSOO_URL=web.url, PYTHONUNBUFFERED="1")
     process = subprocess.Popen(
-        [MOSOO, *args], env=env, cwd=config_dir.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [MOSOO, *args],
+        env=env,
+        cwd=config_dir.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
     run = CliRun(process)
@@ -144,7 +159,9 @@ def _approve(engine: Engine, account_id: str, user_code: str) -> None:
         db.commit()
 
 
-def test_login_approved_saves_a_private_token_that_lists_agents(web: Web, engine: Engine, config_dir: Path) -> None:
+def test_login_approved_saves_a_private_token_that_lists_agents(
+    web: Web, engine: Engine, config_dir: Path
+) -> None:
     account_id = _account(engine)
     with Session(engine) as db:
         app_id = identity.list_apps(db, account_id)[0].id
@@ -181,7 +198,9 @@ def test_login_approved_saves_a_private_token_that_lists_agents(web: Web, engine
     assert agent.id in listed.out and "Support Bot" in listed.out
 
 
-def test_login_denied_exits_non_zero_and_saves_nothing(web: Web, engine: Engine, config_dir: Path) -> None:
+def test_login_denied_exits_non_zero_and_saves_nothing(
+    web: Web, engine: Engine, config_dir: Path
+) -> None:
     account_id = _account(engine)
     login = _cli(web, config_dir, "login")
     user_code = login.user_code()
@@ -195,13 +214,17 @@ def test_login_denied_exits_non_zero_and_saves_nothing(web: Web, engine: Engine,
         assert db.exec(select(AccessToken)).all() == []
 
 
-def test_login_expired_exits_non_zero_and_saves_nothing(web: Web, engine: Engine, config_dir: Path) -> None:
+def test_login_expired_exits_non_zero_and_saves_nothing(
+    web: Web, engine: Engine, config_dir: Path
+) -> None:
     account_id = _account(engine)
     login = _cli(web, config_dir, "login")
     user_code = login.user_code()
     # Ten minutes pass for the server: the code's expiry moves into the past.
     with Session(engine) as db:
-        db.execute(sa.update(DeviceAuthorization).values(expires_at=utcnow() - timedelta(seconds=1)))
+        db.execute(
+            sa.update(DeviceAuthorization).values(expires_at=utcnow() - timedelta(seconds=1))
+        )
         db.commit()
     assert login.finish() == 1
     assert "expired" in login.err
@@ -214,13 +237,19 @@ def test_a_consumed_device_code_is_refused_by_the_running_server(web: Web, engin
     account_id = _account(engine)
     started = httpx.post(f"{web.url}/api/auth/cli/start", json={"client_name": "replay"}).json()
     _approve(engine, account_id, started["user_code"])
-    first = httpx.post(f"{web.url}/api/auth/cli/token", json={"device_code": started["device_code"]})
+    first = httpx.post(
+        f"{web.url}/api/auth/cli/token", json={"device_code": started["device_code"]}
+    )
     assert first.status_code == 200 and first.json()["access_token"].startswith("mst_")
-    replay = httpx.post(f"{web.url}/api/auth/cli/token", json={"device_code": started["device_code"]})
+    replay = httpx.post(
+        f"{web.url}/api/auth/cli/token", json={"device_code": started["device_code"]}
+    )
     assert replay.status_code == 400 and replay.json()["error"]["code"] == "invalid_grant"
 
 
-def test_commands_without_a_valid_token_say_how_to_sign_in(web: Web, engine: Engine, config_dir: Path) -> None:
+def test_commands_without_a_valid_token_say_how_to_sign_in(
+    web: Web, engine: Engine, config_dir: Path
+) -> None:
     unsigned = _cli(web, config_dir, "agents", "list")
     assert unsigned.finish() == 1
     assert "mosoo login" in unsigned.err
@@ -231,7 +260,9 @@ def test_commands_without_a_valid_token_say_how_to_sign_in(web: Web, engine: Eng
         identity.revoke_access_token(db, account_id, created.token.id)
         db.commit()
     config_dir.mkdir(parents=True)
-    (config_dir / "credentials.json").write_text(f'{{"url": "{web.url}", "token": "{created.secret}"}}')
+    (config_dir / "credentials.json").write_text(
+        f'{{"url": "{web.url}", "token": "{created.secret}"}}'
+    )
     revoked = _cli(web, config_dir, "agents", "list")
     assert revoked.finish() == 1
     assert "not valid any more" in revoked.err
@@ -268,7 +299,9 @@ class _ScriptedHandler(BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def _scripted_server(script: list[Callable[[BaseHTTPRequestHandler], None]]) -> Iterator[tuple[str, list[dict[str, str]]]]:
+def _scripted_server(
+    script: list[Callable[[BaseHTTPRequestHandler], None]],
+) -> Iterator[tuple[str, list[dict[str, str]]]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _ScriptedHandler)
     server.script = script  # type: ignore[attr-defined]
     server.seen = []  # type: ignore[attr-defined]
@@ -282,7 +315,13 @@ def _scripted_server(script: list[Callable[[BaseHTTPRequestHandler], None]]) -> 
 
 
 def _frame(seq: int, kind: str, payload: dict[str, object]) -> bytes:
-    event = {"seq": seq, "type": kind, "run_id": "run1", "occurred_at": "2026-01-01T00:00:00Z", "payload": payload}
+    event = {
+        "seq": seq,
+        "type": kind,
+        "run_id": "run1",
+        "occurred_at": "2026-01-01T00:00:00Z",
+        "payload": payload,
+    }
     return f"id: {seq}\nevent: {kind}\ndata: {json.dumps(event)}\n\n".encode()
 
 
@@ -316,10 +355,17 @@ def _json(status: int, body: dict[str, object]) -> Callable[[BaseHTTPRequestHand
 
 def test_event_stream_resumes_with_last_event_id_after_a_drop() -> None:
     script = [
-        _stream_then_drop(_frame(1, "run.started", {}), _frame(2, "agent.message.delta", {"text": "Hel"})),
-        _stream_then_drop(_frame(3, "agent.message.delta", {"text": "lo"}), _frame(4, "run.completed", {})),
+        _stream_then_drop(
+            _frame(1, "run.started", {}), _frame(2, "agent.message.delta", {"text": "Hel"})
+        ),
+        _stream_then_drop(
+            _frame(3, "agent.message.delta", {"text": "lo"}), _frame(4, "run.completed", {})
+        ),
     ]
-    with _scripted_server(script) as (url, seen), api_client.MosooClient(url, "mst_" + "a" * 43) as client:
+    with (
+        _scripted_server(script) as (url, seen),
+        api_client.MosooClient(url, "mst_" + "a" * 43) as client,
+    ):
         received = []
         for event in client.stream_events("T1", sleep=lambda _s: None):
             received.append(event["seq"])
@@ -332,17 +378,25 @@ def test_event_stream_resumes_with_last_event_id_after_a_drop() -> None:
 
 def test_device_login_waits_longer_after_slow_down() -> None:
     started = {
-        "device_code": "dc", "user_code": "BCDF-GHJK", "verification_uri": "x", "expires_in": 600, "interval": 5,
+        "device_code": "dc",
+        "user_code": "BCDF-GHJK",
+        "verification_uri": "x",
+        "expires_in": 600,
+        "interval": 5,
     }
     script = [
         _json(200, started),
         _json(400, {"error": {"code": "authorization_pending", "message": "wait", "interval": 5}}),
         _json(400, {"error": {"code": "slow_down", "message": "slower", "interval": 10}}),
-        _json(200, {"access_token": "mst_x", "token_type": "Bearer", "account_email": "a@example.com"}),
+        _json(
+            200, {"access_token": "mst_x", "token_type": "Bearer", "account_email": "a@example.com"}
+        ),
     ]
     waits: list[float] = []
     with _scripted_server(script) as (url, _seen), api_client.MosooClient(url) as client:
-        answer = api_client.device_login(client, "test", on_code=lambda _s: None, sleep=waits.append)
+        answer = api_client.device_login(
+            client, "test", on_code=lambda _s: None, sleep=waits.append
+        )
     assert answer["access_token"] == "mst_x"
     assert waits == [5, 5, 10]
 
@@ -373,7 +427,9 @@ def test_run_streams_the_answer_and_exits_by_how_the_run_ended(
         TextTurn("The answer is 42."),
         FailedTurn(message="the model fell over", code="server_error"),
     )
-    owner = make_agent(stack.engine, stack.model.base_url, "sk-cli-e2e-key", email="run@example.com")
+    owner = make_agent(
+        stack.engine, stack.model.base_url, "sk-cli-e2e-key", email="run@example.com"
+    )
     with Session(stack.engine) as db:
         agents.publish_agent(db, owner.account_id, owner.app_id, owner.agent_id)
         created = identity.create_access_token(db, owner.account_id, "cli e2e")
@@ -383,7 +439,9 @@ def test_run_streams_the_answer_and_exits_by_how_the_run_ended(
     api_client_file.write_text(json.dumps({"url": web.url, "token": created.secret}))
 
     answered = _cli(web, config_dir, "run", "E2E cattle", "what is the answer?")
-    assert answered.finish(timeout=240) == 0, answered.err + stack.logs.joinpath("web.log").read_text()[-3000:]
+    assert answered.finish(timeout=240) == 0, (
+        answered.err + stack.logs.joinpath("web.log").read_text()[-3000:]
+    )
     assert answered.out == "The answer is 42.\n"
     assert "[tool] bash" in answered.err and "thread " in answered.err
 

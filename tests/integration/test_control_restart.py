@@ -37,9 +37,13 @@ FINAL_ANSWER = "The whole answer, streamed again after control came back."
 
 
 @pytest.fixture
-def stack(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RuntimeStack]:
+def stack(
+    engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RuntimeStack]:
     # Control is started by the test itself, so it can kill and restart it.
-    with runtime_stack(engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB, start_control=False) as stack:
+    with runtime_stack(
+        engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB, start_control=False
+    ) as stack:
         yield stack
 
 
@@ -48,21 +52,30 @@ def _delta_ids(engine: Engine, session_id: str) -> list[str]:
         return [
             str(source)
             for source in db.exec(
-                select(SessionEvent.source_event_id).where(
-                    SessionEvent.session_id == session_id, SessionEvent.type == "agent.message.delta"
-                ).order_by(col(SessionEvent.seq))
+                select(SessionEvent.source_event_id)
+                .where(
+                    SessionEvent.session_id == session_id,
+                    SessionEvent.type == "agent.message.delta",
+                )
+                .order_by(col(SessionEvent.seq))
             ).all()
         ]
 
 
-def test_control_killed_mid_stream_and_restarted_the_run_completes_with_every_event_once(stack: RuntimeStack) -> None:
+def test_control_killed_mid_stream_and_restarted_the_run_completes_with_every_event_once(
+    stack: RuntimeStack,
+) -> None:
     stack.model.add(TextTurn(LONG_ANSWER, delay=0.1), TextTurn(FINAL_ANSWER))
     control = stack.start("control-1", "control")
-    owner = make_agent(stack.engine, stack.model.base_url, PROVIDER_KEY, email="restart@example.com", tools={})
+    owner = make_agent(
+        stack.engine, stack.model.base_url, PROVIDER_KEY, email="restart@example.com", tools={}
+    )
     thread_id = new_thread(stack.engine, owner)
     run_id = send(stack.engine, owner.account_id, thread_id, "tell me a long story")
 
-    wait_for(lambda: len(_delta_ids(stack.engine, thread_id)) >= 5, 120, "the answer to start streaming")
+    wait_for(
+        lambda: len(_delta_ids(stack.engine, thread_id)) >= 5, 120, "the answer to start streaming"
+    )
     before_kill = _delta_ids(stack.engine, thread_id)
     os.killpg(control.pid, signal.SIGKILL)  # no shutdown of any kind: the whole group dies
     assert stop_group(control) == -signal.SIGKILL
@@ -76,7 +89,10 @@ def test_control_killed_mid_stream_and_restarted_the_run_completes_with_every_ev
 
     run = wait_run(stack.engine, run_id, timeout=180)
     with Session(stack.engine) as db:
-        assert (run.status, run.error_code) == ("completed", None), (run.error_code, run.error_message)
+        assert (run.status, run.error_code) == ("completed", None), (
+            run.error_code,
+            run.error_message,
+        )
         events = driver_plane.read_events(db, thread_id, limit=10_000)
 
     # The log: seqs 1..N without a gap, no driver event stored twice.
@@ -86,7 +102,9 @@ def test_control_killed_mid_stream_and_restarted_the_run_completes_with_every_ev
     types = [e.type for e in events]
     assert types.count("run.started") == 1 and types.count("run.completed") == 1
     assert "run.failed" not in types and "run.cancelled" not in types
-    assert not [e for e in events if "driver_lost" in str(e.payload)], "the thread went through driver_lost"
+    assert not [e for e in events if "driver_lost" in str(e.payload)], (
+        "the thread went through driver_lost"
+    )
 
     # The deltas stored before the kill are there exactly once, where they were.
     stored_deltas = [e.source_event_id for e in events if e.type == "agent.message.delta"]
@@ -98,18 +116,33 @@ def test_control_killed_mid_stream_and_restarted_the_run_completes_with_every_ev
     completed = [e for e in events if e.type == "agent.message.completed"]
     assert [bool(e.payload.get("interrupted")) for e in completed] == [True, False]
     cut, final = completed
-    cut_deltas = [e.payload["text"] for e in events if e.type == "agent.message.delta" and e.payload["message_id"] == cut.payload["message_id"]]
+    cut_deltas = [
+        e.payload["text"]
+        for e in events
+        if e.type == "agent.message.delta" and e.payload["message_id"] == cut.payload["message_id"]
+    ]
     assert len(cut_deltas) >= len(before_kill)
     assert "".join(cut_deltas) == cut.payload["text"] == "".join(LONG_ANSWER[: len(cut_deltas)])
-    final_deltas = [e.payload["text"] for e in events if e.type == "agent.message.delta" and e.payload["message_id"] == final.payload["message_id"]]
+    final_deltas = [
+        e.payload["text"]
+        for e in events
+        if e.type == "agent.message.delta"
+        and e.payload["message_id"] == final.payload["message_id"]
+    ]
     assert "".join(final_deltas) == final.payload["text"] == FINAL_ANSWER
-    assert next(e for e in events if e.type == "run.completed").payload["final_text"] == FINAL_ANSWER
-    assert types.index("agent.message.completed") < max(i for i, t in enumerate(types) if t == "agent.message.started")
+    assert (
+        next(e for e in events if e.type == "run.completed").payload["final_text"] == FINAL_ANSWER
+    )
+    assert types.index("agent.message.completed") < max(
+        i for i, t in enumerate(types) if t == "agent.message.started"
+    )
 
     # The provider saw the cut stream and exactly one retry.
     assert stack.model.streams_aborted == 1 and stack.model.streams_completed == 1
     assert len(stack.model.chat_requests) == 2
-    assert {r.headers["authorization"] for r in stack.model.chat_requests} == {f"Bearer {PROVIDER_KEY}"}
+    assert {r.headers["authorization"] for r in stack.model.chat_requests} == {
+        f"Bearer {PROVIDER_KEY}"
+    }
     # The same driver carried on: it reconnected to the new control; no second boot.
     worker_log = (stack.logs / "worker.log").read_bytes()
     assert worker_log.count(b"sandbox.created") == 1
@@ -118,6 +151,11 @@ def test_control_killed_mid_stream_and_restarted_the_run_completes_with_every_ev
     # Cattle: the sandbox is removed once the run is over, by a worker the new control asked.
     client = docker.from_env()
     wait_for(
-        lambda: not client.containers.list(all=True, filters={"label": f"{LABEL_SUBJECT}=session:{thread_id}"}),
-        60, "the Cattle sandbox to be removed",
+        lambda: (
+            not client.containers.list(
+                all=True, filters={"label": f"{LABEL_SUBJECT}=session:{thread_id}"}
+            )
+        ),
+        60,
+        "the Cattle sandbox to be removed",
     )

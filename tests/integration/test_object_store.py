@@ -30,7 +30,11 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
         return FilesystemStore(tmp_path / "objects")
     endpoint = request.getfixturevalue("s3_endpoint")
     client = boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test"
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
     )
     bucket = f"mosoo-{tmp_path.name.lower().replace('_', '-')[:40]}"
     client.create_bucket(Bucket=bucket)

@@ -27,12 +27,16 @@ SKILL = "01SKILLCHANGELOG0000000000"
 
 
 @pytest.fixture
-def stack(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RuntimeStack]:
+def stack(
+    engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RuntimeStack]:
     with runtime_stack(engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB) as stack:
         yield stack
 
 
-def test_apply_recreates_the_pet_sandbox_and_the_next_run_finds_its_workspace(stack: RuntimeStack) -> None:
+def test_apply_recreates_the_pet_sandbox_and_the_next_run_finds_its_workspace(
+    stack: RuntimeStack,
+) -> None:
     stack.model.add(
         ToolCallsTurn([ToolCall("bash", {"command": "echo remembered > notes.txt"})]),
         TextTurn("Written."),
@@ -60,7 +64,11 @@ def test_apply_recreates_the_pet_sandbox_and_the_next_run_finds_its_workspace(st
     second = wait_run(stack.engine, send(stack.engine, owner.account_id, thread_id, "read it back"))
     assert second.status == "completed", (second.error_code, second.error_message)
     with Session(stack.engine) as db:
-        outputs = [e.payload["output"] for e in driver_plane.read_events(db, thread_id, limit=1000) if e.type == "tool.use.completed"]
+        outputs = [
+            e.payload["output"]
+            for e in driver_plane.read_events(db, thread_id, limit=1000)
+            if e.type == "tool.use.completed"
+        ]
     assert outputs[-1].strip() == "remembered"
     [after] = backend.list_by_label(selector)
     assert after.id != before.id

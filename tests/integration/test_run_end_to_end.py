@@ -40,7 +40,9 @@ PROVIDER_KEY = "sk-e2e-TOPSECRET-9f8e7d6c5b4a"
 
 
 @pytest.fixture
-def stack(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RuntimeStack]:
+def stack(
+    engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RuntimeStack]:
     with runtime_stack(engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB) as stack:
         yield stack
 
@@ -52,12 +54,18 @@ def _containers(label: str) -> list[object]:
 def test_message_streams_text_and_a_bash_tool_call_in_a_docker_sandbox(stack: RuntimeStack) -> None:
     stack.model.add(
         ToolCallsTurn([ToolCall("bash", {"command": "pwd"}, id="call_pwd")]),
-        TextTurn("You are in /workspace, an empty working directory.", usage={"prompt_tokens": 20, "completion_tokens": 9}),
+        TextTurn(
+            "You are in /workspace, an empty working directory.",
+            usage={"prompt_tokens": 20, "completion_tokens": 9},
+        ),
     )
     owner = make_agent(stack.engine, stack.model.base_url, PROVIDER_KEY)
     thread_id = new_thread(stack.engine, owner)
     started = time.monotonic()
-    run = wait_run(stack.engine, send(stack.engine, owner.account_id, thread_id, "run pwd and tell me what you see"))
+    run = wait_run(
+        stack.engine,
+        send(stack.engine, owner.account_id, thread_id, "run pwd and tell me what you see"),
+    )
     assert run.status == "completed", (run.error_code, run.error_message)
     print(f"message to completed run: {time.monotonic() - started:.2f}s")
 
@@ -67,21 +75,32 @@ def test_message_streams_text_and_a_bash_tool_call_in_a_docker_sandbox(stack: Ru
     types = [e.type for e in events]
     assert types[0] == "user.message" and "run.started" in types and "run.completed" in types
     tool_done = next(e for e in events if e.type == "tool.use.completed")
-    assert tool_done.payload["output"].strip().startswith("/workspace") and tool_done.payload["is_error"] is False
+    assert (
+        tool_done.payload["output"].strip().startswith("/workspace")
+        and tool_done.payload["is_error"] is False
+    )
     text = "".join(e.payload["text"] for e in events if e.type == "agent.message.delta")
     assert text == "You are in /workspace, an empty working directory."
     assert any(e.type == "usage.updated" for e in events)
 
     # The key reached the provider, and only through the gateway.
-    assert {r.headers["authorization"] for r in stack.model.chat_requests} == {f"Bearer {PROVIDER_KEY}"}
+    assert {r.headers["authorization"] for r in stack.model.chat_requests} == {
+        f"Bearer {PROVIDER_KEY}"
+    }
     # Redis carries the same events in the same order.
     streamed = redis.Redis(db=REDIS_DB).xrange(streams.events_stream(thread_id))
     assert [int(f[b"seq"]) for _, f in streamed] == [e.seq for e in events]
     # Cattle: the sandbox is gone once the run is over.
-    wait_for(lambda: not _containers(f"{LABEL_SUBJECT}=session:{thread_id}"), 60, "the Cattle sandbox to be removed")
+    wait_for(
+        lambda: not _containers(f"{LABEL_SUBJECT}=session:{thread_id}"),
+        60,
+        "the Cattle sandbox to be removed",
+    )
 
 
-def test_the_next_run_of_a_cattle_thread_continues_in_its_checkpointed_workspace(stack: RuntimeStack) -> None:
+def test_the_next_run_of_a_cattle_thread_continues_in_its_checkpointed_workspace(
+    stack: RuntimeStack,
+) -> None:
     stack.model.add(
         ToolCallsTurn([ToolCall("bash", {"command": "echo remembered > notes.txt"})]),
         TextTurn("Written."),
@@ -92,13 +111,21 @@ def test_the_next_run_of_a_cattle_thread_continues_in_its_checkpointed_workspace
     thread_id = new_thread(stack.engine, owner)
     first = wait_run(stack.engine, send(stack.engine, owner.account_id, thread_id, "write a note"))
     assert first.status == "completed", (first.error_code, first.error_message)
-    wait_for(lambda: not _containers(f"{LABEL_SUBJECT}=session:{thread_id}"), 60, "the first sandbox to be removed")
+    wait_for(
+        lambda: not _containers(f"{LABEL_SUBJECT}=session:{thread_id}"),
+        60,
+        "the first sandbox to be removed",
+    )
     assert get_store().exists(checkpoint_key(owner.app_id, thread_id))
 
     second = wait_run(stack.engine, send(stack.engine, owner.account_id, thread_id, "read it back"))
     assert second.status == "completed", (second.error_code, second.error_message)
     with Session(stack.engine) as db:
-        outputs = [e.payload["output"] for e in driver_plane.read_events(db, thread_id, limit=1000) if e.type == "tool.use.completed"]
+        outputs = [
+            e.payload["output"]
+            for e in driver_plane.read_events(db, thread_id, limit=1000)
+            if e.type == "tool.use.completed"
+        ]
     assert outputs[-1].strip() == "remembered"
     # A fresh sandbox per run, and the model saw the first exchange in the second request.
     assert stack.logs.joinpath("worker.log").read_bytes().count(b"sandbox.created") == 2
@@ -112,17 +139,27 @@ def test_provider_key_is_nowhere_in_the_sandbox(stack: RuntimeStack) -> None:
     run = wait_run(stack.engine, send(stack.engine, owner.account_id, thread_id, "hi"))
     assert run.status == "completed", (run.error_code, run.error_message)
     client = docker.from_env()
-    [container] = client.containers.list(filters={"label": f"{LABEL_SUBJECT}=agent:{owner.agent_id}"})
+    [container] = client.containers.list(
+        filters={"label": f"{LABEL_SUBJECT}=agent:{owner.agent_id}"}
+    )
     # The Pet sandbox (and its driver) are still alive: look everywhere a key could hide.
     assert all(PROVIDER_KEY not in item for item in container.attrs["Config"]["Env"] or [])
-    processes = container.exec_run(["sh", "-c", "cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'"], user="0")
+    processes = container.exec_run(
+        ["sh", "-c", "cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'"],
+        user="0",
+    )
     assert processes.exit_code == 0 and b"mosoo" in processes.output.lower()
     assert PROVIDER_KEY.encode() not in processes.output
     # grep reads the needle from a file so that its own command line does not hold it.
     needle = PROVIDER_KEY[:12] + "\n"
     container.exec_run(["sh", "-c", f"printf '{needle}' > /tmp/needle"], user="0")
     found = container.exec_run(
-        ["sh", "-c", "grep -rlF -f /tmp/needle / --exclude-dir=proc --exclude-dir=sys --exclude=needle 2>/dev/null; true"], user="0"
+        [
+            "sh",
+            "-c",
+            "grep -rlF -f /tmp/needle / --exclude-dir=proc --exclude-dir=sys --exclude=needle 2>/dev/null; true",
+        ],
+        user="0",
     )
     assert found.output.strip() == b"", found.output
 
@@ -132,7 +169,9 @@ def test_worker_killed_while_booting_leaves_a_clear_failure_and_no_container(
 ) -> None:
     # No control process: a socket nobody serves, so the driver cannot report ready and the
     # worker stays in the boot long enough to be killed there.
-    with runtime_stack(engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB, start_control=False) as stack:
+    with runtime_stack(
+        engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB, start_control=False
+    ) as stack:
         dead_socket = bind_unserved_control_socket(stack)
         owner = make_agent(engine, stack.model.base_url, PROVIDER_KEY)
         thread_id = new_thread(engine, owner)
@@ -146,9 +185,12 @@ def test_worker_killed_while_booting_leaves_a_clear_failure_and_no_container(
         # The beat sweep finds the stuck boot.
         assert sweep_stuck_boots(now=utcnow() + STUCK_BOOT_AFTER + timedelta(seconds=1)) == 1
         run = wait_run(engine, run_id, timeout=5)
-        assert (run.status, run.error_code, run.error_retryable) == ("failed", "dispatch_interrupted", True)
+        assert (run.status, run.error_code, run.error_retryable) == (
+            "failed",
+            "dispatch_interrupted",
+            True,
+        )
         assert "Send the message again" in (run.error_message or "")
         assert _containers(label) == []
         with Session(engine) as db:
             assert sessions.get_session(db, owner.account_id, thread_id).status == "idle"
-

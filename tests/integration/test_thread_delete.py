@@ -31,12 +31,16 @@ PROVIDER_KEY = "sk-delete-" + uuid.uuid4().hex
 
 
 @pytest.fixture
-def stack(engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RuntimeStack]:
+def stack(
+    engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RuntimeStack]:
     with runtime_stack(engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB) as stack:
         yield stack
 
 
-def _send(engine: Engine, account_id: str, thread_id: str, text: str, file_ids: list[str] | None = None) -> str:
+def _send(
+    engine: Engine, account_id: str, thread_id: str, text: str, file_ids: list[str] | None = None
+) -> str:
     with Session(engine) as db:
         sent = sessions.send_message(db, account_id, thread_id, text, file_ids=file_ids or [])
         db.commit()
@@ -53,13 +57,19 @@ def _count(engine: Engine, model: type, **where: str) -> int:
         return int(db.exec(query).one())
 
 
-def test_deleting_a_thread_removes_rows_objects_checkpoint_and_its_live_sandbox(stack: RuntimeStack) -> None:
+def test_deleting_a_thread_removes_rows_objects_checkpoint_and_its_live_sandbox(
+    stack: RuntimeStack,
+) -> None:
     owner = make_agent(stack.engine, stack.model.base_url, PROVIDER_KEY, tools={"bash": "ask"})
     thread_id = new_thread(stack.engine, owner)
     with Session(stack.engine) as db:
         upload = files.upload_file(
-            db, owner.account_id, owner.app_id, owner.agent_id,
-            io.BytesIO(b"quarterly numbers " + uuid.uuid4().hex.encode()), "notes.txt",
+            db,
+            owner.account_id,
+            owner.app_id,
+            owner.agent_id,
+            io.BytesIO(b"quarterly numbers " + uuid.uuid4().hex.encode()),
+            "notes.txt",
         )
         object_key = db.exec(select(StoredFile.object_key).where(StoredFile.id == upload.id)).one()
         db.commit()
@@ -68,13 +78,17 @@ def test_deleting_a_thread_removes_rows_objects_checkpoint_and_its_live_sandbox(
 
     # A completed Cattle run leaves its /workspace checkpoint in the store.
     stack.model.add(TextTurn("Noted."))
-    first = wait_run(stack.engine, _send(stack.engine, owner.account_id, thread_id, "keep this", [upload.id]))
+    first = wait_run(
+        stack.engine, _send(stack.engine, owner.account_id, thread_id, "keep this", [upload.id])
+    )
     assert first.status == "completed", (first.error_code, first.error_message)
     checkpoint = checkpoint_key(owner.app_id, thread_id)
     wait_for(lambda: store.exists(checkpoint), 60, "the workspace checkpoint")
 
     # A second run waits for a permission: its sandbox is live when the thread is deleted.
-    stack.model.add(ToolCallsTurn([ToolCall("bash", {"command": "ls"}, id="call_ls")]), TextTurn("done"))
+    stack.model.add(
+        ToolCallsTurn([ToolCall("bash", {"command": "ls"}, id="call_ls")]), TextTurn("done")
+    )
     second_id = _send(stack.engine, owner.account_id, thread_id, "list the files")
 
     def waiting() -> bool:
@@ -94,7 +108,9 @@ def test_deleting_a_thread_removes_rows_objects_checkpoint_and_its_live_sandbox(
     with Session(stack.engine) as db:
         from mosoo_core.identity import sign_in_identity
 
-        stranger = sign_in_identity(db, provider="email", subject="x@example.com", email="x@example.com").id
+        stranger = sign_in_identity(
+            db, provider="email", subject="x@example.com", email="x@example.com"
+        ).id
         db.commit()
     with pytest.raises(NotFound):
         delete_thread_everywhere(stranger, thread_id)
@@ -108,6 +124,8 @@ def test_deleting_a_thread_removes_rows_objects_checkpoint_and_its_live_sandbox(
     assert _count(stack.engine, StoredFile, id=upload.id) == 0
     assert not store.exists(object_key), "the attachment's object is gone from the store"
     assert not store.exists(checkpoint), "the checkpoint is gone from the store"
-    assert backend.list_by_label({LABEL_DRIVER_INSTANCE: instance_id}) == [], "the sandbox is removed"
+    assert backend.list_by_label({LABEL_DRIVER_INSTANCE: instance_id}) == [], (
+        "the sandbox is removed"
+    )
     with Session(stack.engine) as db, pytest.raises(NotFound):
         sessions.get_session(db, owner.account_id, thread_id)

@@ -46,7 +46,9 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_up_starts_everything_prints_the_url_and_ctrl_c_stops_all(tmp_path: Path, database_url: str) -> None:
+def test_up_starts_everything_prints_the_url_and_ctrl_c_stops_all(
+    tmp_path: Path, database_url: str
+) -> None:
     port, control_port = free_port(), free_port()
     env = mosoo_env(
         tmp_path / "data",
@@ -60,11 +62,20 @@ def test_up_starts_everything_prints_the_url_and_ctrl_c_stops_all(tmp_path: Path
     started = time.monotonic()
     with open(log_path, "wb") as log:
         up = subprocess.Popen(
-            [sys.executable, "-m", "mosoo_core.cli", "up"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", "mosoo_core.cli", "up"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     try:
-        wait_for(lambda: b"Mosoo is running" in log_path.read_bytes(), 600, "mosoo up to print its URL", up)
+        wait_for(
+            lambda: b"Mosoo is running" in log_path.read_bytes(),
+            600,
+            "mosoo up to print its URL",
+            up,
+        )
         print(f"mosoo up answered after {time.monotonic() - started:.1f}s")
         assert f"http://127.0.0.1:{port}".encode() in log_path.read_bytes()
         assert httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=5).json()["ok"] is True
@@ -89,11 +100,30 @@ def test_up_starts_everything_prints_the_url_and_ctrl_c_stops_all(tmp_path: Path
 
 
 def test_dev_mailbox_page_is_not_registered_in_production(tmp_path: Path) -> None:
-    env = {**os.environ, "MOSOO_ENV": "production", "MOSOO_DATA_DIR": str(tmp_path), "MOSOO_SECRET_KEY": "x"}
+    env = {
+        **os.environ,
+        "MOSOO_ENV": "production",
+        "MOSOO_DATA_DIR": str(tmp_path),
+        "MOSOO_SECRET_KEY": "x",
+    }
     probe = "import mosoo_web.mosoo_web as m; print(sorted(m.app._unevaluated_pages))"
-    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "login" in out.stdout and "dev/mailbox" not in out.stdout
     env["MOSOO_ENV"] = "development"
-    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "dev/mailbox" in out.stdout

@@ -92,8 +92,11 @@ def installation(database_url: str, tmp_path_factory: pytest.TempPathFactory) ->
     redis.Redis.from_url(REDIS_URL).flushdb()
     data_dir = tmp_path_factory.mktemp("security-data")
     env = mosoo_env(
-        data_dir, database_url,
-        MOSOO_REDIS_URL=REDIS_URL, MOSOO_MASTER_KEY=MASTER_KEY, MOSOO_CONTROL_PORT=str(free_port()),
+        data_dir,
+        database_url,
+        MOSOO_REDIS_URL=REDIS_URL,
+        MOSOO_MASTER_KEY=MASTER_KEY,
+        MOSOO_CONTROL_PORT=str(free_port()),
         **LIMITS,
     )
     return Installation(database_url, data_dir, env, tmp_path_factory.mktemp("security-logs"))
@@ -119,7 +122,12 @@ def web_url(installation: Installation) -> Iterator[str]:
         log = installation.logs / f"web-{attempt}.log"
         with running(["web"], env, log) as process:
             try:
-                wait_for(lambda: _healthy(url), STARTUP_TIMEOUT, "mosoo web to answer /api/health", process)  # noqa: B023
+                wait_for(
+                    lambda: _healthy(url),  # noqa: B023 - called right here, within this iteration
+                    STARTUP_TIMEOUT,
+                    "mosoo web to answer /api/health",
+                    process,
+                )
             except RuntimeError as exited:
                 print(f"mosoo web attempt {attempt} exited while starting:\n{_tail(log)}")
                 if attempt == 2:
@@ -139,7 +147,9 @@ class Control:
     def http(self) -> httpx.Client:
         """HTTP to control over its Unix socket, as a sandbox's forwarder reaches the gateway."""
         return httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(self.socket_path)), base_url="http://control", timeout=30
+            transport=httpx.HTTPTransport(uds=str(self.socket_path)),
+            base_url="http://control",
+            timeout=30,
         )
 
 
@@ -149,10 +159,17 @@ def control(installation: Installation) -> Iterator[Control]:
     log = installation.logs / "control.log"
     with running(["control"], installation.env, log) as process:
         try:
-            wait_for(lambda: b"control.ready" in log.read_bytes(), 120, "mosoo control to be ready", process)
+            wait_for(
+                lambda: b"control.ready" in log.read_bytes(),
+                120,
+                "mosoo control to be ready",
+                process,
+            )
         except (RuntimeError, TimeoutError) as failed:
             raise RuntimeError(f"{failed}\n{_tail(log)}") from None
-        yield Control(socket_path=installation.data_dir / "run" / "control" / "control.sock", log=log)
+        yield Control(
+            socket_path=installation.data_dir / "run" / "control" / "control.sock", log=log
+        )
 
 
 _addresses = itertools.count(1)
@@ -166,12 +183,17 @@ def next_loopback_address() -> str:
 
 @pytest.fixture(autouse=True)
 def security_env(
-    isolated_settings: Path, engine: Engine, installation: Installation, monkeypatch: pytest.MonkeyPatch
+    isolated_settings: Path,
+    engine: Engine,
+    installation: Installation,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[None]:
     """This process's services use the processes' settings (data dir and object store,
     master key, Redis db 14, limits) once `engine` has emptied the tables; Redis starts empty."""
     shared = {
-        **LIMITS, "MOSOO_REDIS_URL": REDIS_URL, "MOSOO_MASTER_KEY": MASTER_KEY,
+        **LIMITS,
+        "MOSOO_REDIS_URL": REDIS_URL,
+        "MOSOO_MASTER_KEY": MASTER_KEY,
         "MOSOO_DATA_DIR": str(installation.data_dir),
     }
     for key, value in shared.items():
@@ -269,9 +291,6 @@ def error_code(response: httpx.Response) -> str:
 
 
 # --- owners, agents, runs ------------------------------------------------------------------
-
-
-
 
 
 def new_token(engine: Engine, owner: ApiOwner, label: str) -> tuple[str, str]:

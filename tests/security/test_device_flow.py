@@ -32,7 +32,9 @@ def _poll(client: httpx.Client, device_code: str) -> httpx.Response:
 
 
 def _only_row(engine: Engine, user_code: str) -> DeviceAuthorization:
-    [row] = rows(engine, DeviceAuthorization, DeviceAuthorization.user_code == user_code.replace("-", ""))
+    [row] = rows(
+        engine, DeviceAuthorization, DeviceAuthorization.user_code == user_code.replace("-", "")
+    )
     return row
 
 
@@ -64,7 +66,9 @@ def test_polling_faster_than_the_interval_is_slow_down_and_the_interval_grows_by
     assert row.interval_seconds == 15 and row.status == "pending"
 
 
-def test_a_code_expires_after_10_minutes_then_polling_is_expired_token(web: Web, engine: Engine) -> None:
+def test_a_code_expires_after_10_minutes_then_polling_is_expired_token(
+    web: Web, engine: Engine
+) -> None:
     """README: "codes expire after 10 minutes and work once"; PRODUCT: "Codes expire after
     10 minutes; states pending, authorized, denied, expired, consumed"."""
     client = web()
@@ -72,7 +76,12 @@ def test_a_code_expires_after_10_minutes_then_polling_is_expired_token(web: Web,
     assert started["expires_in"] == 600
     row = _only_row(engine, started["user_code"])
     assert row.expires_at - row.created_at == timedelta(minutes=10)
-    update(engine, DeviceAuthorization, DeviceAuthorization.id == row.id, expires_at=utcnow() - timedelta(seconds=1))
+    update(
+        engine,
+        DeviceAuthorization,
+        DeviceAuthorization.id == row.id,
+        expires_at=utcnow() - timedelta(seconds=1),
+    )
     expired = _poll(client, started["device_code"])
     assert expired.status_code == 400 and error_code(expired) == "expired_token"
     assert _only_row(engine, started["user_code"]).status == "expired"
@@ -80,7 +89,9 @@ def test_a_code_expires_after_10_minutes_then_polling_is_expired_token(web: Web,
     approved = _start(client).json()
     _approve(engine, approved["user_code"], "late@example.com")
     update(
-        engine, DeviceAuthorization, DeviceAuthorization.user_code == approved["user_code"].replace("-", ""),
+        engine,
+        DeviceAuthorization,
+        DeviceAuthorization.user_code == approved["user_code"].replace("-", ""),
         expires_at=utcnow() - timedelta(seconds=1),
     )
     late = _poll(client, approved["device_code"])
@@ -99,12 +110,20 @@ def test_a_device_code_works_once_then_is_invalid_grant(web: Web, engine: Engine
     assert granted.status_code == 200, granted.text
     token = granted.json()["access_token"]
     assert granted.json()["token_type"] == "Bearer" and token.startswith("mst_")
-    assert client.get("/api/v1/agents", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+    assert (
+        client.get("/api/v1/agents", headers={"Authorization": f"Bearer {token}"}).status_code
+        == 200
+    )
     replayed = _poll(client, started["device_code"])
     assert replayed.status_code == 400 and error_code(replayed) == "invalid_grant"
     assert "access_token" not in replayed.text
     assert _only_row(engine, started["user_code"]).status == "consumed"
-    assert count(engine, AccessToken, AccessToken.account_id == account_id, AccessToken.source == "cli") == 1
+    assert (
+        count(
+            engine, AccessToken, AccessToken.account_id == account_id, AccessToken.source == "cli"
+        )
+        == 1
+    )
 
 
 def test_unknown_device_codes_are_invalid_grant(web: Web, engine: Engine) -> None:

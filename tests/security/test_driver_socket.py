@@ -34,7 +34,10 @@ def _booting(engine: Engine, email: str, runtime: str = "openai") -> Booting:
     with Session(engine) as db:
         queued = queued_run(db, email)
         driver = driver_plane.register_driver(
-            db, app_id=queued.app_id, subject=f"session:{queued.session_id}", runtime=runtime,
+            db,
+            app_id=queued.app_id,
+            subject=f"session:{queued.session_id}",
+            runtime=runtime,
             session_id=queued.session_id,
         )
         run = run_row(db, queued.run_id)
@@ -45,21 +48,32 @@ def _booting(engine: Engine, email: str, runtime: str = "openai") -> Booting:
 
 
 def _hello(instance_id: str, boot_token: str, runtime: str = "openai") -> str:
-    return json.dumps({
-        "type": "hello", "driver_instance_id": instance_id, "boot_token": boot_token,
-        "protocol_version": PROTOCOL_VERSION, "driver_version": "security-test", "runtime": runtime,
-        "capabilities": [], "pid": 1,
-    })
+    return json.dumps(
+        {
+            "type": "hello",
+            "driver_instance_id": instance_id,
+            "boot_token": boot_token,
+            "protocol_version": PROTOCOL_VERSION,
+            "driver_version": "security-test",
+            "runtime": runtime,
+            "capabilities": [],
+            "pid": 1,
+        }
+    )
 
 
 async def _say_hello(control: Control, frame: str) -> dict[str, Any]:
     """Connect, send one frame, return control's answer (welcome or close) and hang up."""
-    async with websockets.unix_connect(str(control.socket_path), uri="ws://control/driver/socket", max_size=None) as ws:
+    async with websockets.unix_connect(
+        str(control.socket_path), uri="ws://control/driver/socket", max_size=None
+    ) as ws:
         await ws.send(frame)
         return dict(json.loads(await asyncio.wait_for(ws.recv(), 20)))
 
 
-def hello(control: Control, instance_id: str, boot_token: str, runtime: str = "openai") -> dict[str, Any]:
+def hello(
+    control: Control, instance_id: str, boot_token: str, runtime: str = "openai"
+) -> dict[str, Any]:
     return asyncio.run(_say_hello(control, _hello(instance_id, boot_token, runtime)))
 
 
@@ -83,7 +97,11 @@ def test_a_boot_token_works_once(control: Control, engine: Engine) -> None:
     first = _instance(engine, booting.instance_id)
     assert first.boot_token_used_at is not None and first.connection_id is not None
     replayed = hello(control, booting.instance_id, booting.boot_token)
-    assert replayed == {"type": "close", "code": "token_replayed", "reason": "boot token was already used"}
+    assert replayed == {
+        "type": "close",
+        "code": "token_replayed",
+        "reason": "boot token was already used",
+    }
     again = _instance(engine, booting.instance_id)
     assert again.boot_token_used_at == first.boot_token_used_at  # burned exactly once
     assert again.connection_id == first.connection_id  # no second connection recorded
@@ -96,7 +114,9 @@ def test_an_expired_boot_token_is_refused(control: Control, engine: Engine) -> N
     created = _instance(engine, booting.instance_id)
     assert created.boot_token_expires_at - created.created_at == timedelta(seconds=60)
     update(
-        engine, DriverInstance, DriverInstance.id == booting.instance_id,
+        engine,
+        DriverInstance,
+        DriverInstance.id == booting.instance_id,
         boot_token_expires_at=utcnow() - timedelta(seconds=1),
     )
     refused = hello(control, booting.instance_id, booting.boot_token)
@@ -112,13 +132,17 @@ def test_a_boot_token_of_another_instance_is_refused(control: Control, engine: E
     assert refused["type"] == "close" and refused["code"] == "bad_token"
     for instance_id in (mine.instance_id, theirs.instance_id):
         row = _instance(engine, instance_id)
-        assert row.boot_token_used_at is None and row.connection_id is None and row.status == "booting"
+        assert (
+            row.boot_token_used_at is None and row.connection_id is None and row.status == "booting"
+        )
     # Both tokens still work for their own instance: the refusal spent neither.
     assert hello(control, mine.instance_id, mine.boot_token)["type"] == "welcome"
     assert hello(control, theirs.instance_id, theirs.boot_token)["type"] == "welcome"
 
 
-def test_a_boot_token_refused_after_it_was_accepted_is_burned_all_the_same(control: Control, engine: Engine) -> None:
+def test_a_boot_token_refused_after_it_was_accepted_is_burned_all_the_same(
+    control: Control, engine: Engine
+) -> None:
     """PROTOCOL: "A boot token is refused the second time" — also when the first hello was
     refused for another reason once the token had been accepted (`runtime_mismatch`)."""
     booting = _booting(engine, "mismatch@example.com", runtime="openai")
@@ -129,10 +153,16 @@ def test_a_boot_token_refused_after_it_was_accepted_is_burned_all_the_same(contr
     retry = hello(control, booting.instance_id, booting.boot_token, runtime="openai")
     assert retry["type"] == "close" and retry["code"] == "token_replayed", retry
     row = _instance(engine, booting.instance_id)
-    assert row.boot_token_used_at == burned and row.connection_id is None and row.resume_token_hash is None
+    assert (
+        row.boot_token_used_at == burned
+        and row.connection_id is None
+        and row.resume_token_hash is None
+    )
 
 
-def test_a_frame_over_1_mib_is_refused_and_control_keeps_serving(control: Control, engine: Engine) -> None:
+def test_a_frame_over_1_mib_is_refused_and_control_keeps_serving(
+    control: Control, engine: Engine
+) -> None:
     """PROTOCOL: "Bad frames (not JSON, unknown type, missing fields, over 1 MiB) close the
     connection with a reason; they never crash control or affect other drivers"."""
     booting = _booting(engine, "big-frame@example.com")

@@ -42,7 +42,9 @@ def _without_date(response: httpx.Response, *also: str) -> dict[str, str]:
 # --- tries per code ------------------------------------------------------------------------
 
 
-def test_a_code_allows_5_tries_then_is_dead_even_with_the_right_code(web: Web, engine: Engine) -> None:
+def test_a_code_allows_5_tries_then_is_dead_even_with_the_right_code(
+    web: Web, engine: Engine
+) -> None:
     """README: "Codes are 6 digits, expire after 10 minutes, allow 5 tries"."""
     client, email = web(), "five-tries@example.com"
     assert request_code(client, email).status_code == 200
@@ -87,7 +89,9 @@ def test_a_code_is_6_digits_and_expires_after_10_minutes(web: Web, engine: Engin
     assert after.consumed_at is None
 
 
-def test_500_wrong_codes_then_the_right_one_is_refused_and_the_tries_persist(web: Web, engine: Engine) -> None:
+def test_500_wrong_codes_then_the_right_one_is_refused_and_the_tries_persist(
+    web: Web, engine: Engine
+) -> None:
     """The issue's reproduction, README: "Codes ... allow 5 tries": 500 wrong codes on one
     connection, then the right one, is refused; no session exists afterwards."""
     client, email = web(), "brute@example.com"
@@ -112,7 +116,13 @@ def test_sends_are_limited_to_5_an_hour_per_address(web: Web, engine: Engine) ->
     """README: "sends are limited per address (5 an hour)" (MOSOO_EMAIL_SENDS_PER_ADDRESS_PER_HOUR).
     Spelling the address differently, or asking from another IP, does not make it another one."""
     email = "sends@example.com"
-    spellings = ["sends@example.com", "Sends@Example.com", " sends@example.com ", "SENDS@EXAMPLE.COM", "sends@example.COM"]
+    spellings = [
+        "sends@example.com",
+        "Sends@Example.com",
+        " sends@example.com ",
+        "SENDS@EXAMPLE.COM",
+        "sends@example.COM",
+    ]
     assert [request_code(web(), spelled).status_code for spelled in spellings] == [200] * 5
     refused = request_code(web(), "sends@EXAMPLE.com")
     assert refused.status_code == 429 and error_code(refused) == "rate_limited"
@@ -125,7 +135,9 @@ def test_sends_are_limited_to_20_an_hour_per_ip(web: Web, engine: Engine) -> Non
     """README: "sends are limited ... per IP (20 an hour)" (MOSOO_EMAIL_SENDS_PER_IP_PER_HOUR)."""
     ip = next_loopback_address()
     client = web(ip)
-    assert [request_code(client, f"ip-{i}@example.com").status_code for i in range(20)] == [200] * 20
+    assert [request_code(client, f"ip-{i}@example.com").status_code for i in range(20)] == [
+        200
+    ] * 20
     refused = request_code(client, "ip-20@example.com")
     assert refused.status_code == 429 and error_code(refused) == "rate_limited"
     assert 1 <= int(refused.headers["retry-after"]) <= 3601
@@ -134,15 +146,22 @@ def test_sends_are_limited_to_20_an_hour_per_ip(web: Web, engine: Engine) -> Non
     assert request_code(web(), "ip-20@example.com").status_code == 200  # another IP still can
 
 
-def test_the_per_ip_send_limit_ignores_a_forwarded_for_header_from_the_client(web: Web, engine: Engine) -> None:
+def test_the_per_ip_send_limit_ignores_a_forwarded_for_header_from_the_client(
+    web: Web, engine: Engine
+) -> None:
     """README: "sends are limited ... per IP (20 an hour)": the IP is the peer's, so a client
     cannot become 20 new IPs by sending `X-Forwarded-For` itself."""
     ip = next_loopback_address()
     client = web(ip)
     answers = [
         client.post(
-            "/api/auth/email/start", json={"email": f"xff-{i}@example.com"},
-            headers={"X-Forwarded-For": f"203.0.113.{i}", "X-Real-IP": f"198.51.100.{i}", "Forwarded": f"for=192.0.2.{i}"},
+            "/api/auth/email/start",
+            json={"email": f"xff-{i}@example.com"},
+            headers={
+                "X-Forwarded-For": f"203.0.113.{i}",
+                "X-Real-IP": f"198.51.100.{i}",
+                "Forwarded": f"for=192.0.2.{i}",
+            },
         ).status_code
         for i in range(21)
     ]
@@ -150,14 +169,17 @@ def test_the_per_ip_send_limit_ignores_a_forwarded_for_header_from_the_client(we
     assert count(engine, EmailCode, EmailCode.requested_ip == ip) == 20
 
 
-def test_behind_a_local_https_proxy_each_client_has_its_own_per_ip_send_limit(web: Web, engine: Engine) -> None:
+def test_behind_a_local_https_proxy_each_client_has_its_own_per_ip_send_limit(
+    web: Web, engine: Engine
+) -> None:
     """README: "put the web port behind an HTTPS proxy" and sends are limited "per IP (20 an
     hour)": behind a proxy named in MOSOO_TRUSTED_PROXIES (127.0.0.1 here, sending
     `X-Forwarded-For`) the IP counted is the client's, not the proxy's."""
     proxy = web("127.0.0.1")
     answers = [
         proxy.post(
-            "/api/auth/email/start", json={"email": f"behind-proxy-{i}@example.com"},
+            "/api/auth/email/start",
+            json={"email": f"behind-proxy-{i}@example.com"},
             headers={"X-Forwarded-For": f"203.0.113.{i}"},
         ).status_code
         for i in range(21)
@@ -172,17 +194,23 @@ def test_sign_in_request_bodies_over_64_kib_are_refused(web: Web, engine: Engine
     the body is read (declared or chunked), and nothing stored."""
     email = "big-body@example.com"
     body = json.dumps({"email": email, "padding": "x" * (64 * 1024)}).encode()
-    refused = web().post("/api/auth/email/start", content=body, headers={"Content-Type": "application/json"})
+    refused = web().post(
+        "/api/auth/email/start", content=body, headers={"Content-Type": "application/json"}
+    )
     assert refused.status_code == 413
     assert refused.json()["error"]["code"] == "payload_too_large"
     chunked = web().post(
-        "/api/auth/email/start", content=iter([body[:1000], body[1000:]]), headers={"Content-Type": "application/json"}
+        "/api/auth/email/start",
+        content=iter([body[:1000], body[1000:]]),
+        headers={"Content-Type": "application/json"},
     )
     assert chunked.status_code == 413
     assert count(engine, EmailCode, EmailCode.email == email) == 0
 
 
-def test_asking_for_a_code_answers_the_same_for_known_and_unknown_addresses(web: Web, engine: Engine) -> None:
+def test_asking_for_a_code_answers_the_same_for_known_and_unknown_addresses(
+    web: Web, engine: Engine
+) -> None:
     """ARCHITECTURE §6: email codes get the "same answer whether or not the address exists"."""
     sign_in(web(), engine, "known-start@example.com")
     known = request_code(web(), "known-start@example.com")
@@ -228,7 +256,9 @@ def test_failed_verifications_are_limited_to_50_an_hour_per_ip_even_for_the_righ
     `Retry-After`; the same code from another IP still signs in."""
     guesser_ip = next_loopback_address()
     guesser, mailer = web(guesser_ip), web()
-    for i in range(10):  # ten addresses, five wrong tries each: 50 failures, none over the address limit
+    for i in range(
+        10
+    ):  # ten addresses, five wrong tries each: 50 failures, none over the address limit
         email = f"spray-{i}@example.com"
         request_code(mailer, email)
         code = latest_code(engine, email)
@@ -246,7 +276,9 @@ def test_failed_verifications_are_limited_to_50_an_hour_per_ip_even_for_the_righ
     assert count(engine, AuthSession) == 1
 
 
-def test_throttled_verifications_answer_the_same_for_known_and_unknown_addresses(web: Web, engine: Engine) -> None:
+def test_throttled_verifications_answer_the_same_for_known_and_unknown_addresses(
+    web: Web, engine: Engine
+) -> None:
     """Over the verification limit the answers are identical (status, body, headers apart from
     Date) for an address that has an account and one that does not."""
     known, unknown = "known-verify@example.com", "unknown-verify@example.com"
@@ -262,7 +294,13 @@ def test_throttled_verifications_answer_the_same_for_known_and_unknown_addresses
         assert mine.status_code == theirs.status_code and mine.content == theirs.content
         assert _without_date(mine, "retry-after") == _without_date(theirs, "retry-after")
     # Retry-After counts down from each address's first failure, a few milliseconds apart.
-    assert abs(int(answers[known][-1].headers["retry-after"]) - int(answers[unknown][-1].headers["retry-after"])) <= 1
+    assert (
+        abs(
+            int(answers[known][-1].headers["retry-after"])
+            - int(answers[unknown][-1].headers["retry-after"])
+        )
+        <= 1
+    )
     assert count(engine, SignInFailure, SignInFailure.email == known) >= 10
     assert count(engine, SignInFailure, SignInFailure.email == unknown) >= 10
     assert count(engine, Account, Account.email == unknown) == 0

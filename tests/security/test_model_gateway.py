@@ -38,13 +38,23 @@ def _grant_for_a_run(engine: Engine, provider: ScriptedOpenAIServer, email: str)
     with Session(engine) as db:
         queued = queued_run(db, email)
         credential = vault.create_provider_credential(
-            db, queued.account_id, queued.app_id,
+            db,
+            queued.account_id,
+            queued.app_id,
             vault.ProviderCredentialInput(
-                name="Scripted", provider="openai_compatible", base_url=provider.base_url, api_key=PROVIDER_KEY,
+                name="Scripted",
+                provider="openai_compatible",
+                base_url=provider.base_url,
+                api_key=PROVIDER_KEY,
                 models=["test-model"],
             ),
         )
-        grant = driver_plane.issue_model_grant(db, run_row(db, queued.run_id), credential_id=credential.id, allowed_models=["test-model"])
+        grant = driver_plane.issue_model_grant(
+            db,
+            run_row(db, queued.run_id),
+            credential_id=credential.id,
+            allowed_models=["test-model"],
+        )
         db.commit()
         return grant, queued.run_id
 
@@ -56,19 +66,27 @@ def _call(control: Control, grant: str) -> httpx.Response:
         return response
 
 
-def _one_call_goes_through(control: Control, engine: Engine, provider: ScriptedOpenAIServer, grant: str, run_id: str) -> None:
+def _one_call_goes_through(
+    control: Control, engine: Engine, provider: ScriptedOpenAIServer, grant: str, run_id: str
+) -> None:
     provider.add(TextTurn("fine", usage={"prompt_tokens": 3, "completion_tokens": 1}))
     assert _call(control, grant).status_code == 200
-    wait_for(lambda: count(engine, UsageEvent, UsageEvent.run_id == run_id) == 1, 20, "the usage record")
+    wait_for(
+        lambda: count(engine, UsageEvent, UsageEvent.run_id == run_id) == 1, 20, "the usage record"
+    )
 
 
-def test_an_expired_grant_is_refused_and_records_no_usage(control: Control, engine: Engine, provider: ScriptedOpenAIServer) -> None:
+def test_an_expired_grant_is_refused_and_records_no_usage(
+    control: Control, engine: Engine, provider: ScriptedOpenAIServer
+) -> None:
     """PROTOCOL: the execution spec carries "a grant: an opaque token bound to the run, the
     provider credential and the allowed models, expiring with the run"; PRODUCT: "the driver
     gets a short-lived grant for the model gateway"."""
     grant, run_id = _grant_for_a_run(engine, provider, "expired-grant@example.com")
     _one_call_goes_through(control, engine, provider, grant, run_id)
-    update(engine, ModelGrant, ModelGrant.run_id == run_id, expires_at=utcnow() - timedelta(seconds=1))
+    update(
+        engine, ModelGrant, ModelGrant.run_id == run_id, expires_at=utcnow() - timedelta(seconds=1)
+    )
     refused = _call(control, grant)
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_grant"
     assert len(provider.chat_requests) == 1  # the provider never saw the refused call
@@ -91,7 +109,9 @@ def test_a_grant_of_a_finished_run_is_refused_and_records_no_usage(
     assert count(engine, UsageEvent, UsageEvent.run_id == run_id) == 1
 
 
-def test_a_provider_key_is_not_a_grant(control: Control, engine: Engine, provider: ScriptedOpenAIServer) -> None:
+def test_a_provider_key_is_not_a_grant(
+    control: Control, engine: Engine, provider: ScriptedOpenAIServer
+) -> None:
     """README: "provider keys never enter a sandbox" and "control swaps [the grant] for the
     real key in memory": the key itself, or a forged grant, opens nothing."""
     _grant_for_a_run(engine, provider, "key-not-grant@example.com")

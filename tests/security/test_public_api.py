@@ -43,13 +43,21 @@ def _threads_url(owner: Owner) -> str:
     return f"/api/v1/agents/{owner.agent_id}/threads"
 
 
-def _upload_in_db(engine: Engine, owner: Owner, n: int, *, session_id: str | None = None, prefix: str = "f") -> list[str]:
+def _upload_in_db(
+    engine: Engine, owner: Owner, n: int, *, session_id: str | None = None, prefix: str = "f"
+) -> list[str]:
     """Attachments stored through the upload service (the setup; the refusal comes over HTTP)."""
     with Session(engine) as db:
         ids = [
             files.upload_file(
-                db, owner.account_id, owner.app_id, owner.agent_id, io.BytesIO(f"{prefix}{i}".encode()),
-                f"{prefix}{i}.txt", "text/plain", session_id=session_id,
+                db,
+                owner.account_id,
+                owner.app_id,
+                owner.agent_id,
+                io.BytesIO(f"{prefix}{i}".encode()),
+                f"{prefix}{i}.txt",
+                "text/plain",
+                session_id=session_id,
             ).id
             for i in range(n)
         ]
@@ -66,7 +74,9 @@ def _spooled(installation: Installation) -> list[Path]:
     return [p for p in spool.rglob("*") if p.is_file()] if spool.exists() else []
 
 
-def test_api_requests_are_limited_per_token_per_minute_with_retry_after(web: Web, engine: Engine) -> None:
+def test_api_requests_are_limited_per_token_per_minute_with_retry_after(
+    web: Web, engine: Engine
+) -> None:
     """README: "Limits: `MOSOO_API_RATE_LIMIT_PER_MINUTE` (120 per token)" and
     "`rate_limited` 429 with `Retry-After`" (this web runs with 5 a minute)."""
     owner = make_owner(engine, "rate@example.com")
@@ -75,8 +85,13 @@ def test_api_requests_are_limited_per_token_per_minute_with_retry_after(web: Web
         token, _ = new_token(engine, owner, f"rate {attempt}")
         headers = {"Authorization": f"Bearer {token}"}
         minute, threads_before = int(time.time()) // 60, count(engine, AgentSession)
-        allowed = [client.get("/api/v1/agents", headers=headers).status_code for _ in range(API_RATE_LIMIT_PER_MINUTE)]
-        refused = client.post(_threads_url(owner), headers=headers, json={"end_user_id": "over-the-limit"})
+        allowed = [
+            client.get("/api/v1/agents", headers=headers).status_code
+            for _ in range(API_RATE_LIMIT_PER_MINUTE)
+        ]
+        refused = client.post(
+            _threads_url(owner), headers=headers, json={"end_user_id": "over-the-limit"}
+        )
         if int(time.time()) // 60 == minute:
             break
     assert allowed == [200] * API_RATE_LIMIT_PER_MINUTE
@@ -93,14 +108,22 @@ def test_json_bodies_over_2_mib_are_payload_too_large(web: Web, engine: Engine) 
     owner = make_owner(engine, "body@example.com")
     client = web()
     body = json.dumps({"end_user_id": "u", "title": "x" * (2 * MiB)}).encode()
-    declared = client.post(_threads_url(owner), headers={**owner.headers, "Content-Type": "application/json"}, content=body)
+    declared = client.post(
+        _threads_url(owner),
+        headers={**owner.headers, "Content-Type": "application/json"},
+        content=body,
+    )
     assert declared.status_code == 413 and error_code(declared) == "payload_too_large"
 
     def chunks() -> Iterator[bytes]:
         for start in range(0, len(body), 64 * 1024):
-            yield body[start:start + 64 * 1024]
+            yield body[start : start + 64 * 1024]
 
-    chunked = client.post(_threads_url(owner), headers={**owner.headers, "Content-Type": "application/json"}, content=chunks())
+    chunked = client.post(
+        _threads_url(owner),
+        headers={**owner.headers, "Content-Type": "application/json"},
+        content=chunks(),
+    )
     assert chunked.status_code == 413, chunked.text
     assert error_code(chunked) == "payload_too_large"
     assert count(engine, AgentSession) == 0
@@ -115,13 +138,22 @@ def test_uploads_over_64_mib_are_payload_too_large_and_leave_nothing_behind(
     owner = make_owner(engine, "upload@example.com")
     client = web()
     url = f"/api/v1/agents/{owner.agent_id}/files"
-    small = client.post(url, headers=owner.headers, files={"file": ("ok.txt", b"fits", "text/plain")})
+    small = client.post(
+        url, headers=owner.headers, files={"file": ("ok.txt", b"fits", "text/plain")}
+    )
     assert small.status_code == 201, small.text
     blobs_before = _blobs(installation)
     assert len(blobs_before) == 1
     big = client.post(
-        url, headers=owner.headers,
-        files={"file": ("big.bin", io.BytesIO(b"\0" * (files.MAX_FILE_BYTES + 1)), "application/octet-stream")},
+        url,
+        headers=owner.headers,
+        files={
+            "file": (
+                "big.bin",
+                io.BytesIO(b"\0" * (files.MAX_FILE_BYTES + 1)),
+                "application/octet-stream",
+            )
+        },
     )
     assert big.status_code == 413 and error_code(big) == "payload_too_large"
     assert [f.name for f in rows(engine, StoredFile)] == ["ok.txt"]
@@ -134,12 +166,18 @@ def test_a_message_names_at_most_20_attachments(web: Web, engine: Engine) -> Non
     owner = make_owner(engine, "twenty@example.com")
     client = web()
     ids = _upload_in_db(engine, owner, 21)
-    refused = client.post(_threads_url(owner), headers=owner.headers, json={"message": "see files", "file_ids": ids})
+    refused = client.post(
+        _threads_url(owner), headers=owner.headers, json={"message": "see files", "file_ids": ids}
+    )
     assert refused.status_code == 400 and error_code(refused) == "invalid_request"
     assert refused.json()["error"]["field"] == "file_ids"
     assert count(engine, AgentSession) == 0 and count(engine, SessionRun) == 0
     assert count(engine, StoredFile, StoredFile.session_id.is_not(None)) == 0  # type: ignore[union-attr]
-    allowed = client.post(_threads_url(owner), headers=owner.headers, json={"message": "see files", "file_ids": ids[:20]})
+    allowed = client.post(
+        _threads_url(owner),
+        headers=owner.headers,
+        json={"message": "see files", "file_ids": ids[:20]},
+    )
     assert allowed.status_code == 201, allowed.text
     thread_id = allowed.json()["thread"]["id"]
     assert count(engine, StoredFile, StoredFile.session_id == thread_id) == 20
@@ -155,11 +193,14 @@ def test_a_thread_holds_at_most_100_attachments(web: Web, engine: Engine) -> Non
     thread_id = created.json()["thread"]["id"]
     _upload_in_db(engine, owner, 100, session_id=thread_id)
     uploaded = client.post(
-        f"/api/v1/agents/{owner.agent_id}/files", headers=owner.headers, files={"file": ("one-more.txt", b"101", "text/plain")}
+        f"/api/v1/agents/{owner.agent_id}/files",
+        headers=owner.headers,
+        files={"file": ("one-more.txt", b"101", "text/plain")},
     )
     assert uploaded.status_code == 201, uploaded.text
     refused = client.post(
-        f"/api/v1/threads/{thread_id}/events", headers=owner.headers,
+        f"/api/v1/threads/{thread_id}/events",
+        headers=owner.headers,
         json={"type": "user_message", "text": "one more", "file_ids": [uploaded.json()["id"]]},
     )
     assert refused.status_code == 400 and error_code(refused) == "invalid_request"
@@ -169,7 +210,9 @@ def test_a_thread_holds_at_most_100_attachments(web: Web, engine: Engine) -> Non
     assert count(engine, SessionRun, SessionRun.session_id == thread_id) == 0
 
 
-def test_an_idempotency_key_replays_the_first_answer_and_refuses_another_body(web: Web, engine: Engine) -> None:
+def test_an_idempotency_key_replays_the_first_answer_and_refuses_another_body(
+    web: Web, engine: Engine
+) -> None:
     """README: "An `Idempotency-Key` on thread creation or event posting replays the first
     answer (with `Idempotency-Replayed: true`) for 24 hours; the same key with another body is
     `409 idempotency_conflict`"."""
@@ -181,7 +224,9 @@ def test_an_idempotency_key_replays_the_first_answer_and_refuses_another_body(we
     replay = client.post(_threads_url(owner), headers=headers, json={"end_user_id": "customer-42"})
     assert replay.status_code == 201 and replay.headers["idempotency-replayed"] == "true"
     assert replay.json() == first.json()
-    conflict = client.post(_threads_url(owner), headers=headers, json={"end_user_id": "customer-43"})
+    conflict = client.post(
+        _threads_url(owner), headers=headers, json={"end_user_id": "customer-43"}
+    )
     assert conflict.status_code == 409 and error_code(conflict) == "idempotency_conflict"
     [thread] = rows(engine, AgentSession)
     assert thread.id == first.json()["thread"]["id"] and thread.end_user_id == "customer-42"
@@ -197,13 +242,20 @@ def test_an_idempotency_key_is_free_again_after_24_hours(web: Web, engine: Engin
     assert first.status_code == 201
     [record] = rows(engine, IdempotencyRecord)
     assert record.expires_at - record.created_at == timedelta(hours=24)
-    update(engine, IdempotencyRecord, IdempotencyRecord.id == record.id, expires_at=utcnow() - timedelta(seconds=1))
+    update(
+        engine,
+        IdempotencyRecord,
+        IdempotencyRecord.id == record.id,
+        expires_at=utcnow() - timedelta(seconds=1),
+    )
     later = client.post(_threads_url(owner), headers=headers, json={"end_user_id": "day-two"})
     assert later.status_code == 201 and "idempotency-replayed" not in later.headers
     assert sorted(t.end_user_id for t in rows(engine, AgentSession)) == ["day-one", "day-two"]
 
 
-def test_a_message_while_a_run_is_active_is_refused_and_so_is_archiving(web: Web, engine: Engine) -> None:
+def test_a_message_while_a_run_is_active_is_refused_and_so_is_archiving(
+    web: Web, engine: Engine
+) -> None:
     """PRODUCT: "One active run per thread; a message sent while a run is active is refused
     with a clear reason"; README: "archiving is refused while a run is active"."""
     owner = make_owner(engine, "busy@example.com")
@@ -212,7 +264,9 @@ def test_a_message_while_a_run_is_active_is_refused_and_so_is_archiving(web: Web
     assert started.status_code == 201 and started.json()["run"]["status"] == "queued"
     thread_id = started.json()["thread"]["id"]
     second = client.post(
-        f"/api/v1/threads/{thread_id}/events", headers=owner.headers, json={"type": "user_message", "text": "second"}
+        f"/api/v1/threads/{thread_id}/events",
+        headers=owner.headers,
+        json={"type": "user_message", "text": "second"},
     )
     assert second.status_code == 409 and error_code(second) == "conflict"
     archive = client.post(f"/api/v1/threads/{thread_id}/archive", headers=owner.headers)
@@ -226,10 +280,17 @@ def test_an_archived_thread_refuses_messages_over_the_api(web: Web, engine: Engi
     """README: "Archived threads are read-only"; the API answers `thread_archived`."""
     owner = make_owner(engine, "archived@example.com")
     client = web()
-    thread_id = client.post(_threads_url(owner), headers=owner.headers, json={}).json()["thread"]["id"]
-    assert client.post(f"/api/v1/threads/{thread_id}/archive", headers=owner.headers).status_code == 200
+    thread_id = client.post(_threads_url(owner), headers=owner.headers, json={}).json()["thread"][
+        "id"
+    ]
+    assert (
+        client.post(f"/api/v1/threads/{thread_id}/archive", headers=owner.headers).status_code
+        == 200
+    )
     refused = client.post(
-        f"/api/v1/threads/{thread_id}/events", headers=owner.headers, json={"type": "user_message", "text": "hello?"}
+        f"/api/v1/threads/{thread_id}/events",
+        headers=owner.headers,
+        json={"type": "user_message", "text": "hello?"},
     )
     assert refused.status_code == 409 and error_code(refused) == "thread_archived"
     assert count(engine, SessionRun) == 0
@@ -260,12 +321,18 @@ def test_a_revoked_access_token_is_refused_at_once(web: Web, engine: Engine) -> 
     assert count(engine, AgentSession) == 0
 
 
-def test_an_access_tokens_stored_digest_or_a_made_up_token_is_refused(web: Web, engine: Engine) -> None:
+def test_an_access_tokens_stored_digest_or_a_made_up_token_is_refused(
+    web: Web, engine: Engine
+) -> None:
     """PRODUCT: "Personal access tokens (`mst_…`)"; ARCHITECTURE §6: they "are stored hashed"."""
     owner = make_owner(engine, "digest@example.com")
     [row] = rows(engine, AccessToken, AccessToken.id == owner.token_id)
     client = web()
-    for forged in (row.token_hash, "mst_" + row.token_hash, "mst_made-up-token-0000000000000000000000000"):
+    for forged in (
+        row.token_hash,
+        "mst_" + row.token_hash,
+        "mst_made-up-token-0000000000000000000000000",
+    ):
         refused = client.get("/api/v1/agents", headers={"Authorization": f"Bearer {forged}"})
         assert refused.status_code == 401 and error_code(refused) == "unauthenticated"
 
@@ -278,7 +345,9 @@ def test_another_owners_agent_is_not_found_and_nothing_is_created(web: Web, engi
     thread = client.post(_threads_url(theirs), headers=mine.headers, json={"message": "hi"})
     assert thread.status_code == 404 and error_code(thread) == "not_found"
     upload = client.post(
-        f"/api/v1/agents/{theirs.agent_id}/files", headers=mine.headers, files={"file": ("x.txt", b"x", "text/plain")}
+        f"/api/v1/agents/{theirs.agent_id}/files",
+        headers=mine.headers,
+        files={"file": ("x.txt", b"x", "text/plain")},
     )
     assert upload.status_code == 404 and error_code(upload) == "not_found"
     assert count(engine, AgentSession) == 0 and count(engine, StoredFile) == 0

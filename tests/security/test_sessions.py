@@ -81,11 +81,15 @@ def test_an_expired_session_is_refused(web: Web, engine: Engine) -> None:
     token = sign_in(client, engine, "ttl@example.com")
     [row] = rows(engine, AuthSession)
     assert timedelta(days=29, hours=23) < row.expires_at - row.created_at <= timedelta(days=30)
-    update(engine, AuthSession, AuthSession.id == row.id, expires_at=utcnow() - timedelta(seconds=1))
+    update(
+        engine, AuthSession, AuthSession.id == row.id, expires_at=utcnow() - timedelta(seconds=1)
+    )
     assert _me(client, token).status_code == 401
 
 
-def test_signing_in_revokes_the_session_token_the_browser_already_had(web: Web, engine: Engine) -> None:
+def test_signing_in_revokes_the_session_token_the_browser_already_had(
+    web: Web, engine: Engine
+) -> None:
     """ARCHITECTURE §6: sessions are "revocable"; a token planted in the browser before
     sign-in (session fixation) never becomes the signed-in one."""
     client = web()
@@ -94,7 +98,9 @@ def test_signing_in_revokes_the_session_token_the_browser_already_had(web: Web, 
     client.post("/api/auth/email/start", json={"email": email})
     client.cookies.clear()
     response = client.post(
-        "/api/auth/email/verify", json={"email": email, "code": latest_code(engine, email)}, headers=_as(planted)
+        "/api/auth/email/verify",
+        json={"email": email, "code": latest_code(engine, email)},
+        headers=_as(planted),
     )
     assert response.status_code == 200
     fresh = response.cookies[COOKIE]
@@ -128,7 +134,9 @@ def test_an_expired_login_ticket_is_refused(web: Web, engine: Engine) -> None:
     account_id, ticket = _ticket(engine, "late-ticket@example.com")
     [row] = rows(engine, LoginTicket)
     assert row.expires_at - row.created_at == timedelta(seconds=60)
-    update(engine, LoginTicket, LoginTicket.id == row.id, expires_at=utcnow() - timedelta(seconds=1))
+    update(
+        engine, LoginTicket, LoginTicket.id == row.id, expires_at=utcnow() - timedelta(seconds=1)
+    )
     refused = client.get("/api/auth/finish", params={"ticket": ticket})
     assert refused.status_code == 303 and refused.headers["location"] == "/login?error=expired"
     assert COOKIE not in refused.cookies

@@ -35,7 +35,15 @@ def test_created_secret_authenticates_and_only_its_digest_is_stored(db: Session)
 
 @pytest.mark.parametrize(
     "secret",
-    ["", "mst_", "Bearer x", "mst_" + "a" * 42, "mst_" + "a" * 44, "xyz_" + "a" * 43, "mst_" + "!" * 43],
+    [
+        "",
+        "mst_",
+        "Bearer x",
+        "mst_" + "a" * 42,
+        "mst_" + "a" * 44,
+        "xyz_" + "a" * 43,
+        "mst_" + "!" * 43,
+    ],
 )
 def test_malformed_secret_is_unauthenticated(db: Session, secret: str) -> None:
     _account(db, "ada@example.com")
@@ -82,7 +90,9 @@ def test_list_is_newest_first(db: Session) -> None:
     account_id = _account(db, "ada@example.com")
     now = utcnow()
     first = identity.create_access_token(db, account_id, "first", now=now - timedelta(hours=2))
-    second = identity.create_access_token(db, account_id, "second", source="cli", now=now - timedelta(hours=1))
+    second = identity.create_access_token(
+        db, account_id, "second", source="cli", now=now - timedelta(hours=1)
+    )
     listed = identity.list_access_tokens(db, account_id)
     assert [t.id for t in listed] == [second.token.id, first.token.id]
     assert [t.source for t in listed] == ["cli", "console"]
@@ -98,7 +108,10 @@ def test_last_used_at_is_updated_at_most_once_a_minute(db: Session) -> None:
     later = now + timedelta(seconds=30)
     assert identity.authenticate_access_token(db, created.secret, now=later).last_used_at == now
     much_later = now + timedelta(minutes=2)
-    assert identity.authenticate_access_token(db, created.secret, now=much_later).last_used_at == much_later
+    assert (
+        identity.authenticate_access_token(db, created.secret, now=much_later).last_used_at
+        == much_later
+    )
     assert identity.list_access_tokens(db, account_id)[0].last_used_at == much_later
 
 

@@ -23,17 +23,24 @@ def _owner(db: Session, email: str = "changes@example.com") -> tuple[str, str, s
     account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
     app_id = identity.list_apps(db, account.id)[0].id
     credential = vault.create_provider_credential(
-        db, account.id, app_id,
+        db,
+        account.id,
+        app_id,
         vault.ProviderCredentialInput(
-            name="Team key", provider="openai_compatible", base_url="http://10.0.0.5:8000/v1",
-            api_key=PROVIDER_KEY, models=["model-a"],
+            name="Team key",
+            provider="openai_compatible",
+            base_url="http://10.0.0.5:8000/v1",
+            api_key=PROVIDER_KEY,
+            models=["model-a"],
         ),
     )
     agent = agents.create_agent(db, account.id, app_id, name="Helper")
     return account.id, app_id, agent.id, credential.id
 
 
-def _options(db: Session, account_id: str, app_id: str, agent_id: str, **changes: Any) -> agents.AgentView:
+def _options(
+    db: Session, account_id: str, app_id: str, agent_id: str, **changes: Any
+) -> agents.AgentView:
     return agents.update_provider_options(
         db, account_id, app_id, agent_id, agents.ProviderOptionChanges(**changes)
     )
@@ -41,10 +48,14 @@ def _options(db: Session, account_id: str, app_id: str, agent_id: str, **changes
 
 # --- provider options: merged and range-checked ---------------------------------------------
 
+
 def test_one_option_is_merged_into_the_others_and_none_removes_it(db: Session) -> None:
     account_id, app_id, agent_id, _ = _owner(db)
     agents.update_agent(
-        db, account_id, app_id, agent_id,
+        db,
+        account_id,
+        app_id,
+        agent_id,
         agents.AgentChanges(provider_options={"seed": 7, "max_tokens": 4096}),
     )
 
@@ -53,18 +64,26 @@ def test_one_option_is_merged_into_the_others_and_none_removes_it(db: Session) -
 
     saved = _options(db, account_id, app_id, agent_id, max_tokens=None, reasoning_effort="high")
     assert saved.provider_options == {"seed": 7, "temperature": 0.7, "reasoning_effort": "high"}
-    assert agents.get_agent(db, account_id, app_id, agent_id).provider_options == saved.provider_options
+    assert (
+        agents.get_agent(db, account_id, app_id, agent_id).provider_options
+        == saved.provider_options
+    )
 
 
 def test_the_edges_of_each_range_are_allowed(db: Session) -> None:
     account_id, app_id, agent_id, _ = _owner(db)
     for temperature, max_tokens in ((0, 1), (2, agents.MAX_TOKENS_LIMIT), (1.25, 512)):
-        saved = _options(db, account_id, app_id, agent_id, temperature=temperature, max_tokens=max_tokens)
+        saved = _options(
+            db, account_id, app_id, agent_id, temperature=temperature, max_tokens=max_tokens
+        )
         assert saved.provider_options == {"temperature": temperature, "max_tokens": max_tokens}
     for effort in agents.REASONING_EFFORTS:
-        assert _options(db, account_id, app_id, agent_id, reasoning_effort=effort).provider_options[
-            "reasoning_effort"
-        ] == effort
+        assert (
+            _options(db, account_id, app_id, agent_id, reasoning_effort=effort).provider_options[
+                "reasoning_effort"
+            ]
+            == effort
+        )
 
 
 BAD_OPTIONS: list[tuple[str, Any]] = [
@@ -85,12 +104,16 @@ BAD_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
-@pytest.mark.parametrize(("key", "value"), BAD_OPTIONS, ids=[f"{k}-{i}" for i, (k, _) in enumerate(BAD_OPTIONS)])
+@pytest.mark.parametrize(
+    ("key", "value"), BAD_OPTIONS, ids=[f"{k}-{i}" for i, (k, _) in enumerate(BAD_OPTIONS)]
+)
 def test_an_option_out_of_range_is_refused_with_its_name_and_nothing_changes(
     db: Session, key: str, value: Any
 ) -> None:
     account_id, app_id, agent_id, _ = _owner(db)
-    _options(db, account_id, app_id, agent_id, temperature=0.3, max_tokens=100, reasoning_effort="low")
+    _options(
+        db, account_id, app_id, agent_id, temperature=0.3, max_tokens=100, reasoning_effort="low"
+    )
     db.commit()
     before = agents.get_agent(db, account_id, app_id, agent_id)
 
@@ -102,7 +125,11 @@ def test_an_option_out_of_range_is_refused_with_its_name_and_nothing_changes(
     db.rollback()
     db.expunge_all()
     after = agents.get_agent(db, account_id, app_id, agent_id)
-    assert after.provider_options == {"temperature": 0.3, "max_tokens": 100, "reasoning_effort": "low"}
+    assert after.provider_options == {
+        "temperature": 0.3,
+        "max_tokens": 100,
+        "reasoning_effort": "low",
+    }
     assert after.updated_at == before.updated_at
 
 
@@ -138,8 +165,12 @@ def test_option_text_parses_to_one_change_and_empty_means_the_providers_default(
     assert list(agents.parse_provider_option(key, text).set_fields()) == [key]
 
 
-@pytest.mark.parametrize(("key", "text"), [("temperature", "warm"), ("max_tokens", "1.5"), ("max_tokens", "lots")])
-def test_option_text_that_is_not_a_number_is_refused_with_the_options_message(key: str, text: str) -> None:
+@pytest.mark.parametrize(
+    ("key", "text"), [("temperature", "warm"), ("max_tokens", "1.5"), ("max_tokens", "lots")]
+)
+def test_option_text_that_is_not_a_number_is_refused_with_the_options_message(
+    key: str, text: str
+) -> None:
     with pytest.raises(InvalidInput) as refused:
         agents.parse_provider_option(key, text)
     assert refused.value.field == key
@@ -158,6 +189,7 @@ def test_parsed_text_out_of_range_is_refused_by_the_update(db: Session) -> None:
 
 # --- AgentChanges: UNSET keeps, None clears ------------------------------------------------
 
+
 def test_agent_changes_give_only_the_fields_set_and_are_frozen() -> None:
     changes = agents.AgentChanges(model="m", provider_credential_id=None)
     assert changes.set_fields() == {"model": "m", "provider_credential_id": None}
@@ -170,21 +202,42 @@ def test_agent_changes_give_only_the_fields_set_and_are_frozen() -> None:
 def test_fields_left_unset_keep_their_values_and_none_clears(db: Session) -> None:
     account_id, app_id, agent_id, credential_id = _owner(db)
     full = agents.update_agent(
-        db, account_id, app_id, agent_id,
+        db,
+        account_id,
+        app_id,
+        agent_id,
         agents.AgentChanges(
-            provider_credential_id=credential_id, model="model-a", description="Helps.",
-            provider_options={"temperature": 0.2}, environment_id=ENVIRONMENT, skills=[SKILL],
+            provider_credential_id=credential_id,
+            model="model-a",
+            description="Helps.",
+            provider_options={"temperature": 0.2},
+            environment_id=ENVIRONMENT,
+            skills=[SKILL],
         ),
     )
 
-    untouched = agents.update_agent(db, account_id, app_id, agent_id, agents.AgentChanges(name="Renamed"))
-    for name in ("provider_credential_id", "model", "description", "provider_options", "environment_id", "skills"):
+    untouched = agents.update_agent(
+        db, account_id, app_id, agent_id, agents.AgentChanges(name="Renamed")
+    )
+    for name in (
+        "provider_credential_id",
+        "model",
+        "description",
+        "provider_options",
+        "environment_id",
+        "skills",
+    ):
         assert getattr(untouched, name) == getattr(full, name), name
     assert untouched.name == "Renamed"
 
     cleared = agents.update_agent(
-        db, account_id, app_id, agent_id,
-        agents.AgentChanges(provider_credential_id=None, provider_options=None, environment_id=None, skills=None),
+        db,
+        account_id,
+        app_id,
+        agent_id,
+        agents.AgentChanges(
+            provider_credential_id=None, provider_options=None, environment_id=None, skills=None
+        ),
     )
     assert cleared.provider_credential_id is None
     assert cleared.provider_options == {}
@@ -197,7 +250,11 @@ def test_a_refused_change_names_its_field_and_stores_none_of_the_others(db: Sess
     account_id, app_id, agent_id, _ = _owner(db)
     with pytest.raises(InvalidInput) as refused:
         agents.update_agent(
-            db, account_id, app_id, agent_id, agents.AgentChanges(description="Fine.", model="m" * 201)
+            db,
+            account_id,
+            app_id,
+            agent_id,
+            agents.AgentChanges(description="Fine.", model="m" * 201),
         )
     assert refused.value.field == "model"
     kept = agents.get_agent(db, account_id, app_id, agent_id)
@@ -205,6 +262,7 @@ def test_a_refused_change_names_its_field_and_stores_none_of_the_others(db: Sess
 
 
 # --- the App-scoped thread lookup ----------------------------------------------------------
+
 
 def test_a_thread_is_found_in_its_own_app_and_not_found_in_another(db: Session) -> None:
     account_id, app_id, agent_id, _ = _owner(db)

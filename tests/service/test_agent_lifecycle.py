@@ -24,20 +24,33 @@ def _owner(db: Session, email: str = "owner@example.com") -> tuple[str, str]:
     return account.id, identity.list_apps(db, account.id)[0].id
 
 
-def _ready_agent(db: Session, account_id: str, app_id: str, name: str = "Release notes writer") -> agents.AgentView:
+def _ready_agent(
+    db: Session, account_id: str, app_id: str, name: str = "Release notes writer"
+) -> agents.AgentView:
     credential = vault.create_provider_credential(
-        db, account_id, app_id,
+        db,
+        account_id,
+        app_id,
         vault.ProviderCredentialInput(
-            name=f"Key for {name}", provider="openai_compatible", base_url="https://llm.example.com/v1",
-            api_key="sk-proj-Zq8Xn4Lr7TvW2yHc9PbM3kJd6FsG1aQeR5uI0oplabcd", models=["example-large"],
+            name=f"Key for {name}",
+            provider="openai_compatible",
+            base_url="https://llm.example.com/v1",
+            api_key="sk-proj-Zq8Xn4Lr7TvW2yHc9PbM3kJd6FsG1aQeR5uI0oplabcd",
+            models=["example-large"],
         ),
     )
     created = agents.create_agent(db, account_id, app_id, name=name, kind="pet")
     return agents.update_agent(
-        db, account_id, app_id, created.id,
+        db,
+        account_id,
+        app_id,
+        created.id,
         agents.AgentChanges(
-            description="Drafts release notes.", model="example-large", system_prompt="Be accurate.",
-            tools={"read": "allow", "bash": "ask"}, provider_options={"temperature": 0.2},
+            description="Drafts release notes.",
+            model="example-large",
+            system_prompt="Be accurate.",
+            tools={"read": "allow", "bash": "ask"},
+            provider_options={"temperature": 0.2},
             provider_credential_id=credential.id,
         ),
     )
@@ -53,7 +66,9 @@ def _count(db: Session, model: Any, *where: Any) -> int:
     return len(db.exec(select(model).where(*where)).all())
 
 
-def test_delete_cascades_threads_events_runs_and_versions_and_leaves_other_agents(db: Session) -> None:
+def test_delete_cascades_threads_events_runs_and_versions_and_leaves_other_agents(
+    db: Session,
+) -> None:
     account_id, app_id = _owner(db)
     doomed = _ready_agent(db, account_id, app_id)
     kept = _ready_agent(db, account_id, app_id, name="Kept")
@@ -152,15 +167,28 @@ def test_fork_copies_the_profile_as_a_draft_without_versions_or_threads(db: Sess
     assert fork.id != source.id
     assert fork.name == "Release notes writer (copy)"
     assert fork.status == "draft" and fork.published_version is None
-    for name in ("description", "runtime", "kind", "provider_credential_id", "model", "system_prompt", "tools",
-                 "provider_options"):
+    for name in (
+        "description",
+        "runtime",
+        "kind",
+        "provider_credential_id",
+        "model",
+        "system_prompt",
+        "tools",
+        "provider_options",
+    ):
         assert getattr(fork, name) == getattr(source, name), name
     assert agents.list_versions(db, account_id, app_id, fork.id) == []
     assert _count(db, AgentSession, AgentSession.agent_id == fork.id) == 0
     assert agents.count_threads(db, account_id, app_id, source.id) == 1
     # The copy is its own: changing it leaves the original alone, and kind is free again.
-    agents.update_agent(db, account_id, app_id, fork.id, agents.AgentChanges(tools={"read": "allow"}, kind="cattle"))
-    assert agents.get_agent(db, account_id, app_id, source.id).tools == {"read": "allow", "bash": "ask"}
+    agents.update_agent(
+        db, account_id, app_id, fork.id, agents.AgentChanges(tools={"read": "allow"}, kind="cattle")
+    )
+    assert agents.get_agent(db, account_id, app_id, source.id).tools == {
+        "read": "allow",
+        "bash": "ask",
+    }
 
 
 def test_fork_of_a_long_name_stays_within_the_limit(db: Session) -> None:
@@ -177,24 +205,61 @@ def test_provider_options_are_validated_and_only_good_values_are_saved(db: Sessi
     account_id, app_id = _owner(db)
     agent = _ready_agent(db, account_id, app_id)
     saved = agents.update_agent(
-        db, account_id, app_id, agent.id,
-        agents.AgentChanges(provider_options={"temperature": 1.5, "max_tokens": 4096, "reasoning_effort": "high", "seed": 7}),
+        db,
+        account_id,
+        app_id,
+        agent.id,
+        agents.AgentChanges(
+            provider_options={
+                "temperature": 1.5,
+                "max_tokens": 4096,
+                "reasoning_effort": "high",
+                "seed": 7,
+            }
+        ),
     )
-    assert saved.provider_options == {"temperature": 1.5, "max_tokens": 4096, "reasoning_effort": "high", "seed": 7}
+    assert saved.provider_options == {
+        "temperature": 1.5,
+        "max_tokens": 4096,
+        "reasoning_effort": "high",
+        "seed": 7,
+    }
     # A None value removes the key; the edges of each range are allowed.
     saved = agents.update_agent(
-        db, account_id, app_id, agent.id,
-        agents.AgentChanges(provider_options={"temperature": 0, "max_tokens": 200_000, "reasoning_effort": None, "seed": 7}),
+        db,
+        account_id,
+        app_id,
+        agent.id,
+        agents.AgentChanges(
+            provider_options={
+                "temperature": 0,
+                "max_tokens": 200_000,
+                "reasoning_effort": None,
+                "seed": 7,
+            }
+        ),
     )
     assert saved.provider_options == {"temperature": 0, "max_tokens": 200_000, "seed": 7}
     db.commit()
 
     for bad in (
-        {"temperature": 2.5}, {"temperature": -0.1}, {"temperature": "hot"}, {"temperature": True},
-        {"max_tokens": 0}, {"max_tokens": 200_001}, {"max_tokens": 1.5}, {"reasoning_effort": "extreme"},
+        {"temperature": 2.5},
+        {"temperature": -0.1},
+        {"temperature": "hot"},
+        {"temperature": True},
+        {"max_tokens": 0},
+        {"max_tokens": 200_001},
+        {"max_tokens": 1.5},
+        {"reasoning_effort": "extreme"},
     ):
         with pytest.raises(InvalidInput) as refused:
-            agents.update_agent(db, account_id, app_id, agent.id, agents.AgentChanges(description="Changed.", provider_options=bad))
+            agents.update_agent(
+                db,
+                account_id,
+                app_id,
+                agent.id,
+                agents.AgentChanges(description="Changed.", provider_options=bad),
+            )
         assert refused.value.field == "provider_options"
         db.rollback()
     db.expunge_all()

@@ -30,7 +30,9 @@ def _owner(db: Session, email: str = "owner@example.com") -> tuple[str, str]:
     return account.id, identity.list_apps(db, account.id)[0].id
 
 
-def _credential(db: Session, account_id: str, app_id: str, **overrides: Any) -> vault.ProviderCredentialView:
+def _credential(
+    db: Session, account_id: str, app_id: str, **overrides: Any
+) -> vault.ProviderCredentialView:
     values: dict[str, Any] = {
         "name": "Example LLM",
         "provider": "openai_compatible",
@@ -39,13 +41,20 @@ def _credential(db: Session, account_id: str, app_id: str, **overrides: Any) -> 
         "models": ["example-large", "example-small"],
     }
     values.update(overrides)
-    return vault.create_provider_credential(db, account_id, app_id, vault.ProviderCredentialInput(**values))
+    return vault.create_provider_credential(
+        db, account_id, app_id, vault.ProviderCredentialInput(**values)
+    )
 
 
-def _agent(db: Session, account_id: str, app_id: str, credential_id: str | None = None) -> agents.AgentView:
+def _agent(
+    db: Session, account_id: str, app_id: str, credential_id: str | None = None
+) -> agents.AgentView:
     created = agents.create_agent(db, account_id, app_id, name="Release notes writer", kind="pet")
     return agents.update_agent(
-        db, account_id, app_id, created.id,
+        db,
+        account_id,
+        app_id,
+        created.id,
         agents.AgentChanges(
             description="Drafts release notes from merged pull requests.",
             model="example-large",
@@ -66,8 +75,16 @@ def _manifest(**overrides: Any) -> dict[str, Any]:
         "format": "mosoo.agent",
         "version": 1,
         "exported_at": "2025-01-01T00:00:00+00:00",
-        "agent": {"name": "Imported", "description": "", "runtime": "openai", "kind": "cattle", "model": "m",
-                  "system_prompt": "", "tools": {"read": "allow"}, "provider_options": {}},
+        "agent": {
+            "name": "Imported",
+            "description": "",
+            "runtime": "openai",
+            "kind": "cattle",
+            "model": "m",
+            "system_prompt": "",
+            "tools": {"read": "allow"},
+            "provider_options": {},
+        },
         "provider": None,
         "skills": [],
         "mcp_servers": [],
@@ -86,7 +103,9 @@ def _zip(entries: list[tuple[str | zipfile.ZipInfo, bytes]]) -> bytes:
     return buffer.getvalue()
 
 
-def _package(manifest: dict[str, Any] | None = None, *extra: tuple[str | zipfile.ZipInfo, bytes]) -> bytes:
+def _package(
+    manifest: dict[str, Any] | None = None, *extra: tuple[str | zipfile.ZipInfo, bytes]
+) -> bytes:
     return _zip([("manifest.json", json.dumps(manifest or _manifest()).encode()), *extra])
 
 
@@ -114,7 +133,9 @@ def _refused(db: Session, account_id: str, app_id: str, package: bytes, message:
 # --- export and round trip --------------------------------------------------------------
 
 
-def test_exported_package_has_a_stable_manifest_with_the_profile_and_the_provider_description(db: Session) -> None:
+def test_exported_package_has_a_stable_manifest_with_the_profile_and_the_provider_description(
+    db: Session,
+) -> None:
     account_id, app_id = _owner(db)
     credential = _credential(db, account_id, app_id)
     agent = _agent(db, account_id, app_id, credential.id)
@@ -139,7 +160,11 @@ def test_exported_package_has_a_stable_manifest_with_the_profile_and_the_provide
             "tools": {"bash": "ask", "grep": "allow", "read": "allow"},
             "provider_options": {"reasoning_effort": "low", "temperature": 0.2},
         },
-        "provider": {"provider": "openai_compatible", "base_url": BASE_URL, "models": ["example-large", "example-small"]},
+        "provider": {
+            "provider": "openai_compatible",
+            "base_url": BASE_URL,
+            "models": ["example-large", "example-small"],
+        },
         "skills": [],
         "mcp_servers": [],
         "environment": None,
@@ -155,12 +180,21 @@ def test_exported_package_contains_no_key_credential_id_or_vault_data(db: Sessio
     agent = _agent(db, account_id, app_id, credential.id)
     # A key pasted into the free-form options must not leave with the package either.
     options = {"temperature": 0.2, "api_key": KEY, "headers": {"Authorization": KEY}}
-    agents.update_agent(db, account_id, app_id, agent.id, agents.AgentChanges(provider_options=options))
+    agents.update_agent(
+        db, account_id, app_id, agent.id, agents.AgentChanges(provider_options=options)
+    )
 
     everything = _every_byte(agents.export_agent(db, account_id, app_id, agent.id))
 
     secret = db.exec(select(VaultSecret)).one()
-    for forbidden in (KEY, KEY[-12:], credential.id, secret.id, "api_key_secret_id", "provider_credential_id"):
+    for forbidden in (
+        KEY,
+        KEY[-12:],
+        credential.id,
+        secret.id,
+        "api_key_secret_id",
+        "provider_credential_id",
+    ):
         assert forbidden.encode() not in everything
     for sealed in (secret.ciphertext, secret.wrapped_key):
         assert sealed not in everything
@@ -181,7 +215,16 @@ def test_round_trip_into_another_owners_app_makes_the_same_draft_and_asks_to_rec
     imported = agents.get_agent(db, other_account, other_app, report.agent_id)
     assert imported.id != original.id and imported.app_id == other_app
     assert imported.status == "draft"
-    for attribute in ("name", "description", "runtime", "kind", "model", "system_prompt", "tools", "provider_options"):
+    for attribute in (
+        "name",
+        "description",
+        "runtime",
+        "kind",
+        "model",
+        "system_prompt",
+        "tools",
+        "provider_options",
+    ):
         assert getattr(imported, attribute) == getattr(original, attribute)
     assert imported.provider_credential_id is None
     assert report.reconnect == [
@@ -191,12 +234,16 @@ def test_round_trip_into_another_owners_app_makes_the_same_draft_and_asks_to_rec
     assert "no_provider_key" in blockers
 
 
-def test_import_binds_the_apps_key_with_the_same_provider_and_base_url_and_says_so(db: Session) -> None:
+def test_import_binds_the_apps_key_with_the_same_provider_and_base_url_and_says_so(
+    db: Session,
+) -> None:
     account_id, app_id = _owner(db)
     original = _agent(db, account_id, app_id, _credential(db, account_id, app_id).id)
     package = agents.export_agent(db, account_id, app_id, original.id)
     other_account, other_app = _owner(db, "other@example.com")
-    _credential(db, other_account, other_app, name="Elsewhere", base_url="https://other.example.com/v1")
+    _credential(
+        db, other_account, other_app, name="Elsewhere", base_url="https://other.example.com/v1"
+    )
     matching = _credential(db, other_account, other_app, name="Same host", base_url=BASE_URL + "/")
 
     report = agents.import_agent(db, other_account, other_app, package)
@@ -208,7 +255,9 @@ def test_import_binds_the_apps_key_with_the_same_provider_and_base_url_and_says_
     assert agents.readiness(db, imported).ready
 
 
-def test_import_binds_a_matching_key_but_asks_to_check_a_model_the_key_does_not_list(db: Session) -> None:
+def test_import_binds_a_matching_key_but_asks_to_check_a_model_the_key_does_not_list(
+    db: Session,
+) -> None:
     account_id, app_id = _owner(db)
     matching = _credential(db, account_id, app_id, models=["example-small"])
     provider = {"provider": "openai_compatible", "base_url": BASE_URL, "models": ["example-large"]}
@@ -217,8 +266,13 @@ def test_import_binds_a_matching_key_but_asks_to_check_a_model_the_key_does_not_
 
     report = agents.import_agent(db, account_id, app_id, _package(manifest))
 
-    assert agents.get_agent(db, account_id, app_id, report.agent_id).provider_credential_id == matching.id
-    assert report.reconnect == ["Check the model: 'example-large' is not in the models of 'Example LLM'."]
+    assert (
+        agents.get_agent(db, account_id, app_id, report.agent_id).provider_credential_id
+        == matching.id
+    )
+    assert report.reconnect == [
+        "Check the model: 'example-large' is not in the models of 'Example LLM'."
+    ]
 
 
 def test_import_does_not_bind_a_key_of_another_provider_kind_at_the_same_url(db: Session) -> None:
@@ -232,9 +286,13 @@ def test_import_does_not_bind_a_key_of_another_provider_kind_at_the_same_url(db:
     assert report.reconnect and report.reconnect[0].startswith("Choose a provider key")
 
 
-def test_import_without_provider_asks_for_a_key_and_reports_unsupported_skills_and_environment(db: Session) -> None:
+def test_import_without_provider_asks_for_a_key_and_reports_unsupported_skills_and_environment(
+    db: Session,
+) -> None:
     account_id, app_id = _owner(db)
-    manifest = _manifest(skills=[{"name": "changelog"}], mcp_servers=[{}, {}], environment={"packages": ["git"]})
+    manifest = _manifest(
+        skills=[{"name": "changelog"}], mcp_servers=[{}, {}], environment={"packages": ["git"]}
+    )
 
     report = agents.import_agent(db, account_id, app_id, _package(manifest))
 
@@ -278,11 +336,20 @@ HOSTILE: dict[str, tuple[Callable[[], bytes], str]] = {
     "path_traversal": (lambda: _package(None, ("../evil.sh", b"x")), "leaves the package"),
     "nested_traversal": (lambda: _package(None, ("skills/../../evil", b"x")), "leaves the package"),
     "absolute_path": (lambda: _package(None, ("/etc/cron.d/evil", b"x")), "is absolute"),
-    "windows_drive_path": (lambda: _package(None, ("C:\\Windows\\evil", b"x")), "backslashes|is absolute"),
+    "windows_drive_path": (
+        lambda: _package(None, ("C:\\Windows\\evil", b"x")),
+        "backslashes|is absolute",
+    ),
     "windows_drive_forward_slash": (lambda: _package(None, ("C:/evil", b"x")), "is absolute"),
     "backslash_path": (lambda: _package(None, ("skills\\evil.md", b"x")), "backslashes"),
-    "symlink": (lambda: _package(None, (_symlink("skills/passwd"), b"/etc/passwd")), "symbolic link"),
-    "too_many_entries": (lambda: _package(None, *[(f"skills/{i}.md", b"") for i in range(512)]), "at most 512"),
+    "symlink": (
+        lambda: _package(None, (_symlink("skills/passwd"), b"/etc/passwd")),
+        "symbolic link",
+    ),
+    "too_many_entries": (
+        lambda: _package(None, *[(f"skills/{i}.md", b"") for i in range(512)]),
+        "at most 512",
+    ),
     "dotenv": (lambda: _package(None, (".env", b"OPENAI_API_KEY=sk-x")), "looks like a secret"),
     "named_env": (lambda: _package(None, ("config/production.env", b"A=1")), "looks like a secret"),
     "secrets_dir": (lambda: _package(None, ("secrets/token.txt", b"t")), "looks like a secret"),
@@ -295,32 +362,75 @@ HOSTILE: dict[str, tuple[Callable[[], bytes], str]] = {
     "manifest_not_utf8": (lambda: _zip([("manifest.json", b"\xff\xfe{}")]), "not valid JSON"),
     "manifest_deeply_nested": (lambda: _zip([("manifest.json", b"[" * 200_000)]), "not valid JSON"),
     "manifest_is_a_list": (lambda: _zip([("manifest.json", b"[]")]), "not a JSON object"),
-    "wrong_format": (lambda: _package(_manifest(format="other.agent")), "format must be 'mosoo.agent'"),
+    "wrong_format": (
+        lambda: _package(_manifest(format="other.agent")),
+        "format must be 'mosoo.agent'",
+    ),
     "unknown_version": (lambda: _package(_manifest(version=2)), "version 2 is not supported"),
     "version_as_string": (lambda: _package(_manifest(version="1")), "is not supported"),
-    "unknown_manifest_field": (lambda: _package(_manifest(owner_key="x")), "unknown manifest fields: owner_key"),
+    "unknown_manifest_field": (
+        lambda: _package(_manifest(owner_key="x")),
+        "unknown manifest fields: owner_key",
+    ),
     "no_agent": (lambda: _package(_manifest(agent=None)), "has no agent"),
     "no_name": (lambda: _with_manifest_agent(name="   "), "has no name"),
-    "unknown_runtime": (lambda: _with_manifest_agent(runtime="gpt-engineer"), "unknown runtime 'gpt-engineer'"),
+    "unknown_runtime": (
+        lambda: _with_manifest_agent(runtime="gpt-engineer"),
+        "unknown runtime 'gpt-engineer'",
+    ),
     "unknown_kind": (lambda: _with_manifest_agent(kind="horse"), "unknown kind 'horse'"),
     "name_wrong_type": (lambda: _with_manifest_agent(name=["a"]), "has no name"),
-    "description_wrong_type": (lambda: _with_manifest_agent(description=5), "agent.description must be a string"),
+    "description_wrong_type": (
+        lambda: _with_manifest_agent(description=5),
+        "agent.description must be a string",
+    ),
     "name_too_long": (lambda: _with_manifest_agent(name="n" * 81), "agent.name is longer than 80"),
-    "description_too_long": (lambda: _with_manifest_agent(description="d" * 501), "agent.description is longer"),
-    "system_prompt_too_long": (lambda: _with_manifest_agent(system_prompt="p" * 100_001), "system_prompt is longer"),
-    "tools_wrong_type": (lambda: _with_manifest_agent(tools=["bash"]), "agent.tools must be an object"),
-    "unknown_tool": (lambda: _with_manifest_agent(tools={"rm_rf": "allow"}), "unknown tool 'rm_rf'"),
-    "bad_tool_policy": (lambda: _with_manifest_agent(tools={"bash": "always"}), "policy must be allow or ask"),
-    "unknown_agent_field": (lambda: _with_manifest_agent(provider_credential_id="01J"), "unknown agent fields"),
-    "secret_in_options": (lambda: _with_manifest_agent(provider_options={"api_key": "sk-x"}), "holds a key"),
-    "options_wrong_type": (lambda: _with_manifest_agent(provider_options="hot"), "must be an object"),
-    "unknown_provider": (lambda: _package(_manifest(provider={"provider": "skynet", "base_url": BASE_URL})),
-                         "unknown provider 'skynet'"),
-    "provider_url_not_http": (lambda: _package(_manifest(provider={"provider": "openai", "base_url": "file:///etc"})),
-                              "must be an http"),
+    "description_too_long": (
+        lambda: _with_manifest_agent(description="d" * 501),
+        "agent.description is longer",
+    ),
+    "system_prompt_too_long": (
+        lambda: _with_manifest_agent(system_prompt="p" * 100_001),
+        "system_prompt is longer",
+    ),
+    "tools_wrong_type": (
+        lambda: _with_manifest_agent(tools=["bash"]),
+        "agent.tools must be an object",
+    ),
+    "unknown_tool": (
+        lambda: _with_manifest_agent(tools={"rm_rf": "allow"}),
+        "unknown tool 'rm_rf'",
+    ),
+    "bad_tool_policy": (
+        lambda: _with_manifest_agent(tools={"bash": "always"}),
+        "policy must be allow or ask",
+    ),
+    "unknown_agent_field": (
+        lambda: _with_manifest_agent(provider_credential_id="01J"),
+        "unknown agent fields",
+    ),
+    "secret_in_options": (
+        lambda: _with_manifest_agent(provider_options={"api_key": "sk-x"}),
+        "holds a key",
+    ),
+    "options_wrong_type": (
+        lambda: _with_manifest_agent(provider_options="hot"),
+        "must be an object",
+    ),
+    "unknown_provider": (
+        lambda: _package(_manifest(provider={"provider": "skynet", "base_url": BASE_URL})),
+        "unknown provider 'skynet'",
+    ),
+    "provider_url_not_http": (
+        lambda: _package(_manifest(provider={"provider": "openai", "base_url": "file:///etc"})),
+        "must be an http",
+    ),
     "provider_url_with_credentials": (
-        lambda: _package(_manifest(provider={"provider": "openai", "base_url": "https://u:p@h.example/v1"})),
-        "holds credentials"),
+        lambda: _package(
+            _manifest(provider={"provider": "openai", "base_url": "https://u:p@h.example/v1"})
+        ),
+        "holds credentials",
+    ),
     "skills_wrong_type": (lambda: _package(_manifest(skills="all")), "skills must be a list"),
 }
 
@@ -336,7 +446,9 @@ def test_hostile_or_broken_package_is_refused_with_a_clear_message_and_creates_n
 
 def test_package_of_exactly_512_entries_is_accepted(db: Session) -> None:
     account_id, app_id = _owner(db)
-    report = agents.import_agent(db, account_id, app_id, _package(None, *[(f"skills/{i}.md", b"") for i in range(511)]))
+    report = agents.import_agent(
+        db, account_id, app_id, _package(None, *[(f"skills/{i}.md", b"") for i in range(511)])
+    )
     assert agents.get_agent(db, account_id, app_id, report.agent_id).name == "Imported"
 
 
@@ -344,15 +456,21 @@ def test_package_declaring_huge_entry_counts_is_refused_before_parsing_them(db: 
     account_id, app_id = _owner(db)
     package = bytearray(_package())
     end = package.rfind(b"PK\x05\x06")
-    package[end + 8:end + 12] = (60_000).to_bytes(2, "little") * 2  # entries on this disk, entries in total
+    package[end + 8 : end + 12] = (60_000).to_bytes(
+        2, "little"
+    ) * 2  # entries on this disk, entries in total
     _refused(db, account_id, app_id, bytes(package), "at most 512")
 
 
-def test_package_hiding_tens_of_thousands_of_entries_behind_a_small_count_is_refused(db: Session) -> None:
+def test_package_hiding_tens_of_thousands_of_entries_behind_a_small_count_is_refused(
+    db: Session,
+) -> None:
     account_id, app_id = _owner(db)
     package = bytearray(_package(None, *[(f"s/{i}", b"") for i in range(40_000)]))
     end = package.rfind(b"PK\x05\x06")
-    package[end + 8:end + 12] = (1).to_bytes(2, "little") * 2  # the end record claims a single entry
+    package[end + 8 : end + 12] = (1).to_bytes(
+        2, "little"
+    ) * 2  # the end record claims a single entry
     tracemalloc.start()
     try:
         _refused(db, account_id, app_id, bytes(package), "file list is too large")
@@ -369,15 +487,25 @@ def test_package_larger_than_64_mib_is_refused(db: Session) -> None:
 
 def test_entry_over_16_mib_is_refused(db: Session) -> None:
     account_id, app_id = _owner(db)
-    _refused(db, account_id, app_id, _package(None, ("skills/big.md", b"a" * (16 * 1024 * 1024 + 1))),
-             "larger than 16 MiB")
+    _refused(
+        db,
+        account_id,
+        app_id,
+        _package(None, ("skills/big.md", b"a" * (16 * 1024 * 1024 + 1))),
+        "larger than 16 MiB",
+    )
 
 
 def test_entries_unpacking_to_over_64_mib_in_total_are_refused(db: Session) -> None:
     account_id, app_id = _owner(db)
     chunk = b"b" * (15 * 1024 * 1024)
-    _refused(db, account_id, app_id, _package(None, *[(f"skills/{i}.md", chunk) for i in range(5)]),
-             "unpacks to more than 64 MiB")
+    _refused(
+        db,
+        account_id,
+        app_id,
+        _package(None, *[(f"skills/{i}.md", chunk) for i in range(5)]),
+        "unpacks to more than 64 MiB",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -397,17 +525,22 @@ def compression_bomb() -> bytes:
 def _lying(package: bytes, name: bytes, declared: int) -> bytes:
     """The package with `name`'s uncompressed size rewritten to `declared` in both headers."""
     data = bytearray(package)
-    for signature, size_at, name_len_at, name_at in ((b"PK\x03\x04", 22, 26, 30), (b"PK\x01\x02", 24, 28, 46)):
+    for signature, size_at, name_len_at, name_at in (
+        (b"PK\x03\x04", 22, 26, 30),
+        (b"PK\x01\x02", 24, 28, 46),
+    ):
         start = 0
         while (start := data.find(signature, start)) >= 0:
-            length = int.from_bytes(data[start + name_len_at:start + name_len_at + 2], "little")
-            if bytes(data[start + name_at:start + name_at + length]) == name:
-                data[start + size_at:start + size_at + 4] = declared.to_bytes(4, "little")
+            length = int.from_bytes(data[start + name_len_at : start + name_len_at + 2], "little")
+            if bytes(data[start + name_at : start + name_at + length]) == name:
+                data[start + size_at : start + size_at + 4] = declared.to_bytes(4, "little")
             start += 4
     return bytes(data)
 
 
-def test_compression_bomb_is_refused_quickly_without_inflating_it(db: Session, compression_bomb: bytes) -> None:
+def test_compression_bomb_is_refused_quickly_without_inflating_it(
+    db: Session, compression_bomb: bytes
+) -> None:
     account_id, app_id = _owner(db)
     assert len(compression_bomb) < 8 * 1024 * 1024
     tracemalloc.start()
@@ -422,7 +555,9 @@ def test_compression_bomb_is_refused_quickly_without_inflating_it(db: Session, c
     assert peak < 64 * 1024 * 1024
 
 
-def test_compression_bomb_with_a_lying_size_header_is_refused_quickly(db: Session, compression_bomb: bytes) -> None:
+def test_compression_bomb_with_a_lying_size_header_is_refused_quickly(
+    db: Session, compression_bomb: bytes
+) -> None:
     account_id, app_id = _owner(db)
     lying = _lying(compression_bomb, b"skills/zeros.md", 1000)
     with zipfile.ZipFile(io.BytesIO(lying)) as archive:

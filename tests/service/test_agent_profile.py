@@ -34,24 +34,39 @@ class Owner:
     credential_id: str
 
 
-def _owner(db: Session, email: str = "owner@example.com", *, ready: bool = True, kind: str = "cattle") -> Owner:
+def _owner(
+    db: Session, email: str = "owner@example.com", *, ready: bool = True, kind: str = "cattle"
+) -> Owner:
     account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
     app_id = identity.list_apps(db, account.id)[0].id
     credential = vault.create_provider_credential(
-        db, account.id, app_id,
+        db,
+        account.id,
+        app_id,
         vault.ProviderCredentialInput(
-            name="Team key", provider="openai_compatible", base_url="http://10.0.0.5:8000/v1", api_key=PROVIDER_KEY,
+            name="Team key",
+            provider="openai_compatible",
+            base_url="http://10.0.0.5:8000/v1",
+            api_key=PROVIDER_KEY,
             models=["model-a", "model-b"],
         ),
     )
     agent = agents.create_agent(db, account.id, app_id, name="Helper", kind=kind)
     if ready:
-        agents.update_agent(db, account.id, app_id, agent.id, agents.AgentChanges(provider_credential_id=credential.id, model="model-a"))
+        agents.update_agent(
+            db,
+            account.id,
+            app_id,
+            agent.id,
+            agents.AgentChanges(provider_credential_id=credential.id, model="model-a"),
+        )
     return Owner(account.id, app_id, agent.id, credential.id)
 
 
 def _edit(db: Session, owner: Owner, **changes: Any) -> agents.AgentView:
-    return agents.update_agent(db, owner.account_id, owner.app_id, owner.agent_id, agents.AgentChanges(**changes))
+    return agents.update_agent(
+        db, owner.account_id, owner.app_id, owner.agent_id, agents.AgentChanges(**changes)
+    )
 
 
 def _get(db: Session, owner: Owner) -> agents.AgentView:
@@ -94,7 +109,10 @@ def test_each_field_saves_alone_and_leaves_the_others_as_they_were(db: Session, 
 
 def test_the_provider_key_saves_alone_and_can_be_cleared(db: Session) -> None:
     owner = _owner(db, ready=False)
-    assert _edit(db, owner, provider_credential_id=owner.credential_id).provider_credential_id == owner.credential_id
+    assert (
+        _edit(db, owner, provider_credential_id=owner.credential_id).provider_credential_id
+        == owner.credential_id
+    )
     assert _edit(db, owner, provider_credential_id=None).provider_credential_id is None
 
 
@@ -122,7 +140,11 @@ BAD_VALUES: list[tuple[str, Any, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("field", "value", "named"), BAD_VALUES, ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_VALUES)])
+@pytest.mark.parametrize(
+    ("field", "value", "named"),
+    BAD_VALUES,
+    ids=[f"{f}-{i}" for i, (f, _, _) in enumerate(BAD_VALUES)],
+)
 def test_an_invalid_value_is_refused_with_its_field_and_the_last_good_value_stays(
     db: Session, field: str, value: Any, named: str
 ) -> None:
@@ -138,7 +160,9 @@ def test_an_invalid_value_is_refused_with_its_field_and_the_last_good_value_stay
     assert after == before
 
 
-def test_bindings_are_deduplicated_in_order_and_an_empty_environment_means_the_default(db: Session) -> None:
+def test_bindings_are_deduplicated_in_order_and_an_empty_environment_means_the_default(
+    db: Session,
+) -> None:
     owner = _owner(db)
     saved = _edit(db, owner, skills=[SKILL, OTHER_SKILL, SKILL], environment_id=ENVIRONMENT)
     assert saved.skills == [SKILL, OTHER_SKILL]
@@ -149,7 +173,13 @@ def test_another_owners_agent_cannot_be_edited(db: Session) -> None:
     owner = _owner(db)
     stranger = _owner(db, "stranger@example.com")
     with pytest.raises(agents.service.NotFound):
-        agents.update_agent(db, stranger.account_id, stranger.app_id, owner.agent_id, agents.AgentChanges(name="Mine now"))
+        agents.update_agent(
+            db,
+            stranger.account_id,
+            stranger.app_id,
+            owner.agent_id,
+            agents.AgentChanges(name="Mine now"),
+        )
     assert _get(db, owner).name == "Helper"
 
 
@@ -167,7 +197,8 @@ def test_no_provider_key_and_no_model_block_naming_their_fields(db: Session) -> 
     ready = agents.readiness(db, _get(db, owner))
     assert not ready.ready
     assert {(b.code, b.field) for b in ready.blockers} == {
-        ("no_provider_key", "provider_credential_id"), ("model_not_set", "model"),
+        ("no_provider_key", "provider_credential_id"),
+        ("model_not_set", "model"),
     }
 
 
@@ -237,11 +268,15 @@ def test_a_version_freezes_the_bindings_and_a_pinned_thread_runs_them(db: Sessio
     version = agents.publish_agent(db, owner.account_id, owner.app_id, owner.agent_id)
     assert version.profile["skills"] == [SKILL]
     assert version.profile["environment_id"] is None and version.profile["mcp_servers"] == []
-    thread = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id, purpose="api")
+    thread = sessions.create_session(
+        db, owner.account_id, owner.app_id, owner.agent_id, purpose="api"
+    )
 
     _edit(db, owner, skills=[OTHER_SKILL])  # the draft moves on; version 1 does not
 
-    assert agents.get_version(db, owner.account_id, owner.app_id, owner.agent_id, 1).profile["skills"] == [SKILL]
+    assert agents.get_version(db, owner.account_id, owner.app_id, owner.agent_id, 1).profile[
+        "skills"
+    ] == [SKILL]
     snapshot = _booted(db, owner, thread.id)
     assert snapshot["bindings"] == {"environment_id": None, "skills": [SKILL], "mcp_servers": []}
     # The skill does not exist, so the run goes without it (readiness warned).
@@ -251,13 +286,17 @@ def test_a_version_freezes_the_bindings_and_a_pinned_thread_runs_them(db: Sessio
 def test_a_preview_run_freezes_the_drafts_bindings(db: Session) -> None:
     owner = _owner(db)
     _edit(db, owner, skills=[SKILL, OTHER_SKILL])
-    thread = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id, purpose="preview")
+    thread = sessions.create_session(
+        db, owner.account_id, owner.app_id, owner.agent_id, purpose="preview"
+    )
     assert _booted(db, owner, thread.id)["bindings"]["skills"] == [SKILL, OTHER_SKILL]
 
 
 def test_a_run_with_an_invalid_mcp_server_fails_as_not_ready(db: Session) -> None:
     owner = _owner(db)
-    thread = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id, purpose="preview")
+    thread = sessions.create_session(
+        db, owner.account_id, owner.app_id, owner.agent_id, purpose="preview"
+    )
     _edit(db, owner, mcp_servers=[MCP_SERVER])
     sent = sessions.send_message(db, owner.account_id, thread.id, "hello")
     plan, _events = plan_boot(db, sent.run.id)
@@ -266,12 +305,18 @@ def test_a_run_with_an_invalid_mcp_server_fails_as_not_ready(db: Session) -> Non
     assert run is not None and run.status == "failed" and run.error_code == "readiness_blocked"
 
 
-def test_a_version_published_before_bindings_existed_runs_without_the_drafts_bindings(db: Session) -> None:
+def test_a_version_published_before_bindings_existed_runs_without_the_drafts_bindings(
+    db: Session,
+) -> None:
     owner = _owner(db)
     agents.publish_agent(db, owner.account_id, owner.app_id, owner.agent_id)
-    row = db.get(AgentVersion, agents.get_version(db, owner.account_id, owner.app_id, owner.agent_id, 1).id)
+    row = db.get(
+        AgentVersion, agents.get_version(db, owner.account_id, owner.app_id, owner.agent_id, 1).id
+    )
     assert row is not None
-    row.profile = {k: v for k, v in row.profile.items() if k not in ("environment_id", "skills", "mcp_servers")}
+    row.profile = {
+        k: v for k, v in row.profile.items() if k not in ("environment_id", "skills", "mcp_servers")
+    }
     db.add(row)
     db.flush()
     _edit(db, owner, skills=[SKILL])
@@ -283,7 +328,11 @@ def test_fork_copies_the_bindings(db: Session) -> None:
     owner = _owner(db)
     _edit(db, owner, skills=[SKILL], mcp_servers=[MCP_SERVER], environment_id=ENVIRONMENT)
     fork = agents.fork_agent(db, owner.account_id, owner.app_id, owner.agent_id)
-    assert (fork.skills, fork.mcp_servers, fork.environment_id) == ([SKILL], [MCP_SERVER], ENVIRONMENT)
+    assert (fork.skills, fork.mcp_servers, fork.environment_id) == (
+        [SKILL],
+        [MCP_SERVER],
+        ENVIRONMENT,
+    )
 
 
 # --- export / import of bindings ------------------------------------------------------------
@@ -296,7 +345,9 @@ def _manifest(package: bytes) -> dict[str, Any]:
 
 def test_export_lists_the_bindings_and_import_reports_them_to_reconnect(db: Session) -> None:
     owner = _owner(db)
-    _edit(db, owner, skills=[SKILL, OTHER_SKILL], mcp_servers=[MCP_SERVER], environment_id=ENVIRONMENT)
+    _edit(
+        db, owner, skills=[SKILL, OTHER_SKILL], mcp_servers=[MCP_SERVER], environment_id=ENVIRONMENT
+    )
     package = agents.export_agent(db, owner.account_id, owner.app_id, owner.agent_id)
     manifest = _manifest(package)
     assert manifest["skills"] == [{"id": SKILL}, {"id": OTHER_SKILL}]
@@ -342,15 +393,22 @@ def test_import_refuses_binding_lists_of_non_objects(db: Session) -> None:
 
 def _second_key(db: Session, owner: Owner) -> str:
     return vault.create_provider_credential(
-        db, owner.account_id, owner.app_id,
+        db,
+        owner.account_id,
+        owner.app_id,
         vault.ProviderCredentialInput(
-            name="Other key", provider="openai_compatible", base_url="http://10.0.0.6:8000/v1",
-            api_key=PROVIDER_KEY, models=["model-a"],
+            name="Other key",
+            provider="openai_compatible",
+            base_url="http://10.0.0.6:8000/v1",
+            api_key=PROVIDER_KEY,
+            models=["model-a"],
         ),
     ).id
 
 
-def test_a_key_the_published_version_uses_cannot_be_deleted_though_the_draft_moved_on(db: Session) -> None:
+def test_a_key_the_published_version_uses_cannot_be_deleted_though_the_draft_moved_on(
+    db: Session,
+) -> None:
     owner = _owner(db)
     agents.publish_agent(db, owner.account_id, owner.app_id, owner.agent_id)
     _edit(db, owner, provider_credential_id=_second_key(db, owner))
@@ -359,7 +417,10 @@ def test_a_key_the_published_version_uses_cannot_be_deleted_though_the_draft_mov
         vault.delete_provider_credential(db, owner.account_id, owner.app_id, owner.credential_id)
 
     assert "Helper version 1" in refused.value.message
-    assert any(c.id == owner.credential_id for c in vault.list_provider_credentials(db, owner.account_id, owner.app_id))
+    assert any(
+        c.id == owner.credential_id
+        for c in vault.list_provider_credentials(db, owner.account_id, owner.app_id)
+    )
 
 
 def test_a_key_a_thread_still_pins_cannot_be_deleted_after_unpublishing(db: Session) -> None:
@@ -377,11 +438,16 @@ def test_a_key_only_an_old_unpinned_version_used_can_be_deleted(db: Session) -> 
     owner = _owner(db)
     agents.publish_agent(db, owner.account_id, owner.app_id, owner.agent_id)
     _edit(db, owner, provider_credential_id=_second_key(db, owner))
-    agents.publish_agent(db, owner.account_id, owner.app_id, owner.agent_id)  # version 2 uses the other key
+    agents.publish_agent(
+        db, owner.account_id, owner.app_id, owner.agent_id
+    )  # version 2 uses the other key
 
     vault.delete_provider_credential(db, owner.account_id, owner.app_id, owner.credential_id)
 
-    assert all(c.id != owner.credential_id for c in vault.list_provider_credentials(db, owner.account_id, owner.app_id))
+    assert all(
+        c.id != owner.credential_id
+        for c in vault.list_provider_credentials(db, owner.account_id, owner.app_id)
+    )
 
 
 # --- the Pet sandbox fingerprint ------------------------------------------------------------
@@ -390,10 +456,21 @@ def test_a_key_only_an_old_unpinned_version_used_can_be_deleted(db: Session) -> 
 def test_only_kind_environment_and_skills_make_a_pet_sandbox_stale(db: Session) -> None:
     owner = _owner(db, kind="pet")
     built = agents.sandbox_fingerprint(_get(db, owner))
-    _edit(db, owner, model="model-b", system_prompt="new", tools={"read": "allow"}, mcp_servers=[MCP_SERVER])
+    _edit(
+        db,
+        owner,
+        model="model-b",
+        system_prompt="new",
+        tools={"read": "allow"},
+        mcp_servers=[MCP_SERVER],
+    )
     assert agents.pending_sandbox_fields(_get(db, owner), built) == []
     _edit(db, owner, skills=[SKILL])
     assert agents.pending_sandbox_fields(_get(db, owner), built) == ["skills"]
     _edit(db, owner, kind="cattle", environment_id=ENVIRONMENT)
-    assert agents.pending_sandbox_fields(_get(db, owner), built) == ["kind", "environment_id", "skills"]
+    assert agents.pending_sandbox_fields(_get(db, owner), built) == [
+        "kind",
+        "environment_id",
+        "skills",
+    ]
     assert agents.pending_sandbox_fields(_get(db, owner), None) == list(agents.SANDBOX_FIELDS)

@@ -29,15 +29,25 @@ def _owner(db: Session, email: str = "owner@example.com", *, ready: bool = True)
     agent = agents.create_agent(db, account.id, app_id, name="Helper")
     if ready:
         credential = vault.create_provider_credential(
-            db, account.id, app_id,
+            db,
+            account.id,
+            app_id,
             vault.ProviderCredentialInput(
-                name="P", provider="openai_compatible", base_url="http://10.0.0.5:8000/v1", api_key=PROVIDER_KEY,
+                name="P",
+                provider="openai_compatible",
+                base_url="http://10.0.0.5:8000/v1",
+                api_key=PROVIDER_KEY,
                 models=["model-a", "model-b", "model-c"],
             ),
         )
         agents.update_agent(
-            db, account.id, app_id, agent.id,
-            agents.AgentChanges(provider_credential_id=credential.id, model="model-a", system_prompt="prompt one"),
+            db,
+            account.id,
+            app_id,
+            agent.id,
+            agents.AgentChanges(
+                provider_credential_id=credential.id, model="model-a", system_prompt="prompt one"
+            ),
         )
     return Owner(account.id, app_id, agent.id)
 
@@ -47,7 +57,9 @@ def _publish(db: Session, owner: Owner, summary: str = "") -> agents.VersionView
 
 
 def _edit(db: Session, owner: Owner, **changes: object) -> agents.AgentView:
-    return agents.update_agent(db, owner.account_id, owner.app_id, owner.agent_id, agents.AgentChanges(**changes))
+    return agents.update_agent(
+        db, owner.account_id, owner.app_id, owner.agent_id, agents.AgentChanges(**changes)
+    )
 
 
 def _booted_snapshot(db: Session, owner: Owner, thread_id: str) -> dict[str, object]:
@@ -71,7 +83,9 @@ def test_publishing_numbers_versions_one_two_and_marks_the_agent_published(db: S
     assert first.profile["model"] == "model-a" and second.profile["model"] == "model-b"
     view = agents.get_agent(db, owner.account_id, owner.app_id, owner.agent_id)
     assert (view.status, view.published_version) == ("published", 2)
-    assert [v.number for v in agents.list_versions(db, owner.account_id, owner.app_id, owner.agent_id)] == [2, 1]
+    assert [
+        v.number for v in agents.list_versions(db, owner.account_id, owner.app_id, owner.agent_id)
+    ] == [2, 1]
 
 
 def test_a_version_freezes_the_whole_profile(db: Session) -> None:
@@ -90,7 +104,12 @@ def test_editing_the_draft_changes_no_published_version(db: Session) -> None:
     _edit(db, owner, provider_options={"temperature": 0.2})
     _publish(db, owner)
     _edit(
-        db, owner, name="Renamed", model="model-c", system_prompt="prompt two", tools={"bash": "allow"},
+        db,
+        owner,
+        name="Renamed",
+        model="model-c",
+        system_prompt="prompt two",
+        tools={"bash": "allow"},
         provider_options={"temperature": 0.9},
     )
     db.expire_all()  # read back from the database, not the identity map
@@ -119,7 +138,9 @@ def test_a_summary_over_200_characters_is_refused(db: Session) -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [("kind", "pet"), ("runtime", "claude")])
-def test_kind_and_runtime_are_free_before_the_first_publish_and_locked_after(db: Session, field: str, value: str) -> None:
+def test_kind_and_runtime_are_free_before_the_first_publish_and_locked_after(
+    db: Session, field: str, value: str
+) -> None:
     owner = _owner(db)
     other = _owner(db, "other@example.com")
     assert getattr(_edit(db, other, **{field: value}), field) == value  # never published: free
@@ -129,7 +150,9 @@ def test_kind_and_runtime_are_free_before_the_first_publish_and_locked_after(db:
     assert refused.value.field == field
 
 
-def test_after_publishing_other_fields_and_unchanged_kind_and_runtime_still_save(db: Session) -> None:
+def test_after_publishing_other_fields_and_unchanged_kind_and_runtime_still_save(
+    db: Session,
+) -> None:
     owner = _owner(db)
     _publish(db, owner)
     view = _edit(db, owner, name="Renamed", model="model-b", kind="cattle", runtime="openai")
@@ -150,7 +173,9 @@ def test_unpublish_returns_to_draft_and_keeps_the_versions(db: Session) -> None:
     _publish(db, owner)
     view = agents.unpublish_agent(db, owner.account_id, owner.app_id, owner.agent_id)
     assert (view.status, view.published_version) == ("draft", None)
-    assert [v.number for v in agents.list_versions(db, owner.account_id, owner.app_id, owner.agent_id)] == [2, 1]
+    assert [
+        v.number for v in agents.list_versions(db, owner.account_id, owner.app_id, owner.agent_id)
+    ] == [2, 1]
     # Publishing again continues the numbering.
     assert _publish(db, owner).number == 3
 
@@ -162,7 +187,9 @@ def test_non_preview_threads_need_a_published_agent(db: Session) -> None:
     _publish(db, owner)
     agents.unpublish_agent(db, owner.account_id, owner.app_id, owner.agent_id)
     with pytest.raises(Conflict, match="not published"):
-        sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id, purpose="console")
+        sessions.create_session(
+            db, owner.account_id, owner.app_id, owner.agent_id, purpose="console"
+        )
 
 
 def test_a_thread_keeps_running_its_version_after_a_newer_one_is_published(db: Session) -> None:
@@ -170,15 +197,23 @@ def test_a_thread_keeps_running_its_version_after_a_newer_one_is_published(db: S
     _publish(db, owner)
     _edit(db, owner, model="model-b", system_prompt="prompt two")
     _publish(db, owner)
-    thread = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id, purpose="console")
+    thread = sessions.create_session(
+        db, owner.account_id, owner.app_id, owner.agent_id, purpose="console"
+    )
     assert thread.agent_version == 2
     _edit(db, owner, model="model-c", system_prompt="prompt three")
     _publish(db, owner)
 
     snapshot = _booted_snapshot(db, owner, thread.id)
-    assert (snapshot["model"], snapshot["system_prompt"], snapshot["agent_version"]) == ("model-b", "prompt two", 2)
+    assert (snapshot["model"], snapshot["system_prompt"], snapshot["agent_version"]) == (
+        "model-b",
+        "prompt two",
+        2,
+    )
     # A thread started now pins version 3.
-    newer = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id, purpose="api")
+    newer = sessions.create_session(
+        db, owner.account_id, owner.app_id, owner.agent_id, purpose="api"
+    )
     assert _booted_snapshot(db, owner, newer.id)["model"] == "model-c"
 
 
@@ -186,16 +221,24 @@ def test_preview_threads_run_the_draft(db: Session) -> None:
     owner = _owner(db)
     _publish(db, owner)
     _edit(db, owner, model="model-b", system_prompt="draft prompt")
-    thread = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id, purpose="preview")
+    thread = sessions.create_session(
+        db, owner.account_id, owner.app_id, owner.agent_id, purpose="preview"
+    )
     assert thread.agent_version is None
     snapshot = _booted_snapshot(db, owner, thread.id)
-    assert (snapshot["model"], snapshot["system_prompt"], snapshot["agent_version"]) == ("model-b", "draft prompt", None)
+    assert (snapshot["model"], snapshot["system_prompt"], snapshot["agent_version"]) == (
+        "model-b",
+        "draft prompt",
+        None,
+    )
 
 
 def test_a_pinned_version_runs_even_while_the_draft_has_blockers(db: Session) -> None:
     owner = _owner(db)
     _publish(db, owner)
-    thread = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id, purpose="api")
+    thread = sessions.create_session(
+        db, owner.account_id, owner.app_id, owner.agent_id, purpose="api"
+    )
     _edit(db, owner, model="")  # the draft is now blocked; version 1 is not
     assert _booted_snapshot(db, owner, thread.id)["model"] == "model-a"
 
@@ -214,7 +257,9 @@ def test_another_owners_agent_is_not_found(db: Session) -> None:
     for call in calls:
         with pytest.raises(NotFound):
             call()
-    assert agents.get_agent(db, owner.account_id, owner.app_id, owner.agent_id).published_version == 1
+    assert (
+        agents.get_agent(db, owner.account_id, owner.app_id, owner.agent_id).published_version == 1
+    )
 
 
 def test_an_unknown_version_is_not_found(db: Session) -> None:

@@ -66,14 +66,21 @@ def test_invalid_names_are_refused_and_nothing_changes(db: Session, name: str) -
 def test_rename_organization_and_profile(db: Session) -> None:
     account_id = _account(db, "ada.lovelace@example.com")
     assert identity.get_account(db, account_id).name == "Ada Lovelace"
-    assert identity.rename_organization(db, account_id, name="Analytical Engines").name == "Analytical Engines"
+    assert (
+        identity.rename_organization(db, account_id, name="Analytical Engines").name
+        == "Analytical Engines"
+    )
     view = identity.update_profile(db, account_id, name="Ada")
     assert view.name == "Ada" and view.organization_name == "Analytical Engines"
 
 
 def test_same_email_through_another_provider_is_the_same_account(db: Session) -> None:
-    by_email = identity.sign_in_identity(db, provider="email", subject="x@example.com", email="x@example.com")
-    by_google = identity.sign_in_identity(db, provider="google", subject="g-123", email="X@Example.com")
+    by_email = identity.sign_in_identity(
+        db, provider="email", subject="x@example.com", email="x@example.com"
+    )
+    by_google = identity.sign_in_identity(
+        db, provider="google", subject="g-123", email="X@Example.com"
+    )
     assert by_email.id == by_google.id
     again = identity.sign_in_identity(db, provider="google", subject="g-123", email="x@example.com")
     assert again.id == by_email.id

@@ -45,7 +45,9 @@ def backend() -> SandboxBackend:
 def _booting_run(engine: Engine, kind: str) -> tuple[str, str, str, str]:
     """A thread whose run is booting on a registered driver, as `runs.plan_boot` leaves it."""
     with Session(engine) as db:
-        account = sign_in_identity(db, provider="email", subject="boot@example.com", email="boot@example.com")
+        account = sign_in_identity(
+            db, provider="email", subject="boot@example.com", email="boot@example.com"
+        )
         app_id = list_apps(db, account.id)[0].id
         agent = Agent(app_id=app_id, name="Booter", model="m", kind=kind)
         db.add(agent)
@@ -53,10 +55,16 @@ def _booting_run(engine: Engine, kind: str) -> tuple[str, str, str, str]:
         thread_id = sessions.create_session(db, account.id, app_id, agent.id).id
         run_id = sessions.send_message(db, account.id, thread_id, "stop me").run.id
         subject = f"agent:{agent.id}" if kind == "pet" else f"session:{thread_id}"
-        driver = driver_plane.register_driver(db, app_id=app_id, subject=subject, runtime="openai", session_id=thread_id)
+        driver = driver_plane.register_driver(
+            db, app_id=app_id, subject=subject, runtime="openai", session_id=thread_id
+        )
         run = db.get(SessionRun, run_id)
         assert run is not None
-        run.status, run.driver_instance_id, run.snapshot = "booting", driver.instance_id, {"kind": kind}
+        run.status, run.driver_instance_id, run.snapshot = (
+            "booting",
+            driver.instance_id,
+            {"kind": kind},
+        )
         db.add(run)
         db.commit()
         return account.id, thread_id, run_id, driver.instance_id
@@ -72,9 +80,14 @@ def _queued_tasks(client: redis.Redis) -> list[tuple[str, str]]:
 
 def _stops(engine: Engine, instance_id: str) -> int:
     with Session(engine) as db:
-        return len(db.exec(
-            select(DriverCommand).where(DriverCommand.driver_instance_id == instance_id, DriverCommand.kind == "session.stop")
-        ).all())
+        return len(
+            db.exec(
+                select(DriverCommand).where(
+                    DriverCommand.driver_instance_id == instance_id,
+                    DriverCommand.kind == "session.stop",
+                )
+            ).all()
+        )
 
 
 def test_a_stop_while_booting_cancels_at_once_and_asks_the_worker_to_release_the_boot(
@@ -123,7 +136,9 @@ def test_a_pet_run_stopped_before_it_started_loses_its_driver_once(
 def test_a_pet_run_that_started_keeps_its_driver(engine: Engine, backend: SandboxBackend) -> None:
     _, _, run_id, instance_id = _booting_run(engine, "pet")
     started_and_completed = [
-        DriverEvent(source_event_id=kind, run_id=run_id, kind=kind, occurred_at="2026-01-01T00:00:00Z")
+        DriverEvent(
+            source_event_id=kind, run_id=run_id, kind=kind, occurred_at="2026-01-01T00:00:00Z"
+        )
         for kind in ("run.started", "run.completed")
     ]
     with Session(engine) as db:

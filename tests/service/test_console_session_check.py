@@ -29,7 +29,8 @@ def _tab(token: str | None, tab: str = "tab-1") -> SessionState:
     root = State(_reflex_internal_init=True)
     cookie = f"mosoo_session={token}" if token else ""
     root.router_data = root._update_router_vars(
-        {"headers": {"cookie": cookie}, "token": tab, "pathname": "/tokens", "asPath": "/tokens"}, {}
+        {"headers": {"cookie": cookie}, "token": tab, "pathname": "/tokens", "asPath": "/tokens"},
+        {},
     )
     session = root.get_substate(SessionState.get_full_name().split(".")[1:])
     assert isinstance(session, SessionState)
@@ -65,7 +66,9 @@ async def test_a_live_session_gives_its_account_and_binds_the_tab_to_it(engine: 
     assert OPEN_TABS.take_session(new.session_id) == ["tab-1"]
 
 
-async def test_every_call_checks_again_so_a_revoked_session_is_refused_at_once(engine: Engine) -> None:
+async def test_every_call_checks_again_so_a_revoked_session_is_refused_at_once(
+    engine: Engine,
+) -> None:
     new = _session(engine)
     tab = _tab(new.token)
     tab._refresh()  # the page guard loaded the tab
@@ -85,7 +88,9 @@ async def test_an_expired_missing_or_forged_session_is_refused(engine: Engine) -
             await current_account_id(_tab(token))
 
 
-async def test_a_cookie_of_another_account_than_the_tab_was_loaded_for_is_refused(engine: Engine) -> None:
+async def test_a_cookie_of_another_account_than_the_tab_was_loaded_for_is_refused(
+    engine: Engine,
+) -> None:
     first = _session(engine, "first@example.com")
     other = _session(engine, "other@example.com")
     tab = _tab(other.token)
@@ -127,4 +132,8 @@ def test_the_tab_registry_holds_each_tab_once_and_empties_when_tabs_leave() -> N
     assert OPEN_TABS.take_session("session-a") == ["tab-2"]
     OPEN_TABS.drop("tab-1")
     OPEN_TABS.drop("never-bound")
-    assert (len(OPEN_TABS), OPEN_TABS.session_ids(), OPEN_TABS.take_session("session-b")) == (0, set(), [])
+    assert (len(OPEN_TABS), OPEN_TABS.session_ids(), OPEN_TABS.take_session("session-b")) == (
+        0,
+        set(),
+        [],
+    )

@@ -43,15 +43,21 @@ def _refused(result: DeviceGrant | DeviceRefusal, code: str) -> DeviceRefusal:
     return result
 
 
-def _poll_in(db: Session, device_code: str, start: datetime, seconds: float) -> DeviceGrant | DeviceRefusal:
-    return identity.poll_device_authorization(db, device_code, now=start + timedelta(seconds=seconds))
+def _poll_in(
+    db: Session, device_code: str, start: datetime, seconds: float
+) -> DeviceGrant | DeviceRefusal:
+    return identity.poll_device_authorization(
+        db, device_code, now=start + timedelta(seconds=seconds)
+    )
 
 
 def test_start_gives_secret_device_code_and_readable_user_code(db: Session) -> None:
     now = utcnow()
     started = identity.start_device_authorization(db, client_name="mosoo CLI on laptop", now=now)
     assert len(started.device_code) >= 43
-    assert re.fullmatch(rf"[{USER_CODE_ALPHABET}]{{4}}-[{USER_CODE_ALPHABET}]{{4}}", started.user_code)
+    assert re.fullmatch(
+        rf"[{USER_CODE_ALPHABET}]{{4}}-[{USER_CODE_ALPHABET}]{{4}}", started.user_code
+    )
     assert started.expires_in == 600 and started.interval == 5
     row = db.exec(select(DeviceAuthorization)).one()
     assert row.status == "pending"
@@ -66,7 +72,9 @@ def test_pending_then_approved_gives_a_cli_token_once(db: Session) -> None:
     now = utcnow()
     started = identity.start_device_authorization(db, client_name="ci-box", now=now)
     _refused(_poll_in(db, started.device_code, now, 0), "authorization_pending")
-    approved = identity.approve_device_authorization(db, account_id, started.user_code, now=now + timedelta(seconds=6))
+    approved = identity.approve_device_authorization(
+        db, account_id, started.user_code, now=now + timedelta(seconds=6)
+    )
     assert approved.status == "authorized"
 
     grant = _poll_in(db, started.device_code, now, 12)
@@ -90,7 +98,10 @@ def test_denied_request_answers_access_denied(db: Session) -> None:
     account_id = _account(db)
     now = utcnow()
     started = identity.start_device_authorization(db, now=now)
-    assert identity.deny_device_authorization(db, account_id, started.user_code, now=now).status == "denied"
+    assert (
+        identity.deny_device_authorization(db, account_id, started.user_code, now=now).status
+        == "denied"
+    )
     _refused(_poll_in(db, started.device_code, now, 6), "access_denied")
     _refused(_poll_in(db, started.device_code, now, 12), "access_denied")
     with pytest.raises(Conflict, match="denied"):
@@ -105,17 +116,23 @@ def test_code_expires_after_ten_minutes(db: Session) -> None:
     _refused(_poll_in(db, started.device_code, now, 599), "authorization_pending")
     _refused(_poll_in(db, started.device_code, now, 600), "expired_token")
     assert db.exec(select(DeviceAuthorization)).one().status == "expired"
-    view = identity.describe_device_authorization(db, started.user_code, now=now + timedelta(minutes=11))
+    view = identity.describe_device_authorization(
+        db, started.user_code, now=now + timedelta(minutes=11)
+    )
     assert view.status == "expired"
     with pytest.raises(Conflict, match="expired"):
-        identity.approve_device_authorization(db, account_id, started.user_code, now=now + timedelta(minutes=11))
+        identity.approve_device_authorization(
+            db, account_id, started.user_code, now=now + timedelta(minutes=11)
+        )
 
 
 def test_approval_that_is_not_collected_in_time_expires(db: Session) -> None:
     account_id = _account(db)
     now = utcnow()
     started = identity.start_device_authorization(db, now=now)
-    identity.approve_device_authorization(db, account_id, started.user_code, now=now + timedelta(minutes=9))
+    identity.approve_device_authorization(
+        db, account_id, started.user_code, now=now + timedelta(minutes=9)
+    )
     _refused(_poll_in(db, started.device_code, now, 601), "expired_token")
     assert db.exec(select(AccessToken)).all() == []
 
@@ -125,7 +142,9 @@ def test_approving_after_expiry_is_refused_even_before_any_poll(db: Session) -> 
     now = utcnow()
     started = identity.start_device_authorization(db, now=now)
     with pytest.raises(Conflict, match="expired"):
-        identity.approve_device_authorization(db, account_id, started.user_code, now=now + timedelta(minutes=10))
+        identity.approve_device_authorization(
+            db, account_id, started.user_code, now=now + timedelta(minutes=10)
+        )
 
 
 def test_polling_faster_than_the_interval_slows_the_client_down(db: Session) -> None:
@@ -168,10 +187,17 @@ def test_a_code_is_decided_once(db: Session) -> None:
 
 
 def test_client_name_is_cleaned_and_defaulted(db: Session) -> None:
-    started = identity.start_device_authorization(db, client_name="  evil\x1b[31m\n name " + "x" * 100)
+    started = identity.start_device_authorization(
+        db, client_name="  evil\x1b[31m\n name " + "x" * 100
+    )
     name = identity.describe_device_authorization(db, started.user_code).client_name
     assert "\x1b" not in name and "\n" not in name and len(name) <= 60
-    assert identity.describe_device_authorization(db, identity.start_device_authorization(db).user_code).client_name == "Mosoo CLI"
+    assert (
+        identity.describe_device_authorization(
+            db, identity.start_device_authorization(db).user_code
+        ).client_name
+        == "Mosoo CLI"
+    )
 
 
 def test_starts_are_rate_limited_per_address(db: Session) -> None:
@@ -203,16 +229,28 @@ def test_http_start_answers_the_rfc_fields_with_urls_from_the_request(client: Te
     response = client.post("/api/auth/cli/start", json={"client_name": "mosoo CLI on box"})
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"device_code", "user_code", "verification_uri", "verification_uri_complete", "expires_in", "interval"}
+    assert set(body) == {
+        "device_code",
+        "user_code",
+        "verification_uri",
+        "verification_uri_complete",
+        "expires_in",
+        "interval",
+    }
     assert body["verification_uri"] == "http://127.0.0.1:4321/cli-auth"
-    assert body["verification_uri_complete"] == f"http://127.0.0.1:4321/cli-auth?code={body['user_code']}"
+    assert (
+        body["verification_uri_complete"]
+        == f"http://127.0.0.1:4321/cli-auth?code={body['user_code']}"
+    )
     assert body["expires_in"] == 600 and body["interval"] == 5
     assert response.headers["cache-control"] == "no-store"
     # An empty body is fine too: the client name is optional.
     assert client.post("/api/auth/cli/start").status_code == 200
 
 
-def test_http_poll_pending_then_token_then_invalid_grant(client: TestClient, engine: Engine) -> None:
+def test_http_poll_pending_then_token_then_invalid_grant(
+    client: TestClient, engine: Engine
+) -> None:
     started = client.post("/api/auth/cli/start", json={}).json()
     pending = client.post("/api/auth/cli/token", json={"device_code": started["device_code"]})
     assert pending.status_code == 400
@@ -234,7 +272,9 @@ def test_http_poll_pending_then_token_then_invalid_grant(client: TestClient, eng
 def test_http_poll_reports_slow_down_and_denial(client: TestClient, engine: Engine) -> None:
     started = client.post("/api/auth/cli/start", json={}).json()
     client.post("/api/auth/cli/token", json={"device_code": started["device_code"]})
-    fast = client.post("/api/auth/cli/token", json={"device_code": started["device_code"]}).json()["error"]
+    fast = client.post("/api/auth/cli/token", json={"device_code": started["device_code"]}).json()[
+        "error"
+    ]
     assert fast["code"] == "slow_down" and fast["interval"] == 10
     with Session(engine) as db:
         identity.deny_device_authorization(db, _account(db, "no@example.com"), started["user_code"])
@@ -245,10 +285,20 @@ def test_http_poll_reports_slow_down_and_denial(client: TestClient, engine: Engi
 
 @pytest.mark.parametrize(
     ("body", "field"),
-    [(b"", "device_code"), (b"{}", "device_code"), (b'{"device_code": 5}', "device_code"), (b"[1]", None), (b"{nope", None)],
+    [
+        (b"", "device_code"),
+        (b"{}", "device_code"),
+        (b'{"device_code": 5}', "device_code"),
+        (b"[1]", None),
+        (b"{nope", None),
+    ],
 )
-def test_http_poll_with_bad_input_is_invalid_request(client: TestClient, body: bytes, field: str | None) -> None:
-    response = client.post("/api/auth/cli/token", content=body, headers={"content-type": "application/json"})
+def test_http_poll_with_bad_input_is_invalid_request(
+    client: TestClient, body: bytes, field: str | None
+) -> None:
+    response = client.post(
+        "/api/auth/cli/token", content=body, headers={"content-type": "application/json"}
+    )
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "invalid_request" and error.get("field") == field

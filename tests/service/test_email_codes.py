@@ -35,7 +35,9 @@ def test_code_is_six_digits_hashed_and_expires_in_ten_minutes(db: Session) -> No
 
 def test_first_sign_in_creates_account_organization_and_default_app(db: Session) -> None:
     identity.request_email_code(db, email="new@example.com")
-    account = identity.verify_email_code(db, email="new@example.com", code=_code_sent_to(db, "new@example.com"))
+    account = identity.verify_email_code(
+        db, email="new@example.com", code=_code_sent_to(db, "new@example.com")
+    )
     org = db.exec(select(Organization).where(Organization.owner_account_id == account.id)).one()
     apps = db.exec(select(App).where(App.organization_id == org.id)).all()
     assert [a.name for a in apps] == ["Default App"]
@@ -46,7 +48,11 @@ def test_second_sign_in_reuses_the_account(db: Session) -> None:
     ids = []
     for _ in range(2):
         identity.request_email_code(db, email="same@example.com")
-        ids.append(identity.verify_email_code(db, email="same@example.com", code=_code_sent_to(db, "same@example.com")).id)
+        ids.append(
+            identity.verify_email_code(
+                db, email="same@example.com", code=_code_sent_to(db, "same@example.com")
+            ).id
+        )
     assert ids[0] == ids[1]
     assert len(db.exec(select(Account)).all()) == 1
     assert len(db.exec(select(Organization)).all()) == 1
@@ -57,7 +63,9 @@ def test_expired_code_is_refused(db: Session) -> None:
     identity.request_email_code(db, email="late@example.com", now=now)
     code = _code_sent_to(db, "late@example.com")
     with pytest.raises(InvalidInput) as error:
-        identity.verify_email_code(db, email="late@example.com", code=code, now=now + timedelta(minutes=10, seconds=1))
+        identity.verify_email_code(
+            db, email="late@example.com", code=code, now=now + timedelta(minutes=10, seconds=1)
+        )
     assert error.value.message == identity.INVALID_CODE
 
 
@@ -80,7 +88,10 @@ def test_fifth_try_can_still_succeed(db: Session) -> None:
     for _ in range(4):
         with pytest.raises(InvalidInput):
             identity.verify_email_code(db, email="close@example.com", code=wrong)
-    assert identity.verify_email_code(db, email="close@example.com", code=code).email == "close@example.com"
+    assert (
+        identity.verify_email_code(db, email="close@example.com", code=code).email
+        == "close@example.com"
+    )
 
 
 def test_a_code_works_once(db: Session) -> None:
@@ -107,12 +118,16 @@ def test_code_for_another_address_does_not_work(db: Session) -> None:
     code = _code_sent_to(db, "a@example.com")
     identity.request_email_code(db, email="b@example.com")
     with pytest.raises(InvalidInput):
-        identity.verify_email_code(db, email="b@example.com", code=code) if code != _code_sent_to(db, "b@example.com") else (_ for _ in ()).throw(InvalidInput("same code by chance"))
+        identity.verify_email_code(db, email="b@example.com", code=code) if code != _code_sent_to(
+            db, "b@example.com"
+        ) else (_ for _ in ()).throw(InvalidInput("same code by chance"))
 
 
 def test_unknown_and_known_addresses_get_the_same_answer(db: Session) -> None:
     identity.request_email_code(db, email="known@example.com")
-    identity.verify_email_code(db, email="known@example.com", code=_code_sent_to(db, "known@example.com"))
+    identity.verify_email_code(
+        db, email="known@example.com", code=_code_sent_to(db, "known@example.com")
+    )
     known = identity.request_email_code(db, email="known@example.com")
     unknown = identity.request_email_code(db, email="nobody@example.com")
     assert type(known) is type(unknown)
@@ -130,7 +145,9 @@ def test_sends_are_limited_per_address(db: Session) -> None:
         identity.request_email_code(db, email="spam@example.com", ip="10.0.0.99", now=now)
     assert 0 < error.value.retry_after_seconds <= 3601
     # An hour later the address may ask again.
-    identity.request_email_code(db, email="spam@example.com", now=now + timedelta(hours=1, seconds=1))
+    identity.request_email_code(
+        db, email="spam@example.com", now=now + timedelta(hours=1, seconds=1)
+    )
 
 
 def test_sends_are_limited_per_ip(db: Session) -> None:

@@ -48,10 +48,14 @@ class OwnedThread:
     account_id: str
     id: str
 
-    def append(self, count: int = 1, *, publish: bool = True, kind: str = "agent.message.delta") -> list[int]:
+    def append(
+        self, count: int = 1, *, publish: bool = True, kind: str = "agent.message.delta"
+    ) -> list[int]:
         """Store `count` events as control does (commit, then publish unless told not to)."""
         with Session(self.engine) as db:
-            stored = driver_plane.append_events(db, self.id, [NewEvent(kind, {"text": "x"}) for _ in range(count)])
+            stored = driver_plane.append_events(
+                db, self.id, [NewEvent(kind, {"text": "x"}) for _ in range(count)]
+            )
             db.commit()
         if publish:
             streams.publish_events(stored, client=self.redis)
@@ -59,11 +63,17 @@ class OwnedThread:
 
     def stored_seqs(self) -> list[int]:
         with Session(self.engine) as db:
-            rows = db.exec(select(SessionEvent).where(SessionEvent.session_id == self.id).order_by(SessionEvent.seq))
+            rows = db.exec(
+                select(SessionEvent)
+                .where(SessionEvent.session_id == self.id)
+                .order_by(SessionEvent.seq)
+            )
             return [row.seq for row in rows]
 
 
-def _new_thread(engine: Engine, client: redis.Redis, email: str = "owner@example.com") -> OwnedThread:
+def _new_thread(
+    engine: Engine, client: redis.Redis, email: str = "owner@example.com"
+) -> OwnedThread:
     with Session(engine) as db:
         account = sign_in_identity(db, provider="email", subject=email, email=email)
         app_id = list_apps(db, account.id)[0].id
@@ -94,8 +104,11 @@ def _connections(client: redis.Redis, command: str | None = None) -> int:
     running `command` when given)."""
     own = str(client.client_id())
     return sum(
-        1 for entry in client.client_list()
-        if entry.get("db") == str(REDIS_DB) and entry.get("id") != own and command in (None, entry.get("cmd"))
+        1
+        for entry in client.client_list()
+        if entry.get("db") == str(REDIS_DB)
+        and entry.get("id") != own
+        and command in (None, entry.get("cmd"))
     )
 
 
@@ -149,7 +162,9 @@ class RedisHop:
 
 
 @pytest.fixture
-async def redis_hop(redis_db: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[RedisHop]:
+async def redis_hop(
+    redis_db: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[RedisHop]:
     """The feed reaches Redis through the hop; the test still publishes to Redis directly."""
     hop = RedisHop()
     await hop.start()
@@ -160,11 +175,17 @@ async def redis_hop(redis_db: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> A
         await hop.cut()
 
 
-async def test_following_from_a_seq_hands_out_what_is_stored_after_it_then_live_events(thread: OwnedThread) -> None:
+async def test_following_from_a_seq_hands_out_what_is_stored_after_it_then_live_events(
+    thread: OwnedThread,
+) -> None:
     thread.append(5)
     async with ThreadFeed(thread.account_id, thread.id) as feed:
         batches = feed.follow(after_seq=2)
-        assert [event["seq"] for event in await anext(batches)] == [3, 4, 5]  # the database, in one batch
+        assert [event["seq"] for event in await anext(batches)] == [
+            3,
+            4,
+            5,
+        ]  # the database, in one batch
         thread.append(2)
         assert await _seqs_until(batches, 7) == [6, 7]
 
@@ -172,7 +193,9 @@ async def test_following_from_a_seq_hands_out_what_is_stored_after_it_then_live_
 async def test_an_event_whose_publish_was_lost_is_filled_from_the_database_when_the_next_arrives(
     thread: OwnedThread,
 ) -> None:
-    async with ThreadFeed(thread.account_id, thread.id, wait_seconds=0.2, recheck_seconds=600) as feed:
+    async with ThreadFeed(
+        thread.account_id, thread.id, wait_seconds=0.2, recheck_seconds=600
+    ) as feed:
         batches = feed.follow()
         assert await anext(batches) == []
         thread.append(publish=False)  # seq 1 never reaches Redis
@@ -181,7 +204,9 @@ async def test_an_event_whose_publish_was_lost_is_filled_from_the_database_when_
 
 
 async def test_a_quiet_stream_is_checked_against_the_database(thread: OwnedThread) -> None:
-    async with ThreadFeed(thread.account_id, thread.id, wait_seconds=0.1, recheck_seconds=0.5) as feed:
+    async with ThreadFeed(
+        thread.account_id, thread.id, wait_seconds=0.1, recheck_seconds=0.5
+    ) as feed:
         batches = feed.follow()
         assert await anext(batches) == []
         started = time.monotonic()
@@ -190,16 +215,22 @@ async def test_a_quiet_stream_is_checked_against_the_database(thread: OwnedThrea
         assert time.monotonic() - started < 5
 
 
-async def test_batches_are_the_stored_log_exactly_once_while_a_tenth_of_publishes_are_lost(thread: OwnedThread) -> None:
+async def test_batches_are_the_stored_log_exactly_once_while_a_tenth_of_publishes_are_lost(
+    thread: OwnedThread,
+) -> None:
     total = 400
     chooser = random.Random(7)
 
     def produce() -> None:
         while (written := len(thread.stored_seqs())) < total:
-            thread.append(min(chooser.randint(1, 8), total - written), publish=chooser.random() > 0.1)
+            thread.append(
+                min(chooser.randint(1, 8), total - written), publish=chooser.random() > 0.1
+            )
             time.sleep(chooser.uniform(0, 0.005))
 
-    async with ThreadFeed(thread.account_id, thread.id, wait_seconds=0.2, recheck_seconds=1) as feed:
+    async with ThreadFeed(
+        thread.account_id, thread.id, wait_seconds=0.2, recheck_seconds=1
+    ) as feed:
         batches = feed.follow()
         producer = asyncio.create_task(asyncio.to_thread(produce))
         seqs = await _seqs_until(batches, total)
@@ -216,7 +247,9 @@ async def test_the_end_of_a_run_does_not_end_the_feed(thread: OwnedThread) -> No
         assert await _seqs_until(batches, 2) == [1, 2]
 
 
-async def test_a_quiet_feed_hands_out_empty_batches_as_often_as_its_follower_asks(thread: OwnedThread) -> None:
+async def test_a_quiet_feed_hands_out_empty_batches_as_often_as_its_follower_asks(
+    thread: OwnedThread,
+) -> None:
     async with ThreadFeed(thread.account_id, thread.id, wait_seconds=60) as feed:
         batches = feed.follow()
         assert await anext(batches) == []
@@ -237,7 +270,9 @@ async def test_a_thread_of_another_account_is_not_found(thread: OwnedThread) -> 
 async def test_while_redis_is_down_the_database_is_polled_and_the_stream_is_followed_again_when_it_is_back(
     thread: OwnedThread, redis_hop: RedisHop
 ) -> None:
-    async with ThreadFeed(thread.account_id, thread.id, wait_seconds=0.1, recheck_seconds=600, poll_seconds=0.2) as feed:
+    async with ThreadFeed(
+        thread.account_id, thread.id, wait_seconds=0.1, recheck_seconds=600, poll_seconds=0.2
+    ) as feed:
         batches = feed.follow()
         assert await anext(batches) == []
         thread.append()
@@ -250,7 +285,9 @@ async def test_while_redis_is_down_the_database_is_polled_and_the_stream_is_foll
 
         await redis_hop.start()
         following = asyncio.create_task(_seqs_until(batches, 6))
-        await _until(lambda: _connections(thread.redis, "xread") == 1, "the feed to follow the stream again")
+        await _until(
+            lambda: _connections(thread.redis, "xread") == 1, "the feed to follow the stream again"
+        )
         thread.append()
         thread.append(publish=False)
         thread.append()  # back on the stream: this one reveals the gap before it, which the database fills
@@ -261,7 +298,9 @@ async def test_while_redis_is_down_the_database_is_polled_and_the_stream_is_foll
 async def test_with_redis_unreachable_from_the_start_the_database_alone_is_followed(
     thread: OwnedThread, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MOSOO_REDIS_URL", f"redis://127.0.0.1:1/{REDIS_DB}")  # nothing listens on port 1
+    monkeypatch.setenv(
+        "MOSOO_REDIS_URL", f"redis://127.0.0.1:1/{REDIS_DB}"
+    )  # nothing listens on port 1
     reset_settings_cache()
     thread.append(2)
     async with ThreadFeed(thread.account_id, thread.id, wait_seconds=0.1, poll_seconds=0.2) as feed:
@@ -288,7 +327,9 @@ async def test_cancelling_a_follower_closes_its_redis_connection(thread: OwnedTh
     await _until(lambda: _connections(thread.redis) == 0, "the feed's connection to close")
 
 
-async def test_leaving_the_feed_closes_what_it_handed_out_and_its_redis_connection(thread: OwnedThread) -> None:
+async def test_leaving_the_feed_closes_what_it_handed_out_and_its_redis_connection(
+    thread: OwnedThread,
+) -> None:
     thread.append(3)
     async with ThreadFeed(thread.account_id, thread.id) as feed:
         batches = feed.follow()

@@ -41,15 +41,29 @@ def _owner(db: Session, email: str = "files@example.com") -> Owner:
 
 
 def _thread(db: Session, owner: Owner, agent_id: str | None = None) -> str:
-    return sessions.create_session(db, owner.account_id, owner.app_id, agent_id or owner.agent_id).id
+    return sessions.create_session(
+        db, owner.account_id, owner.app_id, agent_id or owner.agent_id
+    ).id
 
 
 def _upload(
-    db: Session, owner: Owner, data: bytes = b"hello", name: str = "notes.txt", *, session_id: str | None = None,
+    db: Session,
+    owner: Owner,
+    data: bytes = b"hello",
+    name: str = "notes.txt",
+    *,
+    session_id: str | None = None,
     media_type: str | None = None,
 ) -> files.FileView:
     return files.upload_file(
-        db, owner.account_id, owner.app_id, owner.agent_id, io.BytesIO(data), name, media_type, session_id=session_id
+        db,
+        owner.account_id,
+        owner.app_id,
+        owner.agent_id,
+        io.BytesIO(data),
+        name,
+        media_type,
+        session_id=session_id,
     )
 
 
@@ -84,7 +98,9 @@ def owner(db: Session) -> Owner:
         ("  spaced.txt  ", "spaced.txt"),
     ],
 )
-def test_hostile_names_are_reduced_to_a_safe_base_name(db: Session, owner: Owner, raw: str, expected: str) -> None:
+def test_hostile_names_are_reduced_to_a_safe_base_name(
+    db: Session, owner: Owner, raw: str, expected: str
+) -> None:
     uploaded = _upload(db, owner, name=raw)
     assert uploaded.name == expected
     assert db.get(StoredFile, uploaded.id).name == expected  # type: ignore[union-attr]
@@ -98,7 +114,9 @@ def test_names_with_nothing_usable_left_are_refused(db: Session, owner: Owner, r
     assert db.exec(select(StoredFile)).all() == []
 
 
-def test_a_1000_character_name_is_cut_to_255_bytes_keeping_its_extension(db: Session, owner: Owner) -> None:
+def test_a_1000_character_name_is_cut_to_255_bytes_keeping_its_extension(
+    db: Session, owner: Owner
+) -> None:
     assert len(_upload(db, owner, name="a" * 1000 + ".txt").name.encode()) == 255
     multibyte = _upload(db, owner, name="\u00e9" * 1000 + ".md").name
     assert len(multibyte.encode()) <= 255 and multibyte.endswith(".md")
@@ -171,7 +189,11 @@ def test_same_content_is_stored_once_per_app(db: Session, owner: Owner) -> None:
     assert first.id != second.id and first.sha256 == second.sha256 != other.sha256
     assert len(_blobs(owner.app_id)) == 2
     rows = {row.id: row for row in db.exec(select(StoredFile)).all()}
-    assert rows[first.id].object_key == rows[second.id].object_key == f"{owner.app_id}/blobs/sha256/{first.sha256}"
+    assert (
+        rows[first.id].object_key
+        == rows[second.id].object_key
+        == f"{owner.app_id}/blobs/sha256/{first.sha256}"
+    )
     view, handle = files.open_file(db, owner.account_id, second.id)
     assert b"".join(files.iter_chunks(handle)) == b"same bytes" and view.size == 10
     assert "object_key" not in view.to_public()
@@ -183,7 +205,9 @@ def test_same_content_is_stored_once_per_app(db: Session, owner: Owner) -> None:
 def test_a_message_binds_its_attachments_to_the_thread_and_run(db: Session, owner: Owner) -> None:
     thread_id = _thread(db, owner)
     uploaded = _upload(db, owner, b"a,b\n1,2\n", "report.csv")
-    sent = sessions.send_message(db, owner.account_id, thread_id, "summarise it", file_ids=[uploaded.id])
+    sent = sessions.send_message(
+        db, owner.account_id, thread_id, "summarise it", file_ids=[uploaded.id]
+    )
     manifest = [{"file_id": uploaded.id, "name": "report.csv", "media_type": "text/csv", "size": 8}]
     assert db.get(SessionRun, sent.run.id).attachments == manifest  # type: ignore[union-attr]
     message = next(e for e in sent.events if e.type == "user.message")
@@ -216,19 +240,29 @@ def test_another_owners_file_is_not_found(db: Session, owner: Owner) -> None:
         with pytest.raises(NotFound):
             call(db, owner.account_id, theirs.id)
     with pytest.raises(NotFound):  # uploading to someone else's agent or App
-        files.upload_file(db, owner.account_id, stranger.app_id, stranger.agent_id, io.BytesIO(b"x"), "x.txt")
+        files.upload_file(
+            db, owner.account_id, stranger.app_id, stranger.agent_id, io.BytesIO(b"x"), "x.txt"
+        )
     with pytest.raises(NotFound):
-        files.upload_file(db, owner.account_id, owner.app_id, stranger.agent_id, io.BytesIO(b"x"), "x.txt")
+        files.upload_file(
+            db, owner.account_id, owner.app_id, stranger.agent_id, io.BytesIO(b"x"), "x.txt"
+        )
     with pytest.raises(NotFound):  # their thread
         _upload(db, owner, session_id=_thread(db, stranger))
     assert files.list_files(db, owner.account_id, owner.app_id) == []
 
 
 def test_a_file_of_another_agent_of_the_same_app_is_not_found(db: Session, owner: Owner) -> None:
-    other_agent = agents.create_agent(db, owner.account_id, owner.app_id, name="Other", kind="cattle")
-    theirs = files.upload_file(db, owner.account_id, owner.app_id, other_agent.id, io.BytesIO(b"x"), "x.txt")
+    other_agent = agents.create_agent(
+        db, owner.account_id, owner.app_id, name="Other", kind="cattle"
+    )
+    theirs = files.upload_file(
+        db, owner.account_id, owner.app_id, other_agent.id, io.BytesIO(b"x"), "x.txt"
+    )
     with pytest.raises(NotFound):
-        sessions.send_message(db, owner.account_id, _thread(db, owner), "use it", file_ids=[theirs.id])
+        sessions.send_message(
+            db, owner.account_id, _thread(db, owner), "use it", file_ids=[theirs.id]
+        )
     with pytest.raises(NotFound):  # a thread of another agent
         _upload(db, owner, session_id=_thread(db, owner, other_agent.id))
 
@@ -244,7 +278,9 @@ def test_a_thread_holds_at_most_100_attachments(db: Session, owner: Owner) -> No
         sessions.send_message(db, owner.account_id, thread_id, "and this", file_ids=[loose.id])
     # The ones already on the thread can still be named again.
     bound = files.list_thread_files(db, owner.account_id, thread_id)[:3]
-    sent = sessions.send_message(db, owner.account_id, thread_id, "again", file_ids=[f.id for f in bound])
+    sent = sessions.send_message(
+        db, owner.account_id, thread_id, "again", file_ids=[f.id for f in bound]
+    )
     assert len(db.get(SessionRun, sent.run.id).attachments) == 3  # type: ignore[union-attr]
 
 
@@ -263,11 +299,19 @@ def test_listing_filters_by_thread_kind_name_and_ids(db: Session, owner: Owner) 
     photo = _upload(db, owner, b"2", "photo.png")
     every = files.list_files(db, owner.account_id, owner.app_id)
     assert [f.id for f in every] == [photo.id, report.id]  # newest first
-    assert [f.id for f in files.list_files(db, owner.account_id, owner.app_id, session_id=thread_id)] == [report.id]
-    assert [f.id for f in files.list_files(db, owner.account_id, owner.app_id, query="report")] == [report.id]
-    assert files.list_files(db, owner.account_id, owner.app_id, query="%") == []  # no wildcard injection
+    assert [
+        f.id for f in files.list_files(db, owner.account_id, owner.app_id, session_id=thread_id)
+    ] == [report.id]
+    assert [f.id for f in files.list_files(db, owner.account_id, owner.app_id, query="report")] == [
+        report.id
+    ]
+    assert (
+        files.list_files(db, owner.account_id, owner.app_id, query="%") == []
+    )  # no wildcard injection
     assert files.list_files(db, owner.account_id, owner.app_id, kind="artifact") == []
-    assert [f.id for f in files.list_files(db, owner.account_id, owner.app_id, ids=[photo.id])] == [photo.id]
+    assert [f.id for f in files.list_files(db, owner.account_id, owner.app_id, ids=[photo.id])] == [
+        photo.id
+    ]
     with pytest.raises(InvalidInput):
         files.list_files(db, owner.account_id, owner.app_id, kind="other")
 
@@ -293,7 +337,9 @@ def test_deleting_a_file_removes_its_object_once_no_row_uses_it(db: Session, own
         files.get_file(db, owner.account_id, second.id)
 
 
-def test_the_sweep_removes_day_old_unsent_uploads_and_stale_spool_files(db: Session, owner: Owner) -> None:
+def test_the_sweep_removes_day_old_unsent_uploads_and_stale_spool_files(
+    db: Session, owner: Owner
+) -> None:
     unsent = _upload(db, owner, b"never sent", "chip.txt")
     fresh = _upload(db, owner, b"just uploaded", "fresh.txt")
     thread_id = _thread(db, owner)
@@ -348,8 +394,12 @@ def test_removing_a_thread_files_returns_the_keys_only_it_used(db: Session, owne
 
 def test_deleting_an_agent_purges_its_file_objects(db: Session, owner: Owner) -> None:
     _upload(db, owner, b"mine", "a.txt", session_id=_thread(db, owner))
-    other_agent = agents.create_agent(db, owner.account_id, owner.app_id, name="Other", kind="cattle")
-    files.upload_file(db, owner.account_id, owner.app_id, other_agent.id, io.BytesIO(b"theirs"), "b.txt")
+    other_agent = agents.create_agent(
+        db, owner.account_id, owner.app_id, name="Other", kind="cattle"
+    )
+    files.upload_file(
+        db, owner.account_id, owner.app_id, other_agent.id, io.BytesIO(b"theirs"), "b.txt"
+    )
     db.commit()
     assert len(_blobs(owner.app_id)) == 2
     delete_agent_everywhere(owner.account_id, owner.app_id, owner.agent_id)

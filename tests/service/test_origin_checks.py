@@ -42,14 +42,22 @@ def test_a_public_host_allows_only_itself() -> None:
 
 def test_https_loopback_keeps_its_scheme() -> None:
     assert set(allowed_origins("https://localhost:8443")) == {
-        "https://localhost:8443", "https://127.0.0.1:8443", "https://[::1]:8443",
+        "https://localhost:8443",
+        "https://127.0.0.1:8443",
+        "https://[::1]:8443",
     }
 
 
 def test_other_ports_and_schemes_are_other_origins() -> None:
     allowed = allowed_origins("http://localhost:3000")
-    for foreign in ("http://localhost:8080", "http://127.0.0.1:8080", "http://localhost", "https://localhost:3000",
-                    "http://localhost:3000.evil.example", "null"):
+    for foreign in (
+        "http://localhost:8080",
+        "http://127.0.0.1:8080",
+        "http://localhost",
+        "https://localhost:3000",
+        "http://localhost:3000.evil.example",
+        "null",
+    ):
         assert foreign not in allowed, foreign
 
 
@@ -58,7 +66,9 @@ def test_default_ports_are_left_out_as_browsers_do() -> None:
     assert allowed_origins("http://localhost:80")[0] == "http://localhost"
 
 
-@pytest.mark.parametrize("public_url", ["", "localhost:3000", "ftp://example.com", "http://", "http://localhost:99999"])
+@pytest.mark.parametrize(
+    "public_url", ["", "localhost:3000", "ftp://example.com", "http://", "http://localhost:99999"]
+)
 def test_an_unusable_public_url_is_a_configuration_error(public_url: str) -> None:
     # Never an empty list: python-engineio reads `[]` as "check nothing".
     with pytest.raises(ValueError):
@@ -85,7 +95,9 @@ def _start(client: TestClient, email: str, **headers: str) -> httpx.Response:
     return client.post("/api/auth/email/start", json={"email": email}, headers=headers)
 
 
-@pytest.mark.parametrize("origin", [OTHER_PORT, "http://localhost:8080", "https://127.0.0.1:3000", "null"])
+@pytest.mark.parametrize(
+    "origin", [OTHER_PORT, "http://localhost:8080", "https://127.0.0.1:3000", "null"]
+)
 def test_a_code_request_from_another_origin_is_refused_and_stores_nothing(
     client: TestClient, engine: Engine, origin: str
 ) -> None:
@@ -96,7 +108,11 @@ def test_a_code_request_from_another_origin_is_refused_and_stores_nothing(
     assert _stored_codes(engine) == 0
 
 
-@pytest.mark.parametrize("headers", [{"Origin": CONSOLE}, {"Origin": "http://localhost:3000"}, {}], ids=["own", "loopback alias", "none"])
+@pytest.mark.parametrize(
+    "headers",
+    [{"Origin": CONSOLE}, {"Origin": "http://localhost:3000"}, {}],
+    ids=["own", "loopback alias", "none"],
+)
 def test_a_code_request_from_the_console_or_without_origin_works(
     client: TestClient, engine: Engine, headers: dict[str, str]
 ) -> None:
@@ -105,9 +121,12 @@ def test_a_code_request_from_the_console_or_without_origin_works(
     assert _stored_codes(engine) == 1
 
 
-def test_a_second_origin_header_cannot_smuggle_a_foreign_page_in(client: TestClient, engine: Engine) -> None:
+def test_a_second_origin_header_cannot_smuggle_a_foreign_page_in(
+    client: TestClient, engine: Engine
+) -> None:
     response = client.post(
-        "/api/auth/email/start", json={"email": "victim@example.com"},
+        "/api/auth/email/start",
+        json={"email": "victim@example.com"},
         headers=[("Origin", CONSOLE), ("Origin", OTHER_PORT)],
     )
     assert response.status_code == 403
@@ -127,19 +146,25 @@ def _session_lives(engine: Engine, token: str) -> bool:
         return identity.resolve_session(db, token) is not None
 
 
-def test_a_sign_out_from_another_origin_is_refused_and_keeps_the_session(client: TestClient, engine: Engine) -> None:
+def test_a_sign_out_from_another_origin_is_refused_and_keeps_the_session(
+    client: TestClient, engine: Engine
+) -> None:
     token = _signed_in(engine, "kept@example.com")
     client.cookies.set(get_settings().session_cookie, token)
     refused = client.post("/api/auth/logout", headers={"Origin": OTHER_PORT})
     assert refused.status_code == 403 and "set-cookie" not in refused.headers
     assert _session_lives(engine, token)
-    assert client.get("/api/auth/me", headers={"Origin": OTHER_PORT}).status_code == 200  # reads are not guarded here
+    assert (
+        client.get("/api/auth/me", headers={"Origin": OTHER_PORT}).status_code == 200
+    )  # reads are not guarded here
     signed_out = client.post("/api/auth/logout", headers={"Origin": CONSOLE})
     assert signed_out.status_code == 200
     assert not _session_lives(engine, token)
 
 
-@pytest.mark.parametrize("path", ["/api/auth/email/verify", "/api/auth/cli/start", "/api/auth/cli/token"])
+@pytest.mark.parametrize(
+    "path", ["/api/auth/email/verify", "/api/auth/cli/start", "/api/auth/cli/token"]
+)
 def test_every_unsafe_sign_in_endpoint_is_guarded(client: TestClient, path: str) -> None:
     refused = client.post(path, json={}, headers={"Origin": OTHER_PORT})
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
@@ -148,27 +173,39 @@ def test_every_unsafe_sign_in_endpoint_is_guarded(client: TestClient, path: str)
 
 def test_the_public_api_is_not_origin_checked(client: TestClient) -> None:
     # Bearer tokens only, no cookies: a foreign page gains nothing, so the API answers as usual.
-    response = client.post(f"/api/v1/agents/{'0' * 26}/threads", json={}, headers={"Origin": OTHER_PORT})
+    response = client.post(
+        f"/api/v1/agents/{'0' * 26}/threads", json={}, headers={"Origin": OTHER_PORT}
+    )
     assert response.status_code == 401
 
 
-def test_a_public_host_refuses_its_own_name_over_plain_http(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_public_host_refuses_its_own_name_over_plain_http(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MOSOO_PUBLIC_URL", "https://mosoo.example.com")
     reset_settings_cache()
     with TestClient(build_api(), base_url="https://mosoo.example.com") as client:
         assert _start(client, "a@example.com", Origin="http://mosoo.example.com").status_code == 403
-        assert _start(client, "a@example.com", Origin="https://mosoo.example.com").status_code == 200
+        assert (
+            _start(client, "a@example.com", Origin="https://mosoo.example.com").status_code == 200
+        )
     assert _stored_codes(engine) == 1
 
 
-def test_console_file_bytes_cannot_be_embedded_by_another_origin(client: TestClient, engine: Engine) -> None:
+def test_console_file_bytes_cannot_be_embedded_by_another_origin(
+    client: TestClient, engine: Engine
+) -> None:
     with Session(engine) as db:
-        account = identity.sign_in_identity(db, provider="email", subject="f@example.com", email="f@example.com")
+        account = identity.sign_in_identity(
+            db, provider="email", subject="f@example.com", email="f@example.com"
+        )
         app_id = identity.list_apps(db, account.id)[0].id
         agent = Agent(app_id=app_id, name="A", model="m")
         db.add(agent)
         db.flush()
-        view = files.upload_file(db, account.id, app_id, agent.id, io.BytesIO(b"\x89PNG"), "a.png", "image/png")
+        view = files.upload_file(
+            db, account.id, app_id, agent.id, io.BytesIO(b"\x89PNG"), "a.png", "image/png"
+        )
         token = identity.start_session(db, account.id, method="email").token
         db.commit()
     client.cookies.set(get_settings().session_cookie, token)

@@ -32,10 +32,19 @@ def _owner(db: Session, email: str = "owner@example.com") -> tuple[str, str]:
     return account.id, identity.list_apps(db, account.id)[0].id
 
 
-def _credential(db: Session, account_id: str, app_id: str, **overrides: Any) -> vault.ProviderCredentialView:
-    values: dict[str, Any] = {"name": "Local", "provider": "openai_compatible", "base_url": "http://127.0.0.1:9/v1", "api_key": KEY}
+def _credential(
+    db: Session, account_id: str, app_id: str, **overrides: Any
+) -> vault.ProviderCredentialView:
+    values: dict[str, Any] = {
+        "name": "Local",
+        "provider": "openai_compatible",
+        "base_url": "http://127.0.0.1:9/v1",
+        "api_key": KEY,
+    }
     values.update(overrides)
-    return vault.create_provider_credential(db, account_id, app_id, vault.ProviderCredentialInput(**values))
+    return vault.create_provider_credential(
+        db, account_id, app_id, vault.ProviderCredentialInput(**values)
+    )
 
 
 def _agent(db: Session, app_id: str, name: str, credential_id: str | None) -> Agent:
@@ -63,7 +72,10 @@ def test_delete_is_refused_while_agents_use_the_credential_and_names_them(db: Se
     with pytest.raises(Conflict) as refused:
         vault.delete_provider_credential(db, account_id, app_id, used.id)
 
-    assert refused.value.message == "Used by agent(s): Analyst, Support bot. Choose another key for them first."
+    assert (
+        refused.value.message
+        == "Used by agent(s): Analyst, Support bot. Choose another key for them first."
+    )
     assert vault.get_provider_credential(db, account_id, app_id, used.id).is_default
     assert vault.reveal_provider_key(db, used.id) == KEY
     assert len(db.exec(select(VaultSecret)).all()) == secrets_before
@@ -84,12 +96,16 @@ def test_another_apps_agents_do_not_block_a_delete(db: Session) -> None:
     account_id, app_id = _owner(db)
     _other_account, other_app = _owner(db, "other@example.com")
     credential = _credential(db, account_id, app_id)
-    _agent(db, other_app, "Theirs", credential.id)  # a stale id in another App says nothing about this one
+    _agent(
+        db, other_app, "Theirs", credential.id
+    )  # a stale id in another App says nothing about this one
     vault.delete_provider_credential(db, account_id, app_id, credential.id)
     assert db.get(ProviderCredential, credential.id) is None
 
 
-def test_connection_ok_lists_the_providers_models_using_the_stored_key(db: Session, provider: ScriptedOpenAIServer) -> None:
+def test_connection_ok_lists_the_providers_models_using_the_stored_key(
+    db: Session, provider: ScriptedOpenAIServer
+) -> None:
     account_id, app_id = _owner(db)
     credential = _credential(db, account_id, app_id, base_url=provider.base_url)
 
@@ -109,9 +125,13 @@ def test_connection_ok_lists_the_providers_models_using_the_stored_key(db: Sessi
     assert vault.get_provider_credential(db, account_id, app_id, credential.id).models == ()
 
 
-def test_anthropic_is_tested_with_its_own_key_header_and_version(db: Session, provider: ScriptedOpenAIServer) -> None:
+def test_anthropic_is_tested_with_its_own_key_header_and_version(
+    db: Session, provider: ScriptedOpenAIServer
+) -> None:
     account_id, app_id = _owner(db)
-    credential = _credential(db, account_id, app_id, provider="anthropic", base_url=provider.base_url)
+    credential = _credential(
+        db, account_id, app_id, provider="anthropic", base_url=provider.base_url
+    )
     result = vault.check_provider_connection(db, account_id, app_id, credential.id)
     assert result.ok, result.message
     (request,) = provider.requests
@@ -120,7 +140,9 @@ def test_anthropic_is_tested_with_its_own_key_header_and_version(db: Session, pr
     assert "authorization" not in request.headers
 
 
-def test_a_refused_key_is_reported_without_the_key(db: Session, provider: ScriptedOpenAIServer) -> None:
+def test_a_refused_key_is_reported_without_the_key(
+    db: Session, provider: ScriptedOpenAIServer
+) -> None:
     account_id, app_id = _owner(db)
     credential = _credential(db, account_id, app_id, base_url=provider.base_url, api_key=WRONG_KEY)
     with capture_logs() as logs:
@@ -133,7 +155,9 @@ def test_a_refused_key_is_reported_without_the_key(db: Session, provider: Script
     assert WRONG_KEY not in repr(logs)
 
 
-def test_other_statuses_are_reported_by_their_code(db: Session, provider: ScriptedOpenAIServer) -> None:
+def test_other_statuses_are_reported_by_their_code(
+    db: Session, provider: ScriptedOpenAIServer
+) -> None:
     account_id, app_id = _owner(db)
     # A base URL one level off: the server has no /models there.
     credential = _credential(db, account_id, app_id, base_url=provider.origin)
@@ -152,7 +176,9 @@ def test_an_unreachable_host_is_reported_by_its_host(db: Session) -> None:
     _assert_no_key(result, KEY)
 
 
-def test_another_owners_credential_is_not_found_and_not_called(db: Session, provider: ScriptedOpenAIServer) -> None:
+def test_another_owners_credential_is_not_found_and_not_called(
+    db: Session, provider: ScriptedOpenAIServer
+) -> None:
     account_id, app_id = _owner(db)
     stranger_id, stranger_app = _owner(db, "stranger@example.com")
     credential = _credential(db, account_id, app_id, base_url=provider.base_url)

@@ -54,8 +54,11 @@ def test_created_credential_is_shown_masked_and_only_the_gateway_sees_the_key(db
     view = vault.create_provider_credential(db, account_id, app_id, _input())
     assert view.masked_key == "••••abcd" and view.has_key
     assert view.models == ("gpt-4o-mini", "gpt-4o") and view.default_model == "gpt-4o-mini"
-    for shown in (view, vault.get_provider_credential(db, account_id, app_id, view.id),
-                  *vault.list_provider_credentials(db, account_id, app_id)):
+    for shown in (
+        view,
+        vault.get_provider_credential(db, account_id, app_id, view.id),
+        *vault.list_provider_credentials(db, account_id, app_id),
+    ):
         assert KEY not in repr(shown)
         assert all(KEY[:-4] not in str(value) for value in dataclasses.asdict(shown).values())
     assert vault.reveal_provider_key(db, view.id) == KEY
@@ -71,7 +74,9 @@ def test_public_view_has_no_field_that_could_hold_the_key() -> None:
 def test_the_key_is_in_no_column_of_any_table_in_plaintext(db: Session) -> None:
     account_id, app_id = _owner(db)
     created = vault.create_provider_credential(db, account_id, app_id, _input())
-    vault.update_provider_credential(db, account_id, app_id, created.id, _input(name="Renamed", api_key=OTHER_KEY))
+    vault.update_provider_credential(
+        db, account_id, app_id, created.id, _input(name="Renamed", api_key=OTHER_KEY)
+    )
     vault.create_provider_credential(db, account_id, app_id, _input(name="Second", api_key=KEY))
     db.flush()
     values = _all_values(db)
@@ -86,14 +91,25 @@ def test_the_first_provider_is_the_default_and_an_app_has_one_default(db: Sessio
     first = vault.create_provider_credential(db, account_id, app_id, _input(name="First"))
     second = vault.create_provider_credential(db, account_id, app_id, _input(name="Second"))
     assert first.is_default and not second.is_default
-    third = vault.create_provider_credential(db, account_id, app_id, _input(name="Third", is_default=True))
+    third = vault.create_provider_credential(
+        db, account_id, app_id, _input(name="Third", is_default=True)
+    )
     assert third.is_default
-    defaults = lambda: [c.name for c in vault.list_provider_credentials(db, account_id, app_id) if c.is_default]  # noqa: E731
+
+    def defaults() -> list[str]:
+        return [
+            c.name for c in vault.list_provider_credentials(db, account_id, app_id) if c.is_default
+        ]
+
     assert defaults() == ["Third"]
     vault.set_default_provider_credential(db, account_id, app_id, second.id)
     assert defaults() == ["Second"]
-    assert vault.list_provider_credentials(db, account_id, app_id)[0].name == "Second"  # default first
-    vault.update_provider_credential(db, account_id, app_id, first.id, _input(name="First", is_default=True))
+    assert (
+        vault.list_provider_credentials(db, account_id, app_id)[0].name == "Second"
+    )  # default first
+    vault.update_provider_credential(
+        db, account_id, app_id, first.id, _input(name="First", is_default=True)
+    )
     assert defaults() == ["First"]
 
 
@@ -136,7 +152,10 @@ def test_deleting_the_default_promotes_the_oldest_and_destroys_the_sealed_key(db
 def test_ollama_needs_no_key_and_gets_its_local_url(db: Session) -> None:
     account_id, app_id = _owner(db)
     view = vault.create_provider_credential(
-        db, account_id, app_id, _input(name="Local", provider="ollama", base_url="", api_key="", models=["llama3.2"])
+        db,
+        account_id,
+        app_id,
+        _input(name="Local", provider="ollama", base_url="", api_key="", models=["llama3.2"]),
     )
     assert view.base_url == "http://127.0.0.1:11434/v1"
     assert not view.has_key and view.masked_key == ""
@@ -144,12 +163,17 @@ def test_ollama_needs_no_key_and_gets_its_local_url(db: Session) -> None:
     assert _count(db, VaultSecret) == 0
 
 
-@pytest.mark.parametrize("provider", ["openai", "anthropic", "deepseek", "openrouter", "openai_compatible"])
+@pytest.mark.parametrize(
+    "provider", ["openai", "anthropic", "deepseek", "openrouter", "openai_compatible"]
+)
 def test_every_other_provider_requires_a_key(db: Session, provider: str) -> None:
     account_id, app_id = _owner(db)
     with pytest.raises(InvalidInput) as error:
         vault.create_provider_credential(
-            db, account_id, app_id, _input(provider=provider, base_url="https://llm.example.com/v1", api_key="  ")
+            db,
+            account_id,
+            app_id,
+            _input(provider=provider, base_url="https://llm.example.com/v1", api_key="  "),
         )
     assert error.value.field == "api_key"
 
@@ -165,7 +189,9 @@ def test_every_other_provider_requires_a_key(db: Session, provider: str) -> None
 )
 def test_a_blank_base_url_takes_the_presets(db: Session, provider: str, expected: str) -> None:
     account_id, app_id = _owner(db)
-    view = vault.create_provider_credential(db, account_id, app_id, _input(provider=provider, base_url=" "))
+    view = vault.create_provider_credential(
+        db, account_id, app_id, _input(provider=provider, base_url=" ")
+    )
     assert view.base_url == expected
 
 
@@ -196,7 +222,9 @@ def test_a_blank_base_url_takes_the_presets(db: Session, provider: str, expected
         ({"api_key": "k" * 4097}, "api_key"),
     ],
 )
-def test_invalid_input_is_refused_and_nothing_is_stored(db: Session, overrides: dict[str, Any], field: str) -> None:
+def test_invalid_input_is_refused_and_nothing_is_stored(
+    db: Session, overrides: dict[str, Any], field: str
+) -> None:
     account_id, app_id = _owner(db)
     with pytest.raises(InvalidInput) as error:
         vault.create_provider_credential(db, account_id, app_id, _input(**overrides))
@@ -222,7 +250,12 @@ def test_valid_edges_are_accepted_and_cleaned(db: Session) -> None:
     assert view.name == "My vLLM"
     assert view.base_url == "http://10.0.0.5:8000/v1"
     assert len(view.models) == 99 and view.models[0] == "qwen"
-    assert vault.create_provider_credential(db, account_id, app_id, _input(name="n" * 80, models=[])).default_model == ""
+    assert (
+        vault.create_provider_credential(
+            db, account_id, app_id, _input(name="n" * 80, models=[])
+        ).default_model
+        == ""
+    )
 
 
 def test_names_are_unique_in_an_app_regardless_of_case(db: Session) -> None:
@@ -235,7 +268,12 @@ def test_names_are_unique_in_an_app_regardless_of_case(db: Session) -> None:
     with pytest.raises(InvalidInput):
         vault.update_provider_credential(db, account_id, app_id, second.id, _input(name="OPENAI"))
     # Keeping its own name is not a clash.
-    assert vault.update_provider_credential(db, account_id, app_id, first.id, _input(name="OpenAI")).name == "OpenAI"
+    assert (
+        vault.update_provider_credential(
+            db, account_id, app_id, first.id, _input(name="OpenAI")
+        ).name
+        == "OpenAI"
+    )
 
 
 def test_another_owners_credential_is_not_found(db: Session) -> None:
@@ -244,7 +282,9 @@ def test_another_owners_credential_is_not_found(db: Session) -> None:
     credential = vault.create_provider_credential(db, owner, app_id, _input())
     calls = [
         lambda account, app: vault.get_provider_credential(db, account, app, credential.id),
-        lambda account, app: vault.update_provider_credential(db, account, app, credential.id, _input(api_key="")),
+        lambda account, app: vault.update_provider_credential(
+            db, account, app, credential.id, _input(api_key="")
+        ),
         lambda account, app: vault.set_default_provider_credential(db, account, app, credential.id),
         lambda account, app: vault.delete_provider_credential(db, account, app, credential.id),
     ]
@@ -280,12 +320,17 @@ def test_update_keeps_the_key_when_blank_and_replaces_it_when_given(db: Session)
     account_id, app_id = _owner(db)
     created = vault.create_provider_credential(db, account_id, app_id, _input())
     kept = vault.update_provider_credential(
-        db, account_id, app_id, created.id,
+        db,
+        account_id,
+        app_id,
+        created.id,
         _input(name="Renamed", api_key="", base_url="https://api.openai.com/v2", models=["gpt-4o"]),
     )
     assert kept.name == "Renamed" and kept.masked_key == "••••abcd" and kept.models == ("gpt-4o",)
     assert vault.reveal_provider_key(db, created.id) == KEY
-    replaced = vault.update_provider_credential(db, account_id, app_id, created.id, _input(api_key=OTHER_KEY))
+    replaced = vault.update_provider_credential(
+        db, account_id, app_id, created.id, _input(api_key=OTHER_KEY)
+    )
     assert replaced.masked_key == "••••wxyz"
     assert vault.reveal_provider_key(db, created.id) == OTHER_KEY
     assert _count(db, VaultSecret) == 1
@@ -296,12 +341,23 @@ def test_a_saved_key_is_not_sent_to_a_new_host_without_entering_it_again(db: Ses
     created = vault.create_provider_credential(db, account_id, app_id, _input())
     with pytest.raises(InvalidInput) as error:
         vault.update_provider_credential(
-            db, account_id, app_id, created.id, _input(api_key="", base_url="https://collector.example.net/v1")
+            db,
+            account_id,
+            app_id,
+            created.id,
+            _input(api_key="", base_url="https://collector.example.net/v1"),
         )
     assert error.value.field == "api_key"
-    assert vault.get_provider_credential(db, account_id, app_id, created.id).base_url == "https://api.openai.com/v1"
+    assert (
+        vault.get_provider_credential(db, account_id, app_id, created.id).base_url
+        == "https://api.openai.com/v1"
+    )
     moved = vault.update_provider_credential(
-        db, account_id, app_id, created.id, _input(api_key=OTHER_KEY, base_url="https://proxy.example.net/v1")
+        db,
+        account_id,
+        app_id,
+        created.id,
+        _input(api_key=OTHER_KEY, base_url="https://proxy.example.net/v1"),
     )
     assert moved.base_url == "https://proxy.example.net/v1"
     assert vault.reveal_provider_key(db, created.id) == OTHER_KEY
@@ -311,7 +367,11 @@ def test_switching_to_ollama_without_a_key_drops_the_old_key(db: Session) -> Non
     account_id, app_id = _owner(db)
     created = vault.create_provider_credential(db, account_id, app_id, _input())
     local = vault.update_provider_credential(
-        db, account_id, app_id, created.id, _input(provider="ollama", base_url="", api_key="", models=["llama3.2"])
+        db,
+        account_id,
+        app_id,
+        created.id,
+        _input(provider="ollama", base_url="", api_key="", models=["llama3.2"]),
     )
     assert not local.has_key and local.masked_key == ""
     assert vault.reveal_provider_key(db, created.id) == ""
@@ -324,15 +384,22 @@ def test_switching_to_ollama_without_a_key_drops_the_old_key(db: Session) -> Non
 def test_update_leaves_the_default_flag_alone_unless_asked(db: Session) -> None:
     account_id, app_id = _owner(db)
     created = vault.create_provider_credential(db, account_id, app_id, _input())
-    assert vault.update_provider_credential(db, account_id, app_id, created.id, _input(api_key="")).is_default
-    cleared = vault.update_provider_credential(db, account_id, app_id, created.id, _input(api_key="", is_default=False))
+    assert vault.update_provider_credential(
+        db, account_id, app_id, created.id, _input(api_key="")
+    ).is_default
+    cleared = vault.update_provider_credential(
+        db, account_id, app_id, created.id, _input(api_key="", is_default=False)
+    )
     assert not cleared.is_default
 
 
 def test_short_keys_are_masked_without_their_last_four(db: Session) -> None:
     account_id, app_id = _owner(db)
     view = vault.create_provider_credential(
-        db, account_id, app_id, _input(provider="openai_compatible", base_url="http://vllm:8000/v1", api_key="EMPTY")
+        db,
+        account_id,
+        app_id,
+        _input(provider="openai_compatible", base_url="http://vllm:8000/v1", api_key="EMPTY"),
     )
     assert view.masked_key == "••••"
     assert vault.reveal_provider_key(db, view.id) == "EMPTY"
@@ -341,11 +408,14 @@ def test_short_keys_are_masked_without_their_last_four(db: Session) -> None:
 def test_a_sealed_key_moved_to_another_record_or_app_does_not_decrypt(db: Session) -> None:
     account_id, app_id = _owner(db)
     first = vault.create_provider_credential(db, account_id, app_id, _input(name="First"))
-    second = vault.create_provider_credential(db, account_id, app_id, _input(name="Second", api_key=OTHER_KEY))
+    second = vault.create_provider_credential(
+        db, account_id, app_id, _input(name="Second", api_key=OTHER_KEY)
+    )
     connection = db.connection()
     # Point the second credential at the first one's sealed key.
     first_secret = connection.execute(
-        sa.text("SELECT api_key_secret_id FROM provider_credential WHERE id = :id"), {"id": first.id}
+        sa.text("SELECT api_key_secret_id FROM provider_credential WHERE id = :id"),
+        {"id": first.id},
     ).scalar_one()
     connection.execute(
         sa.text("UPDATE provider_credential SET api_key_secret_id = :s WHERE id = :id"),
@@ -356,8 +426,14 @@ def test_a_sealed_key_moved_to_another_record_or_app_does_not_decrypt(db: Sessio
         vault.reveal_provider_key(db, second.id)
     # Move the first credential (and its secret row) into another owner's App.
     _, stranger_app = _owner(db, "stranger@example.com")
-    connection.execute(sa.text("UPDATE provider_credential SET app_id = :a WHERE id = :id"), {"a": stranger_app, "id": first.id})
-    connection.execute(sa.text("UPDATE vault_secret SET app_id = :a WHERE id = :id"), {"a": stranger_app, "id": first_secret})
+    connection.execute(
+        sa.text("UPDATE provider_credential SET app_id = :a WHERE id = :id"),
+        {"a": stranger_app, "id": first.id},
+    )
+    connection.execute(
+        sa.text("UPDATE vault_secret SET app_id = :a WHERE id = :id"),
+        {"a": stranger_app, "id": first_secret},
+    )
     db.expire_all()
     with pytest.raises(vault.VaultError):
         vault.reveal_provider_key(db, first.id)

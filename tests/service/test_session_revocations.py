@@ -70,7 +70,9 @@ async def listener(redis_db: redis.Redis) -> AsyncIterator[Listener]:
         found.subscribed.set()
 
     async def consume() -> None:
-        async for session_id in identity.revoked_sessions(on_subscribed=subscribed, resubscribe_seconds=0.1):
+        async for session_id in identity.revoked_sessions(
+            on_subscribed=subscribed, resubscribe_seconds=0.1
+        ):
             for callback in found.on_message:
                 callback(session_id)
             found.received.put_nowait(session_id)
@@ -85,7 +87,9 @@ async def listener(redis_db: redis.Redis) -> AsyncIterator[Listener]:
             await task
 
 
-async def test_sign_out_announces_the_session_once_it_is_committed(engine: Engine, listener: Listener) -> None:
+async def test_sign_out_announces_the_session_once_it_is_committed(
+    engine: Engine, listener: Listener
+) -> None:
     new = _signed_in(engine)
     # What a listening web process would find in the database when the announcement arrives.
     seen_by_listener: list[str | None] = []
@@ -116,7 +120,9 @@ async def test_only_a_live_session_is_announced(engine: Engine, listener: Listen
     assert await listener.next() == "marker"
 
 
-async def test_sign_out_still_revokes_when_redis_is_down(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_sign_out_still_revokes_when_redis_is_down(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     new = _signed_in(engine)
     monkeypatch.setenv("MOSOO_REDIS_URL", UNREACHABLE_REDIS_URL)
     reset_settings_cache()
@@ -135,10 +141,16 @@ async def test_announcements_stay_within_their_redis_database(listener: Listener
     assert await listener.next() == "for-database-15"
 
 
-async def test_a_listener_whose_connection_drops_subscribes_again(redis_db: redis.Redis, listener: Listener) -> None:
+async def test_a_listener_whose_connection_drops_subscribes_again(
+    redis_db: redis.Redis, listener: Listener
+) -> None:
     # Only this process's own subscriber connection is closed (named after its pid).
     name = f"mosoo-revocations-{os.getpid()}"
-    mine = [c for c in redis_db.client_list(_type="pubsub") if c.get("name") == name and c.get("db") == "15"]
+    mine = [
+        c
+        for c in redis_db.client_list(_type="pubsub")
+        if c.get("name") == name and c.get("db") == "15"
+    ]
     assert len(mine) == 1
     redis_db.client_kill_filter(_id=mine[0]["id"])
 
@@ -149,22 +161,36 @@ async def test_a_listener_whose_connection_drops_subscribes_again(redis_db: redi
 
 
 def test_ended_sessions_are_the_expired_revoked_and_unknown_ones(db: Session) -> None:
-    account = identity.sign_in_identity(db, provider="email", subject="e@example.com", email="e@example.com")
+    account = identity.sign_in_identity(
+        db, provider="email", subject="e@example.com", email="e@example.com"
+    )
     now = utcnow()
     live = identity.start_session(db, account.id, method="email", now=now).session_id
-    expired = identity.start_session(db, account.id, method="email", now=now - timedelta(days=31)).session_id
+    expired = identity.start_session(
+        db, account.id, method="email", now=now - timedelta(days=31)
+    ).session_id
     revoked_now, revoked_earlier = (
-        identity.start_session(db, account.id, method="email", now=now - timedelta(hours=1)) for _ in range(2)
+        identity.start_session(db, account.id, method="email", now=now - timedelta(hours=1))
+        for _ in range(2)
     )
     identity.revoke_session(db, revoked_now.token, now=now)
     identity.revoke_session(db, revoked_earlier.token, now=now - timedelta(minutes=2))
     db.flush()
     assert db.get(AuthSession, live) is not None
-    ids = {live, expired, revoked_now.session_id, revoked_earlier.session_id, "01UNKNOWNSESSION0000000000"}
+    ids = {
+        live,
+        expired,
+        revoked_now.session_id,
+        revoked_earlier.session_id,
+        "01UNKNOWNSESSION0000000000",
+    }
 
     assert identity.ended_sessions(db, ids, now=now) == ids - {live}
     # A sweep leaves revocations younger than its period to their announcement.
-    assert identity.ended_sessions(db, ids, now=now, revoked_before=now - timedelta(seconds=30)) == ids - {
-        live, revoked_now.session_id,
+    assert identity.ended_sessions(
+        db, ids, now=now, revoked_before=now - timedelta(seconds=30)
+    ) == ids - {
+        live,
+        revoked_now.session_id,
     }
     assert identity.ended_sessions(db, [], now=now) == set()

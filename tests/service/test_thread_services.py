@@ -25,7 +25,9 @@ def _owner(db: Session, email: str = "inbox@example.com") -> tuple[str, str, str
     return account.id, app_id, agent.id
 
 
-def _thread(db: Session, account_id: str, app_id: str, agent_id: str, *, age_minutes: int = 0) -> str:
+def _thread(
+    db: Session, account_id: str, app_id: str, agent_id: str, *, age_minutes: int = 0
+) -> str:
     thread_id = sessions.create_session(db, account_id, app_id, agent_id).id
     row = db.get(AgentSession, thread_id)
     assert row is not None
@@ -35,12 +37,21 @@ def _thread(db: Session, account_id: str, app_id: str, agent_id: str, *, age_min
     return thread_id
 
 
-def _run(db: Session, account_id: str, thread_id: str, text: str, finish: str | None = "completed", **error: str) -> None:
+def _run(
+    db: Session,
+    account_id: str,
+    thread_id: str,
+    text: str,
+    finish: str | None = "completed",
+    **error: str,
+) -> None:
     run_id = sessions.send_message(db, account_id, thread_id, text).run.id
     if finish is not None:
         run = db.get(SessionRun, run_id)
         assert run is not None
-        driver_plane.finish_run(db, run, finish, code=error.get("code"), message=error.get("message"), retryable=False)
+        driver_plane.finish_run(
+            db, run, finish, code=error.get("code"), message=error.get("message"), retryable=False
+        )
     db.flush()
 
 
@@ -64,27 +75,47 @@ def test_threads_fall_into_working_completed_and_archived(db: Session) -> None:
     db.add(row)
     db.flush()
 
-    assert set(_ids(sessions.list_threads(db, account_id, app_id, section="working"))) == {busy, rescheduling}
+    assert set(_ids(sessions.list_threads(db, account_id, app_id, section="working"))) == {
+        busy,
+        rescheduling,
+    }
     assert _ids(sessions.list_threads(db, account_id, app_id, section="completed")) == [done]
     assert _ids(sessions.list_threads(db, account_id, app_id, section="archived")) == [shelved]
     everything = sessions.list_threads(db, account_id, app_id)
     assert {r.id: r.section for r in everything} == {
-        done: "completed", busy: "working", shelved: "archived", rescheduling: "working",
+        done: "completed",
+        busy: "working",
+        shelved: "archived",
+        rescheduling: "working",
     }
-    assert sessions.count_threads(db, account_id, app_id) == {"working": 2, "completed": 1, "archived": 1}
+    assert sessions.count_threads(db, account_id, app_id) == {
+        "working": 2,
+        "completed": 1,
+        "archived": 1,
+    }
 
 
 def test_rows_carry_agent_title_status_and_last_run_error(db: Session) -> None:
     account_id, app_id, agent_id = _owner(db)
     thread_id = _thread(db, account_id, app_id, agent_id)
-    _run(db, account_id, thread_id, "Summarise the report", finish="failed", code="driver_lost", message="The driver went away.")
+    _run(
+        db,
+        account_id,
+        thread_id,
+        "Summarise the report",
+        finish="failed",
+        code="driver_lost",
+        message="The driver went away.",
+    )
     (row,) = sessions.list_threads(db, account_id, app_id)
     assert row.agent_name == "Helper"
     assert row.title == row.display_title == "Summarise the report"
     assert row.status == "idle"
     assert row.purpose == "preview"
     assert (row.last_run_status, row.last_run_error_code, row.last_run_error_message) == (
-        "failed", "driver_lost", "The driver went away.",
+        "failed",
+        "driver_lost",
+        "The driver went away.",
     )
     assert row.updated_at is not None
 
@@ -120,13 +151,20 @@ def test_filters_by_agent_and_by_failed_last_run(db: Session) -> None:
     _run(db, account_id, elsewhere, "hi", finish="failed", code="x", message="boom")
 
     assert _ids(sessions.list_threads(db, account_id, app_id, failed=True)) == [elsewhere, broken]
-    assert _ids(sessions.list_threads(db, account_id, app_id, failed=True, agent_id=agent_id)) == [broken]
+    assert _ids(sessions.list_threads(db, account_id, app_id, failed=True, agent_id=agent_id)) == [
+        broken
+    ]
     assert _ids(sessions.list_threads(db, account_id, app_id, failed=False)) == [recovered]
     assert _ids(sessions.list_threads(db, account_id, app_id, agent_id=other.id)) == [elsewhere]
     assert sessions.count_threads(db, account_id, app_id, failed=True, agent_id=agent_id) == {
-        "working": 0, "completed": 1, "archived": 0,
+        "working": 0,
+        "completed": 1,
+        "archived": 0,
     }
-    assert _ids(sessions.list_threads(db, account_id, app_id, ids=[broken, recovered])) == [broken, recovered]
+    assert _ids(sessions.list_threads(db, account_id, app_id, ids=[broken, recovered])) == [
+        broken,
+        recovered,
+    ]
 
 
 def test_pages_follow_each_other_without_gap_or_repeat(db: Session) -> None:
@@ -145,7 +183,10 @@ def test_pages_follow_each_other_without_gap_or_repeat(db: Session) -> None:
 def test_rename_collapses_whitespace_and_checks_the_length(db: Session) -> None:
     account_id, app_id, agent_id = _owner(db)
     thread_id = _thread(db, account_id, app_id, agent_id)
-    assert sessions.rename_thread(db, account_id, thread_id, "  Quarterly   report ").title == "Quarterly report"
+    assert (
+        sessions.rename_thread(db, account_id, thread_id, "  Quarterly   report ").title
+        == "Quarterly report"
+    )
     for bad in ("", "   ", "x" * 81):
         with pytest.raises(InvalidInput) as refused:
             sessions.rename_thread(db, account_id, thread_id, bad)

@@ -64,7 +64,9 @@ def test_stop_with_a_driver_queues_turn_cancel(db: Session) -> None:
     account_id, app_id, agent_id = _owner(db, "t@example.com")
     thread = sessions.create_session(db, account_id, app_id, agent_id)
     sent = sessions.send_message(db, account_id, thread.id, "go")
-    driver = driver_plane.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai")
+    driver = driver_plane.register_driver(
+        db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai"
+    )
     run = db.get(SessionRun, sent.run.id)
     assert run is not None
     run.driver_instance_id, run.status = driver.instance_id, "running"
@@ -77,18 +79,31 @@ def test_permission_answer_needs_a_pending_request(db: Session) -> None:
     account_id, app_id, agent_id = _owner(db, "t@example.com")
     thread = sessions.create_session(db, account_id, app_id, agent_id)
     sent = sessions.send_message(db, account_id, thread.id, "go")
-    driver = driver_plane.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai")
+    driver = driver_plane.register_driver(
+        db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai"
+    )
     run = db.get(SessionRun, sent.run.id)
     assert run is not None
     run.driver_instance_id, run.status = driver.instance_id, "waiting_input"
-    driver_plane.append_events(db, thread.id, [driver_plane.NewEvent(type="tool.confirmation.required", payload={"request_id": "r1"}, run_id=run.id)])
+    driver_plane.append_events(
+        db,
+        thread.id,
+        [
+            driver_plane.NewEvent(
+                type="tool.confirmation.required", payload={"request_id": "r1"}, run_id=run.id
+            )
+        ],
+    )
     with pytest.raises(NotFound):
         sessions.resolve_permission(db, account_id, thread.id, "r-unknown", "allow_once")
     with pytest.raises(InvalidInput):
         sessions.resolve_permission(db, account_id, thread.id, "r1", "always")
     sessions.resolve_permission(db, account_id, thread.id, "r1", "allow_once")
     [command] = driver_plane.undelivered_commands(db, driver.instance_id)
-    assert command.kind == "permission.resolve" and command.payload == {"request_id": "r1", "decision": "allow_once"}
+    assert command.kind == "permission.resolve" and command.payload == {
+        "request_id": "r1",
+        "decision": "allow_once",
+    }
 
 
 def test_another_owners_thread_is_not_found(db: Session) -> None:
@@ -109,10 +124,23 @@ def test_another_owners_thread_is_not_found(db: Session) -> None:
 def test_duplicate_source_events_keep_their_first_seq(db: Session) -> None:
     account_id, app_id, agent_id = _owner(db, "t@example.com")
     thread = sessions.create_session(db, account_id, app_id, agent_id)
-    first = driver_plane.append_events(db, thread.id, [driver_plane.NewEvent(type="x", payload={}, source_event_id=f"s{i}") for i in range(3)])
+    first = driver_plane.append_events(
+        db,
+        thread.id,
+        [driver_plane.NewEvent(type="x", payload={}, source_event_id=f"s{i}") for i in range(3)],
+    )
     again = driver_plane.append_events(
-        db, thread.id, [driver_plane.NewEvent(type="x", payload={}, source_event_id=s) for s in ("s1", "s3", "s3", "s2")]
+        db,
+        thread.id,
+        [
+            driver_plane.NewEvent(type="x", payload={}, source_event_id=s)
+            for s in ("s1", "s3", "s3", "s2")
+        ],
     )
     assert [e.seq for e in first] == [1, 2, 3]
-    assert [(e.source_event_id, e.seq, e.duplicate) for e in again] == [("s1", 2, True), ("s3", 4, False), ("s2", 3, True)]
+    assert [(e.source_event_id, e.seq, e.duplicate) for e in again] == [
+        ("s1", 2, True),
+        ("s3", 4, False),
+        ("s2", 3, True),
+    ]
     assert [e.seq for e in driver_plane.read_events(db, thread.id)] == [1, 2, 3, 4]

@@ -29,7 +29,9 @@ def test_a_plain_refusal_is_rolled_back(engine: Engine) -> None:
     assert _failures(engine) == 0
 
 
-def test_a_recorded_refusal_survives_the_rollback_and_whatever_the_caller_raises(engine: Engine) -> None:
+def test_a_recorded_refusal_survives_the_rollback_and_whatever_the_caller_raises(
+    engine: Engine,
+) -> None:
     with pytest.raises(RuntimeError), session_scope(engine) as db:
         db.add(SignInFailure(email="a@example.com"))
         try:
@@ -56,12 +58,16 @@ def test_each_wrong_code_uses_a_try_in_its_own_unit_of_work(engine: Engine) -> N
         with pytest.raises(InvalidInput), session_scope(engine) as db:
             identity.verify_email_code(db, email="try@example.com", code=wrong)
         with Session(engine) as db:
-            attempts = db.exec(select(EmailCode.attempts).where(EmailCode.email == "try@example.com")).one()
+            attempts = db.exec(
+                select(EmailCode.attempts).where(EmailCode.email == "try@example.com")
+            ).one()
         assert attempts == expected
     assert _failures(engine) == 5
 
 
-def test_concurrent_guesses_cannot_share_a_try(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_concurrent_guesses_cannot_share_a_try(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A read-then-write counter loses increments under concurrency; a try is claimed by one
     conditional UPDATE before the code is compared."""
     monkeypatch.setenv("MOSOO_EMAIL_VERIFY_FAILURES_PER_ADDRESS_PER_HOUR", "1000")
@@ -86,6 +92,9 @@ def test_concurrent_guesses_cannot_share_a_try(engine: Engine, monkeypatch: pyte
         thread.join()
     assert outcomes == ["refused"] * 12
     with Session(engine) as db:
-        assert db.exec(select(EmailCode.attempts).where(EmailCode.email == "race@example.com")).one() == 5
+        assert (
+            db.exec(select(EmailCode.attempts).where(EmailCode.email == "race@example.com")).one()
+            == 5
+        )
     with pytest.raises(InvalidInput), session_scope(engine) as db:
         identity.verify_email_code(db, email="race@example.com", code=code)

@@ -22,7 +22,11 @@ from mosoo_core.settings import reset_settings_cache
 from mosoo_core.vault._crypto import Sealed, seal, unseal
 from mosoo_core.vault.models import VaultSecret
 
-CONTEXT = ("01APP00000000000000000000A", "01REC00000000000000000000A", "provider_credential:x:api_key")
+CONTEXT = (
+    "01APP00000000000000000000A",
+    "01REC00000000000000000000A",
+    "provider_credential:x:api_key",
+)
 
 
 def _app_id(db: Session, email: str) -> str:
@@ -62,7 +66,9 @@ def test_every_secret_gets_its_own_data_key_and_nonce() -> None:
         (CONTEXT[0] + CONTEXT[1][:1], CONTEXT[1][1:], CONTEXT[2]),  # same bytes, other split
     ],
 )
-def test_a_ciphertext_does_not_open_under_another_app_or_record(other_context: tuple[str, str, str]) -> None:
+def test_a_ciphertext_does_not_open_under_another_app_or_record(
+    other_context: tuple[str, str, str],
+) -> None:
     kek = vault.MasterKey.generate()
     sealed = seal(kek, b"secret", CONTEXT)
     with pytest.raises(vault.VaultError):
@@ -97,7 +103,9 @@ def test_another_master_key_cannot_open_a_secret() -> None:
 # --- the master key ---------------------------------------------------------------------
 
 
-def test_the_master_key_file_is_created_0600_on_first_use_and_reused(isolated_settings: Path) -> None:
+def test_the_master_key_file_is_created_0600_on_first_use_and_reused(
+    isolated_settings: Path,
+) -> None:
     path = isolated_settings / "master.key"
     assert not path.exists()
     first = vault.load_master_key()
@@ -118,7 +126,9 @@ def test_the_master_key_from_the_environment_wins_and_no_file_is_made(
     assert not (isolated_settings / "master.key").exists()
 
 
-def test_a_configured_key_file_path_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_configured_key_file_path_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "keys" / "kek"
     monkeypatch.setenv("MOSOO_MASTER_KEY_FILE", str(path))
     reset_settings_cache()
@@ -134,7 +144,13 @@ def test_without_create_a_missing_key_file_is_an_error(isolated_settings: Path) 
 
 
 @pytest.mark.parametrize(
-    "text", ["", "not base64!", base64.b64encode(b"short").decode(), base64.b64encode(os.urandom(33)).decode()]
+    "text",
+    [
+        "",
+        "not base64!",
+        base64.b64encode(b"short").decode(),
+        base64.b64encode(os.urandom(33)).decode(),
+    ],
 )
 def test_a_malformed_master_key_is_refused(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
     monkeypatch.setenv("MOSOO_MASTER_KEY", text or "=")
@@ -146,7 +162,11 @@ def test_a_malformed_master_key_is_refused(monkeypatch: pytest.MonkeyPatch, text
 def test_a_master_key_never_prints_its_bytes() -> None:
     key = vault.MasterKey.generate()
     shown = repr(key) + str(key)
-    assert key.to_text() not in shown and repr(key.secret) not in shown and key.secret.hex() not in shown
+    assert (
+        key.to_text() not in shown
+        and repr(key.secret) not in shown
+        and key.secret.hex() not in shown
+    )
 
 
 def test_an_existing_key_file_is_never_overwritten(tmp_path: Path) -> None:
@@ -165,7 +185,11 @@ def test_a_stored_secret_reveals_and_its_row_holds_no_plaintext(db: Session) -> 
     value = "sk-proj-THISISTHEPLAINTEXTVALUE-1234"
     secret_id = vault.store_secret(db, app_id=app_id, owner_ref="test:1", value=value)
     assert vault.reveal_secret(db, secret_id, app_id=app_id, owner_ref="test:1") == value
-    row = db.connection().execute(sa.text("SELECT * FROM vault_secret WHERE id = :id"), {"id": secret_id}).one()
+    row = (
+        db.connection()
+        .execute(sa.text("SELECT * FROM vault_secret WHERE id = :id"), {"id": secret_id})
+        .one()
+    )
     for column in row:
         raw = column if isinstance(column, bytes) else str(column).encode()
         assert value.encode() not in raw
@@ -236,10 +260,15 @@ def test_rotate_rewraps_every_data_key_and_only_the_new_key_opens_them(
     with Session(engine) as db:
         assert vault.count_secrets_by_key(db) == {new.key_id: 5}
         for secret_id, ref in ids.items():
-            assert after[secret_id].ciphertext == before[secret_id].ciphertext  # only the data key moved
+            assert (
+                after[secret_id].ciphertext == before[secret_id].ciphertext
+            )  # only the data key moved
             assert after[secret_id].wrapped_key != before[secret_id].wrapped_key
             row = after[secret_id]
-            assert vault.reveal_secret(db, secret_id, app_id=row.app_id, owner_ref=ref, master_key=new) == values[ref]
+            assert (
+                vault.reveal_secret(db, secret_id, app_id=row.app_id, owner_ref=ref, master_key=new)
+                == values[ref]
+            )
             with pytest.raises(vault.VaultError):
                 vault.reveal_secret(db, secret_id, app_id=row.app_id, owner_ref=ref, master_key=old)
             # The old key fails on the bytes too, not only on the key id.
@@ -262,7 +291,10 @@ def test_rotate_again_picks_up_secrets_sealed_under_the_old_key_meanwhile(
         result = vault.rotate_master_key(db, old_key=old, new_key=new)
     assert (result.rewrapped, result.already_current) == (1, 2)
     with Session(engine) as db:
-        assert vault.reveal_secret(db, late, app_id=app_id, owner_ref="test:late", master_key=new) == "late"
+        assert (
+            vault.reveal_secret(db, late, app_id=app_id, owner_ref="test:late", master_key=new)
+            == "late"
+        )
 
 
 def test_rotate_changes_nothing_when_a_secret_is_under_neither_key(
@@ -290,7 +322,9 @@ def test_rotate_changes_nothing_when_a_secret_fails_to_decrypt(
     _, ids = _seed(engine, {"test:1": "one", "test:2": "two", "test:3": "three"})
     damaged = sorted(ids)[-1]
     with engine.begin() as connection:
-        row = connection.execute(sa.text("SELECT ciphertext FROM vault_secret WHERE id = :id"), {"id": damaged}).one()
+        row = connection.execute(
+            sa.text("SELECT ciphertext FROM vault_secret WHERE id = :id"), {"id": damaged}
+        ).one()
         connection.execute(
             sa.text("UPDATE vault_secret SET ciphertext = :c WHERE id = :id"),
             {"c": _flip(bytes(row[0]), 20), "id": damaged},
@@ -332,13 +366,22 @@ def test_cli_rotate_writes_a_new_0600_key_and_the_switched_key_reads_every_secre
     with Session(engine) as db:
         rows = _rows(engine)
         for secret_id, ref in ids.items():
-            assert vault.reveal_secret(db, secret_id, app_id=rows[secret_id].app_id, owner_ref=ref) == values[ref]
+            assert (
+                vault.reveal_secret(db, secret_id, app_id=rows[secret_id].app_id, owner_ref=ref)
+                == values[ref]
+            )
             with pytest.raises(vault.VaultError):
-                vault.reveal_secret(db, secret_id, app_id=rows[secret_id].app_id, owner_ref=ref, master_key=old)
+                vault.reveal_secret(
+                    db, secret_id, app_id=rows[secret_id].app_id, owner_ref=ref, master_key=old
+                )
 
 
-def test_cli_rotate_without_a_current_key_fails_and_creates_none(engine: Engine, isolated_settings: Path) -> None:
-    result = CliRunner().invoke(cli_app, ["vault", "rotate", "--new-key-file", str(isolated_settings / "n.key")])
+def test_cli_rotate_without_a_current_key_fails_and_creates_none(
+    engine: Engine, isolated_settings: Path
+) -> None:
+    result = CliRunner().invoke(
+        cli_app, ["vault", "rotate", "--new-key-file", str(isolated_settings / "n.key")]
+    )
     assert result.exit_code == 1
     assert "does not exist" in result.output
     assert CliRunner().invoke(cli_app, ["vault", "status"]).exit_code == 1
@@ -359,6 +402,13 @@ def test_no_plaintext_or_ciphertext_reaches_the_logs(
     row = _rows(engine)[secret_id]
     logged = repr(events) + caplog.text
     assert "vault.rotated" in logged
-    for needle in ("PLAINTEXT-MARKER-VALUE", row.ciphertext.hex(), repr(row.ciphertext)[2:40],
-                   base64.b64encode(row.ciphertext).decode(), row.wrapped_key.hex(), old.to_text(), new.to_text()):
+    for needle in (
+        "PLAINTEXT-MARKER-VALUE",
+        row.ciphertext.hex(),
+        repr(row.ciphertext)[2:40],
+        base64.b64encode(row.ciphertext).decode(),
+        row.wrapped_key.hex(),
+        old.to_text(),
+        new.to_text(),
+    ):
         assert needle not in logged

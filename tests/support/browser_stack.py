@@ -66,17 +66,35 @@ def browser_run_stack(database_url: str, root: Path, redis_db: int) -> Iterator[
     )
     logs = {name: root / f"{name}.log" for name in ("web", "control", "worker")}
     with ScriptedOpenAIServer(models=["test-model"]) as model:
-        stack = RunStack(web=WebServer(url=url, database_url=database_url, log=logs["web"]), model=model, logs=logs)
+        stack = RunStack(
+            web=WebServer(url=url, database_url=database_url, log=logs["web"]),
+            model=model,
+            logs=logs,
+        )
         try:
             with (
                 running(["control"], env, logs["control"]) as control,
                 running(["worker", "--concurrency", "2"], env, logs["worker"]) as worker,
-                running(["web"], dict(env), logs["web"]) as web,  # mosoo_env gives each web its own frontend folder
+                running(
+                    ["web"], dict(env), logs["web"]
+                ) as web,  # mosoo_env gives each web its own frontend folder
             ):
                 with stack.logs_on_failure():
-                    wait_for(lambda: b"control.ready" in logs["control"].read_bytes(), 30, "control", control)
-                    wait_for(lambda: b"worker.ready" in logs["worker"].read_bytes(), 60, "the worker", worker)
-                    wait_for(lambda: page_served(f"{url}/login"), 600, "the console to be served", web)
+                    wait_for(
+                        lambda: b"control.ready" in logs["control"].read_bytes(),
+                        30,
+                        "control",
+                        control,
+                    )
+                    wait_for(
+                        lambda: b"worker.ready" in logs["worker"].read_bytes(),
+                        60,
+                        "the worker",
+                        worker,
+                    )
+                    wait_for(
+                        lambda: page_served(f"{url}/login"), 600, "the console to be served", web
+                    )
                 yield stack
         finally:
             # Through the backend: it removes each sandbox's workspace volume too.

@@ -75,7 +75,9 @@ class ControlHarness:
                 Route("/gateway/{rest:path}", self._gateway, methods=["GET", "POST"]),
             ]
         )
-        config = uvicorn.Config(app, uds=str(socket_path), log_level="warning", lifespan="off", loop="asyncio")
+        config = uvicorn.Config(
+            app, uds=str(socket_path), log_level="warning", lifespan="off", loop="asyncio"
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
 
@@ -112,7 +114,11 @@ class ControlHarness:
             return list(self._frames)
 
     def of_type(self, kind: str, connection: int | None = None) -> list[dict[str, Any]]:
-        return [f.message for f in self.frames if f.type == kind and (connection is None or f.connection == connection)]
+        return [
+            f.message
+            for f in self.frames
+            if f.type == kind and (connection is None or f.connection == connection)
+        ]
 
     @property
     def events(self) -> list[dict[str, Any]]:
@@ -124,21 +130,27 @@ class ControlHarness:
         return [e["kind"] for e in self.events if run_id is None or e["run_id"] == run_id]
 
     def command_updates(self, command_id: str) -> list[str]:
-        return [m["status"] for m in self.of_type("command_update") if m["command_id"] == command_id]
+        return [
+            m["status"] for m in self.of_type("command_update") if m["command_id"] == command_id
+        ]
 
     @property
     def connection_count(self) -> int:
         with self._lock:
             return max((f.connection for f in self._frames), default=0)
 
-    async def wait(self, condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    async def wait(
+        self, condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
+    ) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out waiting for {what}")
             await asyncio.sleep(0.01)
 
-    def wait_sync(self, condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    def wait_sync(
+        self, condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
+    ) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:
@@ -151,13 +163,25 @@ class ControlHarness:
         current, loop = self._current, self._loop
         if current is None or loop is None:
             raise RuntimeError("no driver is connected")
-        asyncio.run_coroutine_threadsafe(current[1].send_text(json.dumps(message)), loop).result(timeout=5)
+        asyncio.run_coroutine_threadsafe(current[1].send_text(json.dumps(message)), loop).result(
+            timeout=5
+        )
 
     _command_seq = itertools.count(1)
 
-    def send_command(self, kind: str, payload: dict[str, Any], command_id: str | None = None) -> str:
+    def send_command(
+        self, kind: str, payload: dict[str, Any], command_id: str | None = None
+    ) -> str:
         command_id = command_id or f"cmd_{uuid.uuid4().hex[:12]}"
-        self.send({"type": "command", "command_id": command_id, "seq": next(self._command_seq), "kind": kind, "payload": payload})
+        self.send(
+            {
+                "type": "command",
+                "command_id": command_id,
+                "seq": next(self._command_seq),
+                "kind": kind,
+                "payload": payload,
+            }
+        )
         return command_id
 
     def ack(self, source_event_ids: list[str]) -> None:
@@ -195,7 +219,9 @@ class ControlHarness:
                             self._events.setdefault(event["source_event_id"], event)
                     if self.auto_ack:
                         ids = [event["source_event_id"] for event in message["events"]]
-                        await websocket.send_text(json.dumps({"type": "ack", "source_event_ids": ids, "seqs": []}))
+                        await websocket.send_text(
+                            json.dumps({"type": "ack", "source_event_ids": ids, "seqs": []})
+                        )
         except (WebSocketDisconnect, RuntimeError):
             pass
         finally:
@@ -207,14 +233,19 @@ class ControlHarness:
         self.reject_next_hello = None
         if refusal is None:
             if hello.get("resume_token"):
-                if not self.issued_resume_tokens or hello["resume_token"] != self.issued_resume_tokens[-1]:
+                if (
+                    not self.issued_resume_tokens
+                    or hello["resume_token"] != self.issued_resume_tokens[-1]
+                ):
                     refusal = ("resume_token_invalid", "unknown or outdated resume token")
             elif hello.get("boot_token") != self.boot_token:
                 refusal = ("boot_token_invalid", "unknown boot token")
             elif self._boot_token_used:
                 refusal = ("boot_token_used", "the boot token was already used")
         if refusal is not None:
-            await websocket.send_text(json.dumps({"type": "close", "code": refusal[0], "reason": refusal[1]}))
+            await websocket.send_text(
+                json.dumps({"type": "close", "code": refusal[0], "reason": refusal[1]})
+            )
             await websocket.close(code=1008)
             return False
         self._boot_token_used = True
@@ -234,11 +265,18 @@ class ControlHarness:
 
     async def _gateway(self, request: Request) -> Response:
         self.gateway_requests.append({"path": request.url.path, "headers": dict(request.headers)})
-        if self.gateway_grant is not None and request.headers.get("authorization") != f"Bearer {self.gateway_grant}":
-            return JSONResponse({"error": {"code": "unauthenticated", "message": "bad grant"}}, status_code=401)
+        if (
+            self.gateway_grant is not None
+            and request.headers.get("authorization") != f"Bearer {self.gateway_grant}"
+        ):
+            return JSONResponse(
+                {"error": {"code": "unauthenticated", "message": "bad grant"}}, status_code=401
+            )
         rest = request.path_params["rest"]
         if self.gateway_upstream is None or not rest.startswith("openai/"):
-            return JSONResponse({"error": {"code": "not_found", "message": "no such gateway"}}, status_code=404)
+            return JSONResponse(
+                {"error": {"code": "not_found", "message": "no such gateway"}}, status_code=404
+            )
         client = httpx.AsyncClient(base_url=self.gateway_upstream, trust_env=False, timeout=None)
         upstream = await client.send(
             client.build_request(
@@ -258,5 +296,9 @@ class ControlHarness:
                 await upstream.aclose()
                 await client.aclose()
 
-        headers = {k: v for k, v in upstream.headers.items() if k.lower() in ("content-type", "cache-control")}
+        headers = {
+            k: v
+            for k, v in upstream.headers.items()
+            if k.lower() in ("content-type", "cache-control")
+        }
         return StreamingResponse(body(), status_code=upstream.status_code, headers=headers)

@@ -167,9 +167,12 @@ class OIDCProvider:
             def save_authorization_code(self, code: str, request: OAuth2Request) -> None:
                 data = request.payload.data
                 provider.codes[code] = _Code(
-                    code=code, client_id=request.client.get_client_id(),
-                    redirect_uri=data.get("redirect_uri", ""), scope=request.scope,
-                    user=request.user, nonce=data.get("nonce"),
+                    code=code,
+                    client_id=request.client.get_client_id(),
+                    redirect_uri=data.get("redirect_uri", ""),
+                    scope=request.scope,
+                    user=request.user,
+                    nonce=data.get("nonce"),
                     code_challenge=data.get("code_challenge"),
                     code_challenge_method=data.get("code_challenge_method"),
                     auth_time=int(time.time()),
@@ -207,23 +210,30 @@ class OIDCProvider:
                 return info
 
         server = Server(scopes_supported=["openid", "email", "profile"])
-        server.register_token_generator("default", BearerTokenGenerator(lambda **_: generate_token(42)))
+        server.register_token_generator(
+            "default", BearerTokenGenerator(lambda **_: generate_token(42))
+        )
         server.register_grant(CodeGrant, [_StrictPKCE(required=True), IDToken(require_nonce=True)])
         return server
 
     async def _discovery(self, request: Request) -> Response:
-        return JSONResponse({
-            "issuer": self.issuer,
-            "authorization_endpoint": f"{self.issuer}/authorize",
-            "token_endpoint": f"{self.issuer}/token",
-            "jwks_uri": f"{self.issuer}/jwks",
-            "response_types_supported": ["code"],
-            "subject_types_supported": ["public"],
-            "id_token_signing_alg_values_supported": ["RS256"],
-            "scopes_supported": ["openid", "email", "profile"],
-            "token_endpoint_auth_methods_supported": ["client_secret_basic", "client_secret_post"],
-            "code_challenge_methods_supported": ["S256"],
-        })
+        return JSONResponse(
+            {
+                "issuer": self.issuer,
+                "authorization_endpoint": f"{self.issuer}/authorize",
+                "token_endpoint": f"{self.issuer}/token",
+                "jwks_uri": f"{self.issuer}/jwks",
+                "response_types_supported": ["code"],
+                "subject_types_supported": ["public"],
+                "id_token_signing_alg_values_supported": ["RS256"],
+                "scopes_supported": ["openid", "email", "profile"],
+                "token_endpoint_auth_methods_supported": [
+                    "client_secret_basic",
+                    "client_secret_post",
+                ],
+                "code_challenge_methods_supported": ["S256"],
+            }
+        )
 
     async def _jwks(self, request: Request) -> Response:
         return JSONResponse({"keys": [self.key.as_dict(private=False)]})
@@ -234,7 +244,9 @@ class OIDCProvider:
             grant = self.server.get_consent_grant(oauth_request, end_user=self.user)
         except OAuth2Error as error:
             return self.server.handle_error_response(oauth_request, error)
-        return self.server.create_authorization_response(oauth_request, grant_user=self.user, grant=grant)
+        return self.server.create_authorization_response(
+            oauth_request, grant_user=self.user, grant=grant
+        )
 
     async def _token(self, request: Request) -> Response:
         form = await request.form()
@@ -242,12 +254,14 @@ class OIDCProvider:
         return self.server.create_token_response(oauth_request)
 
     def app(self) -> Starlette:
-        return Starlette(routes=[
-            Route("/.well-known/openid-configuration", self._discovery),
-            Route("/jwks", self._jwks),
-            Route("/authorize", self._authorize),
-            Route("/token", self._token, methods=["POST"]),
-        ])
+        return Starlette(
+            routes=[
+                Route("/.well-known/openid-configuration", self._discovery),
+                Route("/jwks", self._jwks),
+                Route("/authorize", self._authorize),
+                Route("/token", self._token, methods=["POST"]),
+            ]
+        )
 
     def start(self) -> None:
         self.loopback.start(self.app())

@@ -57,7 +57,9 @@ class TextTurn:
     text: str | list[str]
     reasoning: list[str] = field(default_factory=list)
     delay: float = 0.0  # seconds before each chunk
-    usage: dict[str, int] | None = None  # prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens
+    usage: dict[str, int] | None = (
+        None  # prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens
+    )
     drop_after: int | None = None  # drop the connection after this many text chunks
 
 
@@ -133,7 +135,11 @@ class ScriptedOpenAIServer:
     """Start with `start()` or as a context manager; `base_url` ends in `/v1`."""
 
     def __init__(
-        self, script: Sequence[Turn] = (), *, models: Sequence[str] = ("test-model",), api_key: str | None = None
+        self,
+        script: Sequence[Turn] = (),
+        *,
+        models: Sequence[str] = ("test-model",),
+        api_key: str | None = None,
     ) -> None:
         self.models = list(models)
         self.api_key = api_key
@@ -153,8 +159,12 @@ class ScriptedOpenAIServer:
                 Route("/v1/models", self._models, methods=["GET"]),
             ]
         )
-        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", loop="asyncio"))
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True)
+        self._server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="off", loop="asyncio")
+        )
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True
+        )
 
     @property
     def base_url(self) -> str:
@@ -211,14 +221,22 @@ class ScriptedOpenAIServer:
             body = None
         with self._lock:
             self._requests.append(
-                RecordedRequest(request.method, request.url.path, {k.lower(): v for k, v in request.headers.items()}, body)
+                RecordedRequest(
+                    request.method,
+                    request.url.path,
+                    {k.lower(): v for k, v in request.headers.items()},
+                    body,
+                )
             )
         return body
 
     def _refused(self, request: Request) -> Response | None:
         if self.api_key is None:
             return None
-        offered = {request.headers.get("authorization", ""), "Bearer " + request.headers.get("x-api-key", "")}
+        offered = {
+            request.headers.get("authorization", ""),
+            "Bearer " + request.headers.get("x-api-key", ""),
+        }
         if f"Bearer {self.api_key}" in offered:
             return None
         return _error(401, "Incorrect API key provided.", "invalid_api_key")
@@ -227,7 +245,10 @@ class ScriptedOpenAIServer:
         await self._record(request)
         if (refused := self._refused(request)) is not None:
             return refused
-        data = [{"id": model, "object": "model", "created": 0, "owned_by": "mosoo-tests"} for model in self.models]
+        data = [
+            {"id": model, "object": "model", "created": 0, "owned_by": "mosoo-tests"}
+            for model in self.models
+        ]
         return JSONResponse({"object": "list", "data": data})
 
     async def _chat_completions(self, request: Request) -> Response:
@@ -288,7 +309,11 @@ class ScriptedOpenAIServer:
                     yield chunk({"reasoning_content": piece})
             text = turn.text
             for index, piece in enumerate(_chunks_of(text) if text else []):
-                if isinstance(turn, TextTurn) and turn.drop_after is not None and index >= turn.drop_after:
+                if (
+                    isinstance(turn, TextTurn)
+                    and turn.drop_after is not None
+                    and index >= turn.drop_after
+                ):
                     raise DroppedConnection(f"dropped after {turn.drop_after} chunks")
                 await asyncio.sleep(turn.delay)
                 yield chunk({"content": piece})
@@ -296,15 +321,35 @@ class ScriptedOpenAIServer:
                 for index, call in enumerate(turn.calls):
                     await asyncio.sleep(turn.delay)
                     call_id = call.id or f"call_{uuid.uuid4().hex[:12]}"
-                    yield chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function", "function": {"name": call.name, "arguments": ""}}]})
+                    yield chunk(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": index,
+                                    "id": call_id,
+                                    "type": "function",
+                                    "function": {"name": call.name, "arguments": ""},
+                                }
+                            ]
+                        }
+                    )
                     arguments = call.arguments_json()
                     middle = len(arguments) // 2
                     for piece in (arguments[:middle], arguments[middle:]):
                         if piece:
-                            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                            yield chunk(
+                                {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+                            )
             yield chunk({}, "tool_calls" if isinstance(turn, ToolCallsTurn) else "stop")
             if usage is not None:
-                data = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [], "usage": usage}
+                data = {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage,
+                }
                 yield f"data: {json.dumps(data)}\n\n"
             yield "data: [DONE]\n\n"
             finished = True
@@ -314,7 +359,6 @@ class ScriptedOpenAIServer:
                     self.streams_completed += 1
                 else:
                     self.streams_aborted += 1
-
 
     async def _responses(self, request: Request) -> Response:
         body = await self._record(request)
@@ -332,13 +376,19 @@ class ScriptedOpenAIServer:
         if isinstance(turn, FailedTurn) and not body.get("stream"):
             return _error(500, turn.message, turn.code)
         items = [{"content": body["input"]}] if isinstance(body["input"], str) else body["input"]
-        usage = _responses_usage(_usage(turn, _prompt_chars(items) + len(str(body.get("instructions") or ""))))
+        usage = _responses_usage(
+            _usage(turn, _prompt_chars(items) + len(str(body.get("instructions") or "")))
+        )
         if not body.get("stream"):
             assert not isinstance(turn, FailedTurn)
-            response = _response_object(f"resp_{uuid.uuid4().hex[:12]}", model, "completed", _output_items(turn), usage)
+            response = _response_object(
+                f"resp_{uuid.uuid4().hex[:12]}", model, "completed", _output_items(turn), usage
+            )
             return JSONResponse(response)
         return StreamingResponse(
-            self._responses_stream(turn, model, usage), media_type="text/event-stream", headers={"cache-control": "no-cache"}
+            self._responses_stream(turn, model, usage),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache"},
         )
 
     async def _responses_stream(
@@ -364,16 +414,44 @@ class ScriptedOpenAIServer:
             delay = 0.0 if isinstance(turn, FailedTurn) else turn.delay
             if isinstance(turn, TextTurn) and turn.reasoning:
                 index, item_id = len(output), f"rs_{uuid.uuid4().hex[:12]}"
-                yield event("response.output_item.added", output_index=index, item={"id": item_id, "type": "reasoning", "summary": []})
+                yield event(
+                    "response.output_item.added",
+                    output_index=index,
+                    item={"id": item_id, "type": "reasoning", "summary": []},
+                )
                 part: dict[str, Any] = {"type": "summary_text", "text": ""}
-                yield event("response.reasoning_summary_part.added", item_id=item_id, output_index=index, summary_index=0, part=part)
+                yield event(
+                    "response.reasoning_summary_part.added",
+                    item_id=item_id,
+                    output_index=index,
+                    summary_index=0,
+                    part=part,
+                )
                 for piece in turn.reasoning:
                     await asyncio.sleep(delay)
-                    yield event("response.reasoning_summary_text.delta", item_id=item_id, output_index=index, summary_index=0, delta=piece)
+                    yield event(
+                        "response.reasoning_summary_text.delta",
+                        item_id=item_id,
+                        output_index=index,
+                        summary_index=0,
+                        delta=piece,
+                    )
                 summary = "".join(turn.reasoning)
-                yield event("response.reasoning_summary_text.done", item_id=item_id, output_index=index, summary_index=0, text=summary)
+                yield event(
+                    "response.reasoning_summary_text.done",
+                    item_id=item_id,
+                    output_index=index,
+                    summary_index=0,
+                    text=summary,
+                )
                 part = {"type": "summary_text", "text": summary}
-                yield event("response.reasoning_summary_part.done", item_id=item_id, output_index=index, summary_index=0, part=part)
+                yield event(
+                    "response.reasoning_summary_part.done",
+                    item_id=item_id,
+                    output_index=index,
+                    summary_index=0,
+                    part=part,
+                )
                 item = {"id": item_id, "type": "reasoning", "summary": [part]}
                 output.append(item)
                 yield event("response.output_item.done", output_index=index, item=item)
@@ -381,22 +459,56 @@ class ScriptedOpenAIServer:
             pieces = _chunks_of(text) if text else []
             if pieces:
                 index, item_id = len(output), f"msg_{uuid.uuid4().hex[:12]}"
-                message: dict[str, Any] = {"id": item_id, "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+                message: dict[str, Any] = {
+                    "id": item_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "in_progress",
+                    "content": [],
+                }
                 yield event("response.output_item.added", output_index=index, item=message)
                 part = {"type": "output_text", "text": "", "annotations": []}
-                yield event("response.content_part.added", item_id=item_id, output_index=index, content_index=0, part=part)
+                yield event(
+                    "response.content_part.added",
+                    item_id=item_id,
+                    output_index=index,
+                    content_index=0,
+                    part=part,
+                )
                 for number, piece in enumerate(pieces):
-                    if isinstance(turn, TextTurn) and turn.drop_after is not None and number >= turn.drop_after:
+                    if (
+                        isinstance(turn, TextTurn)
+                        and turn.drop_after is not None
+                        and number >= turn.drop_after
+                    ):
                         raise DroppedConnection(f"dropped after {turn.drop_after} chunks")
                     await asyncio.sleep(delay)
                     yield event(
-                        "response.output_text.delta", item_id=item_id, output_index=index, content_index=0, delta=piece, logprobs=[]
+                        "response.output_text.delta",
+                        item_id=item_id,
+                        output_index=index,
+                        content_index=0,
+                        delta=piece,
+                        logprobs=[],
                     )
             if pieces and not isinstance(turn, FailedTurn):
                 whole = "".join(pieces)
-                yield event("response.output_text.done", item_id=item_id, output_index=index, content_index=0, text=whole, logprobs=[])
+                yield event(
+                    "response.output_text.done",
+                    item_id=item_id,
+                    output_index=index,
+                    content_index=0,
+                    text=whole,
+                    logprobs=[],
+                )
                 part = {"type": "output_text", "text": whole, "annotations": []}
-                yield event("response.content_part.done", item_id=item_id, output_index=index, content_index=0, part=part)
+                yield event(
+                    "response.content_part.done",
+                    item_id=item_id,
+                    output_index=index,
+                    content_index=0,
+                    part=part,
+                )
                 message = {**message, "status": "completed", "content": [part]}
                 output.append(message)
                 yield event("response.output_item.done", output_index=index, item=message)
@@ -413,16 +525,30 @@ class ScriptedOpenAIServer:
                     await asyncio.sleep(delay)
                     index, item_id = len(output), f"fc_{uuid.uuid4().hex[:12]}"
                     item = {
-                        "id": item_id, "type": "function_call", "status": "in_progress",
-                        "call_id": call.id or f"call_{uuid.uuid4().hex[:12]}", "name": call.name, "arguments": "",
+                        "id": item_id,
+                        "type": "function_call",
+                        "status": "in_progress",
+                        "call_id": call.id or f"call_{uuid.uuid4().hex[:12]}",
+                        "name": call.name,
+                        "arguments": "",
                     }
                     yield event("response.output_item.added", output_index=index, item=item)
                     arguments = call.arguments_json()
                     middle = len(arguments) // 2
                     for piece in (arguments[:middle], arguments[middle:]):
                         if piece:
-                            yield event("response.function_call_arguments.delta", item_id=item_id, output_index=index, delta=piece)
-                    yield event("response.function_call_arguments.done", item_id=item_id, output_index=index, arguments=arguments)
+                            yield event(
+                                "response.function_call_arguments.delta",
+                                item_id=item_id,
+                                output_index=index,
+                                delta=piece,
+                            )
+                    yield event(
+                        "response.function_call_arguments.done",
+                        item_id=item_id,
+                        output_index=index,
+                        arguments=arguments,
+                    )
                     item = {**item, "status": "completed", "arguments": arguments}
                     output.append(item)
                     yield event("response.output_item.done", output_index=index, item=item)
@@ -437,11 +563,16 @@ class ScriptedOpenAIServer:
 
 
 def _error(status: int, message: str, code: str | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": "invalid_request_error", "code": code}}, status_code=status)
+    return JSONResponse(
+        {"error": {"message": message, "type": "invalid_request_error", "code": code}},
+        status_code=status,
+    )
 
 
 def _prompt_chars(items: list[Any]) -> int:
-    return sum(len(json.dumps(m.get("content", m.get("output", "")))) for m in items if isinstance(m, dict))
+    return sum(
+        len(json.dumps(m.get("content", m.get("output", "")))) for m in items if isinstance(m, dict)
+    )
 
 
 def _usage(turn: TextTurn | ToolCallsTurn | FailedTurn, prompt_chars: int) -> dict[str, Any]:
@@ -460,12 +591,18 @@ def _usage(turn: TextTurn | ToolCallsTurn | FailedTurn, prompt_chars: int) -> di
     return usage
 
 
-def _completion(turn: TextTurn | ToolCallsTurn, model: str, usage: dict[str, Any]) -> dict[str, Any]:
+def _completion(
+    turn: TextTurn | ToolCallsTurn, model: str, usage: dict[str, Any]
+) -> dict[str, Any]:
     text = "".join(_chunks_of(turn.text)) if turn.text else None
     message: dict[str, Any] = {"role": "assistant", "content": text}
     if isinstance(turn, ToolCallsTurn):
         message["tool_calls"] = [
-            {"id": call.id or f"call_{uuid.uuid4().hex[:12]}", "type": "function", "function": {"name": call.name, "arguments": call.arguments_json()}}
+            {
+                "id": call.id or f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_json()},
+            }
             for call in turn.calls
         ]
     if isinstance(turn, TextTurn) and turn.reasoning:
@@ -475,7 +612,13 @@ def _completion(turn: TextTurn | ToolCallsTurn, model: str, usage: dict[str, Any
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if isinstance(turn, ToolCallsTurn) else "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if isinstance(turn, ToolCallsTurn) else "stop",
+            }
+        ],
         "usage": usage,
     }
 
@@ -484,10 +627,14 @@ def _responses_usage(chat_usage: dict[str, Any]) -> dict[str, Any]:
     """The same numbers in the Responses API's shape (whose details are always present)."""
     return {
         "input_tokens": chat_usage["prompt_tokens"],
-        "input_tokens_details": {"cached_tokens": (chat_usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)},
+        "input_tokens_details": {
+            "cached_tokens": (chat_usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        },
         "output_tokens": chat_usage["completion_tokens"],
         "output_tokens_details": {
-            "reasoning_tokens": (chat_usage.get("completion_tokens_details") or {}).get("reasoning_tokens", 0)
+            "reasoning_tokens": (chat_usage.get("completion_tokens_details") or {}).get(
+                "reasoning_tokens", 0
+            )
         },
         "total_tokens": chat_usage["total_tokens"],
     }
@@ -499,19 +646,40 @@ def _output_items(turn: TextTurn | ToolCallsTurn) -> list[dict[str, Any]]:
         summary = [{"type": "summary_text", "text": "".join(turn.reasoning)}]
         items.append({"id": f"rs_{uuid.uuid4().hex[:12]}", "type": "reasoning", "summary": summary})
     if turn.text:
-        content = [{"type": "output_text", "text": "".join(_chunks_of(turn.text)), "annotations": []}]
-        items.append({"id": f"msg_{uuid.uuid4().hex[:12]}", "type": "message", "role": "assistant", "status": "completed", "content": content})
+        content = [
+            {"type": "output_text", "text": "".join(_chunks_of(turn.text)), "annotations": []}
+        ]
+        items.append(
+            {
+                "id": f"msg_{uuid.uuid4().hex[:12]}",
+                "type": "message",
+                "role": "assistant",
+                "status": "completed",
+                "content": content,
+            }
+        )
     if isinstance(turn, ToolCallsTurn):
         items.extend(
-            {"id": f"fc_{uuid.uuid4().hex[:12]}", "type": "function_call", "status": "completed",
-             "call_id": call.id or f"call_{uuid.uuid4().hex[:12]}", "name": call.name, "arguments": call.arguments_json()}
+            {
+                "id": f"fc_{uuid.uuid4().hex[:12]}",
+                "type": "function_call",
+                "status": "completed",
+                "call_id": call.id or f"call_{uuid.uuid4().hex[:12]}",
+                "name": call.name,
+                "arguments": call.arguments_json(),
+            }
             for call in turn.calls
         )
     return items
 
 
 def _response_object(
-    response_id: str, model: str, status: str, output: list[dict[str, Any]], usage: dict[str, Any] | None, **extra: Any
+    response_id: str,
+    model: str,
+    status: str,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None,
+    **extra: Any,
 ) -> dict[str, Any]:
     return {
         "id": response_id,

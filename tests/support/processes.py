@@ -23,7 +23,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str, process: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for(
+    condition: Callable[[], bool],
+    timeout: float,
+    what: str,
+    process: subprocess.Popen[bytes] | None = None,
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
@@ -35,7 +40,11 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, process: 
 
 
 def mosoo_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MOSOO_") or k.startswith("MOSOO_TEST_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MOSOO_") or k.startswith("MOSOO_TEST_")
+    }
     env.update(
         MOSOO_DATA_DIR=str(data_dir),
         MOSOO_DATABASE_URL=database_url,
@@ -56,7 +65,9 @@ def mosoo_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]
 
 
 @contextlib.contextmanager
-def running(args: list[str], env: dict[str, str], log_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def running(
+    args: list[str], env: dict[str, str], log_path: Path
+) -> Iterator[subprocess.Popen[bytes]]:
     """Run `mosoo <args>` in its own process group; stop that group afterwards."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:

@@ -36,7 +36,9 @@ def runtime_env(
 ) -> dict[str, str]:
     """Settings for the child processes, applied to this process too (so services called
     from the test and the Celery client talk to the same Redis db and vault key)."""
-    image = ensure_sandbox_image(docker.from_env(timeout=600), base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", ""))
+    image = ensure_sandbox_image(
+        docker.from_env(timeout=600), base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", "")
+    )
     settings_env = {
         "MOSOO_REDIS_URL": f"redis://127.0.0.1:6379/{redis_db}",
         "MOSOO_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
@@ -80,7 +82,12 @@ class RuntimeStack:
 
 @contextlib.contextmanager
 def runtime_stack(
-    engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, redis_db: int,
+    engine: Engine,
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    redis_db: int,
     start_control: bool = True,
 ) -> Iterator[RuntimeStack]:
     env = runtime_env(tmp_path / "data", database_url, redis_db, monkeypatch)
@@ -137,7 +144,12 @@ class Owner:
 
 
 def make_agent(
-    engine: Engine, base_url: str, provider_key: str, *, email: str = "e2e@example.com", kind: str = "cattle",
+    engine: Engine,
+    base_url: str,
+    provider_key: str,
+    *,
+    email: str = "e2e@example.com",
+    kind: str = "cattle",
     tools: dict[str, str] | None = None,
 ) -> Owner:
     """An account whose App has a provider key (pointing at base_url) and a ready Agent."""
@@ -145,17 +157,27 @@ def make_agent(
         account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
         app_id = identity.list_apps(db, account.id)[0].id
         credential = vault.create_provider_credential(
-            db, account.id, app_id,
+            db,
+            account.id,
+            app_id,
             vault.ProviderCredentialInput(
-                name=f"Scripted {kind}", provider="openai_compatible", base_url=base_url, api_key=provider_key,
+                name=f"Scripted {kind}",
+                provider="openai_compatible",
+                base_url=base_url,
+                api_key=provider_key,
                 models=["test-model"],
             ),
         )
         agent = agents.create_agent(db, account.id, app_id, name=f"E2E {kind}", kind=kind)
         agents.update_agent(
-            db, account.id, app_id, agent.id,
+            db,
+            account.id,
+            app_id,
+            agent.id,
             agents.AgentChanges(
-                provider_credential_id=credential.id, model="test-model", system_prompt="You are a test agent.",
+                provider_credential_id=credential.id,
+                model="test-model",
+                system_prompt="You are a test agent.",
                 tools=tools if tools is not None else {"bash": "allow"},
             ),
         )

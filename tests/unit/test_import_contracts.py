@@ -20,7 +20,11 @@ def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     return subprocess.run(
         [str(LINT_IMPORTS), "--config", str(tree / "pyproject.toml"), "--no-cache"],
-        cwd=tree, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -28,7 +32,9 @@ def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     copy = tmp_path_factory.mktemp("tree")
     for package in ("mosoo_core", "mosoo_web", "driver"):
-        shutil.copytree(ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__", ".web"))
+        shutil.copytree(
+            ROOT / package, copy / package, ignore=shutil.ignore_patterns("__pycache__", ".web")
+        )
     shutil.copy(ROOT / "pyproject.toml", copy / "pyproject.toml")
     return copy
 
@@ -45,8 +51,16 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
         ("driver/_probe.py", "import mosoo_core.settings\n", "Layers"),
         ("mosoo_core/_probe.py", "import driver.connection\n", "wire protocol"),
         ("mosoo_web/probe.py", "import mosoo_core.identity._sessions\n", "Private modules"),
-        ("mosoo_core/files/_probe.py", "from mosoo_core.sessions import driver_plane\n", "driver-facing"),
-        ("mosoo_web/probe.py", "from mosoo_core.sessions.driver_plane import append_events\n", "driver-facing"),
+        (
+            "mosoo_core/files/_probe.py",
+            "from mosoo_core.sessions import driver_plane\n",
+            "driver-facing",
+        ),
+        (
+            "mosoo_web/probe.py",
+            "from mosoo_core.sessions.driver_plane import append_events\n",
+            "driver-facing",
+        ),
     ],
 )
 def test_a_violation_breaks_its_contract(tree: Path, module: str, source: str, broken: str) -> None:

@@ -11,7 +11,9 @@ import pytest
 from mosoo_core.settings import Settings
 
 
-def test_embedded_defaults_live_under_the_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_embedded_defaults_live_under_the_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MOSOO_DATA_DIR", str(tmp_path / "d"))
     settings = Settings()
     assert settings.resolved_database_url == f"sqlite:///{(tmp_path / 'd' / 'mosoo.db').resolve()}"
@@ -20,7 +22,9 @@ def test_embedded_defaults_live_under_the_data_dir(tmp_path: Path, monkeypatch: 
     assert settings.is_development and not settings.smtp_enabled and not settings.google_enabled
 
 
-def test_every_knob_is_a_mosoo_variable_and_dotenv_is_honoured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_knob_is_a_mosoo_variable_and_dotenv_is_honoured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / ".env").write_text("MOSOO_WEB_PORT=4000\nMOSOO_SMTP_HOST=mail.example\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MOSOO_DATABASE_URL", "postgresql+psycopg://u:p@db/x")
@@ -29,7 +33,9 @@ def test_every_knob_is_a_mosoo_variable_and_dotenv_is_honoured(tmp_path: Path, m
     assert settings.resolved_database_url == "postgresql+psycopg://u:p@db/x"
 
 
-def test_secret_key_file_is_created_once_with_mode_0600(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_secret_key_file_is_created_once_with_mode_0600(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("MOSOO_SECRET_KEY", raising=False)
     monkeypatch.setenv("MOSOO_DATA_DIR", str(tmp_path / "d"))
     first = Settings().resolved_secret_key()

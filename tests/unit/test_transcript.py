@@ -43,9 +43,19 @@ def test_items_follow_the_event_order() -> None:
 
     transcript = build_transcript(log.events)
 
-    assert _kinds(transcript) == ["user", "thinking", "assistant", "tool", "file", "assistant", "run_end"]
+    assert _kinds(transcript) == [
+        "user",
+        "thinking",
+        "assistant",
+        "tool",
+        "file",
+        "assistant",
+        "run_end",
+    ]
     assert [item.text for item in transcript.items if item.kind in ("user", "assistant")] == [
-        "list files", "Sure.", "Done.",
+        "list files",
+        "Sure.",
+        "Done.",
     ]
     assert transcript.open_item is None
     assert transcript.last_seq == 13
@@ -82,7 +92,11 @@ def test_thinking_deltas_concatenate_and_close_when_text_starts() -> None:
     log.add("agent.message.delta", message_id="m1", text="Answer")
     transcript = build_transcript(log.events)
     thinking, answer = transcript.items
-    assert (thinking.kind, thinking.text, thinking.streaming) == ("thinking", "Let me think.", False)
+    assert (thinking.kind, thinking.text, thinking.streaming) == (
+        "thinking",
+        "Let me think.",
+        False,
+    )
     assert (answer.kind, answer.text, answer.streaming) == ("assistant", "Answer", True)
 
 
@@ -111,15 +125,35 @@ def test_tool_start_and_complete_pair_by_tool_call_id() -> None:
     transcript = build_transcript(log.events)
     assert [item.status for item in transcript.items] == ["running", "running"]
 
-    transcript.apply(log.add("tool.use.completed", tool_call_id="c2", output="no such file", is_error=True, duration_ms=3))
-    transcript.apply(log.add("tool.use.completed", tool_call_id="c1", output="a\nb", is_error=False, duration_ms=40))
+    transcript.apply(
+        log.add(
+            "tool.use.completed",
+            tool_call_id="c2",
+            output="no such file",
+            is_error=True,
+            duration_ms=3,
+        )
+    )
+    transcript.apply(
+        log.add(
+            "tool.use.completed", tool_call_id="c1", output="a\nb", is_error=False, duration_ms=40
+        )
+    )
 
     first, second = transcript.items
     assert (first.name, first.input, first.output, first.status, first.duration_ms) == (
-        "bash", {"command": "ls"}, "a\nb", "done", 40,
+        "bash",
+        {"command": "ls"},
+        "a\nb",
+        "done",
+        40,
     )
     assert (second.name, second.output, second.is_error, second.status, second.duration_ms) == (
-        "read", "no such file", True, "error", 3,
+        "read",
+        "no such file",
+        True,
+        "error",
+        3,
     )
     assert len(transcript.items) == 2
 
@@ -138,12 +172,21 @@ def test_permission_required_then_resolved() -> None:
     log = Log()
     log.add("user.message", text="delete it")
     log.add("tool.use.started", tool_call_id="c1", name="bash", input={"command": "rm x"})
-    log.add("tool.confirmation.required", request_id="p1", tool_call_id="c1", name="bash", input={"command": "rm x"})
+    log.add(
+        "tool.confirmation.required",
+        request_id="p1",
+        tool_call_id="c1",
+        name="bash",
+        input={"command": "rm x"},
+    )
     transcript = build_transcript(log.events)
 
     [pending] = transcript.pending_permissions
     assert (pending.request_id, pending.tool_call_id, pending.name, pending.input) == (
-        "p1", "c1", "bash", {"command": "rm x"},
+        "p1",
+        "c1",
+        "bash",
+        {"command": "rm x"},
     )
     assert pending.status == "pending"
     assert transcript.active_run_id == RUN
@@ -167,11 +210,17 @@ def test_run_failed_carries_its_error() -> None:
     log.add("user.message", text="hi")
     log.add("run.started")
     log.add("agent.message.delta", message_id="m1", text="Partial")
-    log.add("run.failed", code="provider_error", message="The provider answered 401.", retryable=False)
+    log.add(
+        "run.failed", code="provider_error", message="The provider answered 401.", retryable=False
+    )
     transcript = build_transcript(log.events)
     end = transcript.items[-1]
     assert (end.kind, end.status, end.code, end.text, end.retryable) == (
-        "run_end", "failed", "provider_error", "The provider answered 401.", False,
+        "run_end",
+        "failed",
+        "provider_error",
+        "The provider answered 401.",
+        False,
     )
     # The partial text stays, settled.
     assert transcript.items[1].text == "Partial" and not transcript.items[1].streaming
@@ -249,11 +298,15 @@ def test_status_and_usage_changes_leave_the_settled_items_alone() -> None:
 
 def test_a_user_message_carries_the_names_of_the_files_it_named() -> None:
     log = Log()
-    log.add("user.message", text="summarise", attachments=[
-        {"file_id": "f1", "name": "notes.txt", "media_type": "text/plain", "size": 3},
-        {"file_id": "f2", "name": "data.csv", "media_type": "text/csv", "size": 9},
-        "not a file entry",
-    ])
+    log.add(
+        "user.message",
+        text="summarise",
+        attachments=[
+            {"file_id": "f1", "name": "notes.txt", "media_type": "text/plain", "size": 3},
+            {"file_id": "f2", "name": "data.csv", "media_type": "text/csv", "size": 9},
+            "not a file entry",
+        ],
+    )
     log.add("user.message", text="and this?")
     transcript = build_transcript(log.events)
     assert [item.attachments for item in transcript.items] == [["notes.txt", "data.csv"], []]
@@ -263,10 +316,13 @@ def test_recorded_outputs_become_one_line_after_the_run() -> None:
     log = Log()
     log.add("user.message", text="write it")
     log.add("run.completed", final_text="done")
-    log.add("session_files.updated", files=[
-        {"id": "f1", "name": "summary.md", "path": "summary.md", "kind": "artifact"},
-        {"name": "no id, not a file"},
-    ])
+    log.add(
+        "session_files.updated",
+        files=[
+            {"id": "f1", "name": "summary.md", "path": "summary.md", "kind": "artifact"},
+            {"name": "no id, not a file"},
+        ],
+    )
     log.add("session_files.updated", files=[])  # nothing recorded: no line
     transcript = build_transcript(log.events)
     assert _kinds(transcript)[-1] == "outputs"

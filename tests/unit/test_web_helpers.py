@@ -31,7 +31,15 @@ def test_safe_next_only_follows_local_paths(target: str | None, expected: str) -
 
 @pytest.mark.parametrize(
     ("address", "expected"),
-    [("127.0.0.1", True), ("::1", True), ("127.8.0.3", True), ("10.0.0.1", False), ("192.168.1.2", False), ("", False), ("nope", False)],
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("127.8.0.3", True),
+        ("10.0.0.1", False),
+        ("192.168.1.2", False),
+        ("", False),
+        ("nope", False),
+    ],
 )
 def test_dev_mailbox_answers_only_loopback(address: str, expected: bool) -> None:
     assert is_loopback(address) is expected
@@ -49,7 +57,12 @@ def test_cookie_value_reads_the_session_cookie_and_survives_garbage() -> None:
         ("", "127.0.0.1", "203.0.113.9", "127.0.0.1"),  # no proxy trusted: the header is ignored
         ("127.0.0.1", "10.1.1.1", "203.0.113.9", "10.1.1.1"),  # from an untrusted peer: ignored
         ("127.0.0.1", "127.0.0.1", "203.0.113.9", "203.0.113.9"),
-        ("127.0.0.1", "127.0.0.1", "6.6.6.6, 203.0.113.9", "203.0.113.9"),  # the client's own left part is not believed
+        (
+            "127.0.0.1",
+            "127.0.0.1",
+            "6.6.6.6, 203.0.113.9",
+            "203.0.113.9",
+        ),  # the client's own left part is not believed
         ("127.0.0.1,10.0.0.2", "127.0.0.1", "203.0.113.9, 10.0.0.2", "203.0.113.9"),  # two proxies
         ("127.0.0.1", "127.0.0.1", "", "127.0.0.1"),
         ("127.0.0.1", "127.0.0.1", "garbage", "127.0.0.1"),

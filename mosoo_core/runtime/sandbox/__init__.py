@@ -64,8 +64,12 @@ def get_backend(settings: Settings | None = None) -> SandboxBackend:
     client and the resolved image)."""
     settings = settings or get_settings()
     key = (
-        settings.sandbox_backend, settings.sandbox_image, settings.sandbox_base_image,
-        settings.sandbox_memory_mb, settings.sandbox_cpus, settings.sandbox_pids_limit,
+        settings.sandbox_backend,
+        settings.sandbox_image,
+        settings.sandbox_base_image,
+        settings.sandbox_memory_mb,
+        settings.sandbox_cpus,
+        settings.sandbox_pids_limit,
         str(settings.data_dir.resolve()),
     )
     with _backends_lock:

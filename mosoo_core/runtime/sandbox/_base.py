@@ -80,7 +80,9 @@ class SandboxSpec:
     # Host path of control's socket, named control.sock in a directory of its own: that
     # directory is bind-mounted read-only at /run/mosoo/control (see CONTROL_DIR).
     control_socket: Path | None = None
-    mounts: tuple[Mount, ...] = ()  # attachments (/mnt/attachments/...), skills (/opt/mosoo/skills/...)
+    mounts: tuple[
+        Mount, ...
+    ] = ()  # attachments (/mnt/attachments/...), skills (/opt/mosoo/skills/...)
     memory_mb: int | None = None
     cpus: float | None = None
     pids_limit: int | None = None
@@ -104,7 +106,9 @@ def control_socket_dir(spec: SandboxSpec) -> Path | None:
     if socket is None:
         return None
     if socket.name != CONTROL_SOCKET_NAME:
-        raise SandboxError(f"the control socket must be named {CONTROL_SOCKET_NAME}, not {socket.name}")
+        raise SandboxError(
+            f"the control socket must be named {CONTROL_SOCKET_NAME}, not {socket.name}"
+        )
     if not socket.exists():
         raise SandboxError(f"the control socket {socket} does not exist")
     return socket.parent
@@ -196,7 +200,11 @@ class SandboxBackend(abc.ABC):
 
     @abc.abstractmethod
     def start_process(
-        self, ref: SandboxRef, argv: list[str], *, env: Mapping[str, str] | None = None,
+        self,
+        ref: SandboxRef,
+        argv: list[str],
+        *,
+        env: Mapping[str, str] | None = None,
         workdir: str = WORKSPACE,
     ) -> None:
         """Start a long-running command detached (it lives until it exits or `stop`)."""
@@ -208,7 +216,9 @@ class SandboxBackend(abc.ABC):
     def put_file(self, ref: SandboxRef, path: str, data: bytes, mode: int = 0o600) -> None:
         """Write one file as the sandbox user, created with `mode` (never wider on the way)."""
         script = 'umask 077 && cat > "$1" && chmod "$2" "$1"'
-        result = self.exec(ref, ["sh", "-c", script, "sh", path, format(mode, "o")], stdin=data, timeout=60)
+        result = self.exec(
+            ref, ["sh", "-c", script, "sh", path, format(mode, "o")], stdin=data, timeout=60
+        )
         if result.exit_code != 0:
             raise SandboxError(f"could not write {path}: {result.stderr_text.strip()[:500]}")
 

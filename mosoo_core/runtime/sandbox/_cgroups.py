@@ -81,7 +81,9 @@ class SandboxCgroup:
                     os.kill(pid, signal.SIGKILL)
             if freezer is not None:
                 with contextlib.suppress(OSError):
-                    _write(freezer, "THAWED" if self.version == 1 else "0")  # killed tasks die on thaw
+                    _write(
+                        freezer, "THAWED" if self.version == 1 else "0"
+                    )  # killed tasks die on thaw
             if not pids:
                 break
             time.sleep(0.02)

@@ -203,11 +203,15 @@ class DockerBackend(SandboxBackend):
                 DockerMount(mount.target, str(mount.source), type="bind", read_only=mount.read_only)
             )
         attachments = self._attachments_host_dir(name)
-        if attachments is not None and not any(m.target.startswith(ATTACHMENTS_DIR) for m in spec.mounts):
+        if attachments is not None and not any(
+            m.target.startswith(ATTACHMENTS_DIR) for m in spec.mounts
+        ):
             # A host folder, not a tmpfs: attachments would count against the sandbox's memory.
             attachments.mkdir(parents=True, exist_ok=True)
             attachments.chmod(0o755)  # whatever the umask: the sandbox user must read it
-            mounts.append(DockerMount(ATTACHMENTS_DIR, str(attachments), type="bind", read_only=True))
+            mounts.append(
+                DockerMount(ATTACHMENTS_DIR, str(attachments), type="bind", read_only=True)
+            )
         memory = f"{limits.memory_mb}m"
         with _engine_errors("could not create the workspace volume"):
             self.client.volumes.create(name=_workspace_volume(name), labels=labels)
@@ -242,8 +246,16 @@ class DockerBackend(SandboxBackend):
             with contextlib.suppress(docker_errors.DockerException):
                 self._remove_by_name(name)
             raise SandboxError(f"could not create the sandbox: {error}") from error
-        log.info("sandbox.created", backend=self.name, sandbox=name, subject=spec.subject, app_id=spec.app_id)
-        return SandboxRef(backend=self.name, id=container.id, name=name, labels=labels, state="running")
+        log.info(
+            "sandbox.created",
+            backend=self.name,
+            sandbox=name,
+            subject=spec.subject,
+            app_id=spec.app_id,
+        )
+        return SandboxRef(
+            backend=self.name, id=container.id, name=name, labels=labels, state="running"
+        )
 
     def start(self, ref: SandboxRef) -> None:
         with _engine_errors(f"could not start {ref.name}"):
@@ -264,7 +276,9 @@ class DockerBackend(SandboxBackend):
     def attachments_dir(self, ref: SandboxRef) -> Path:
         folder = self._attachments_host_dir(ref.name)
         if folder is None or not folder.is_dir():
-            raise SandboxError(f"sandbox {ref.name} has no attachments folder (it predates attachments: recreate it)")
+            raise SandboxError(
+                f"sandbox {ref.name} has no attachments folder (it predates attachments: recreate it)"
+            )
         return folder
 
     def _remove_by_name(self, name: str) -> None:
@@ -275,7 +289,9 @@ class DockerBackend(SandboxBackend):
             try:
                 remove_read_only_tree(attachments)
             except OSError as error:  # a leftover folder is no reason to keep the sandbox
-                log.warning("sandbox.attachments_remove_failed", sandbox=name, error=str(error)[:300])
+                log.warning(
+                    "sandbox.attachments_remove_failed", sandbox=name, error=str(error)[:300]
+                )
         for attempt in range(10):
             try:
                 self.client.volumes.get(_workspace_volume(name)).remove(force=True)
@@ -309,7 +325,9 @@ class DockerBackend(SandboxBackend):
             name = volume.name.removesuffix("-workspace")
             created = volume.attrs.get("CreatedAt", "")
             with contextlib.suppress(ValueError):
-                age = time.time() - datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+                age = (
+                    time.time() - datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+                )
                 if age < older_than:
                     continue
             if self.client.containers.list(all=True, filters={"name": f"^/{name}$"}):
@@ -352,7 +370,9 @@ class DockerBackend(SandboxBackend):
         except docker_errors.NotFound as error:
             raise SandboxNotFound(f"sandbox {ref.name} does not exist") from error
         except docker_errors.APIError as error:
-            raise SandboxError(f"could not run a command in {ref.name}: {error.explanation}") from error
+            raise SandboxError(
+                f"could not run a command in {ref.name}: {error.explanation}"
+            ) from error
         except (docker_errors.DockerException, OSError) as error:
             raise SandboxError(f"could not run a command in {ref.name}: {error}") from error
         return str(created["Id"])
@@ -380,7 +400,9 @@ class DockerBackend(SandboxBackend):
             # `timeout` kills the command's whole process group, so background children go too.
             argv = ["timeout", "-s", "KILL", f"{timeout:g}s", *argv]
         argv = ["sh", "-c", _EXEC_WRAPPER, "sh", *argv]
-        exec_id = self._exec_create(ref, argv, user=user, env=env, workdir=workdir, stdin=stdin is not None)
+        exec_id = self._exec_create(
+            ref, argv, user=user, env=env, workdir=workdir, stdin=stdin is not None
+        )
         started = time.monotonic()
         deadline = None if timeout is None else started + timeout + _EXEC_GRACE_SECONDS
         out, err = CappedBuffer(), CappedBuffer()
@@ -438,7 +460,11 @@ class DockerBackend(SandboxBackend):
         return stream()
 
     def start_process(
-        self, ref: SandboxRef, argv: list[str], *, env: Mapping[str, str] | None = None,
+        self,
+        ref: SandboxRef,
+        argv: list[str],
+        *,
+        env: Mapping[str, str] | None = None,
         workdir: str = WORKSPACE,
     ) -> None:
         exec_id = self._exec_create(ref, argv, user=None, env=env, workdir=workdir, stdin=False)

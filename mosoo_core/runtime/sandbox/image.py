@@ -107,11 +107,25 @@ def download_wheels(requirements: str, dest: Path) -> None:
     requirements_file = dest.parent / "requirements.txt"
     requirements_file.write_text(requirements)
     arch = platform.machine()
-    platforms = [f"manylinux_2_{minor}_{arch}" for minor in range(36, 16, -1)] + [f"manylinux2014_{arch}"]
+    platforms = [f"manylinux_2_{minor}_{arch}" for minor in range(36, 16, -1)] + [
+        f"manylinux2014_{arch}"
+    ]
     argv = [
-        sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-        "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
-        "--dest", str(dest), "-r", str(requirements_file),
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.11",
+        "--implementation",
+        "cp",
+        "--dest",
+        str(dest),
+        "-r",
+        str(requirements_file),
     ]
     for tag in platforms:
         argv += ["--platform", tag]
@@ -161,15 +175,26 @@ def build_debootstrap_base(client: docker.DockerClient, echo: Echo = _quiet) -> 
         rootfs = Path(work) / "rootfs"
         echo(f"debootstrap bookworm into {rootfs} (about a minute)")
         _run(
-            ["debootstrap", "--variant=minbase", f"--include={DEBOOTSTRAP_PACKAGES}", "bookworm", str(rootfs), _debian_mirror()],
-            "debootstrap", timeout=1800,
+            [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={DEBOOTSTRAP_PACKAGES}",
+                "bookworm",
+                str(rootfs),
+                _debian_mirror(),
+            ],
+            "debootstrap",
+            timeout=1800,
         )
         for leftover in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for entry in (rootfs / leftover).glob("*"):
                 if entry.is_file():
                     entry.unlink()
         tarball = Path(work) / "rootfs.tar"
-        _run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(tarball), "."], "tar of the base root filesystem")
+        _run(
+            ["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(tarball), "."],
+            "tar of the base root filesystem",
+        )
         echo(f"docker import as {BASE_TAG}")
         repository, tag = BASE_TAG.split(":")
         client.api.import_image_from_file(
@@ -187,11 +212,15 @@ def build_debootstrap_base(client: docker.DockerClient, echo: Echo = _quiet) -> 
     return BASE_TAG
 
 
-def ensure_base_image(client: docker.DockerClient, base_image: str = "", echo: Echo = _quiet) -> str:
+def ensure_base_image(
+    client: docker.DockerClient, base_image: str = "", echo: Echo = _quiet
+) -> str:
     """The base image reference to build FROM, made locally when nothing else is there."""
     if base_image:
         if _image_id(client, base_image) is None:
-            raise SandboxError(f"MOSOO_SANDBOX_BASE_IMAGE={base_image} is not an image of the local engine")
+            raise SandboxError(
+                f"MOSOO_SANDBOX_BASE_IMAGE={base_image} is not an image of the local engine"
+            )
         return base_image
     for candidate in (SLIM_TAG, BASE_TAG):
         if _image_id(client, candidate) is not None:
@@ -228,7 +257,9 @@ def ensure_sandbox_image(
         return _ensure_sandbox_image_locked(client, base_image, force, echo)
 
 
-def _ensure_sandbox_image_locked(client: docker.DockerClient, base_image: str, force: bool, echo: Echo) -> str:
+def _ensure_sandbox_image_locked(
+    client: docker.DockerClient, base_image: str, force: bool, echo: Echo
+) -> str:
     base = ensure_base_image(client, base_image, echo)
     tag = sandbox_image_tag(client, base)
     if not force and _image_id(client, tag) is not None:
@@ -253,7 +284,9 @@ def _ensure_sandbox_image_locked(client: docker.DockerClient, base_image: str, f
                 labels={IMAGE_LABEL: "sandbox"},
             )
         except docker_errors.BuildError as error:
-            lines = "".join(str(item.get("stream", item.get("error", ""))) for item in error.build_log)
+            lines = "".join(
+                str(item.get("stream", item.get("error", ""))) for item in error.build_log
+            )
             raise SandboxError(f"building {tag} failed: {error.msg}\n{lines[-3000:]}") from error
         except docker_errors.DockerException as error:
             raise SandboxError(f"building {tag} failed: {error}") from error
@@ -269,7 +302,9 @@ def _system_python() -> str:
     for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
         if Path(candidate).exists():
             return candidate
-    raise SandboxError("the process backend needs a system python3 (apt-get install -y python3 python3-venv)")
+    raise SandboxError(
+        "the process backend needs a system python3 (apt-get install -y python3 python3-venv)"
+    )
 
 
 def ensure_process_runtime(parent: Path, echo: Echo = _quiet) -> Path:
@@ -297,9 +332,18 @@ def ensure_process_runtime(parent: Path, echo: Echo = _quiet) -> Path:
         _run([python, "-m", "venv", str(staging / "venv")], "python3 -m venv")
         (staging / "requirements.txt").write_text(driver_requirements())
         _run(
-            [str(staging / "venv" / "bin" / "python"), "-m", "pip", "install", "--quiet",
-             "--disable-pip-version-check", "-r", str(staging / "requirements.txt")],
-            "pip install of the driver's requirements", timeout=900,
+            [
+                str(staging / "venv" / "bin" / "python"),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+                str(staging / "requirements.txt"),
+            ],
+            "pip install of the driver's requirements",
+            timeout=900,
         )
         for path in [staging, *staging.rglob("*")]:
             if not path.is_symlink():

@@ -73,9 +73,23 @@ log = get_logger("mosoo.sandbox.process")
 
 # Read-only from the host's /etc: what the dynamic linker, Python and TLS need; nothing else.
 ETC_ENTRIES = (
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "ssl", "ca-certificates",
-    "ca-certificates.conf", "localtime", "timezone", "nsswitch.conf", "mime.types", "os-release",
-    "python3", "python3.11", "bash.bashrc", "profile", "inputrc",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "localtime",
+    "timezone",
+    "nsswitch.conf",
+    "mime.types",
+    "os-release",
+    "python3",
+    "python3.11",
+    "bash.bashrc",
+    "profile",
+    "inputrc",
 )
 ETC_NETWORK_ENTRIES = ("resolv.conf", "hosts", "host.conf", "gai.conf")
 # Top-level directories of a merged-/usr system, recreated as symlinks (or bound if real).
@@ -130,7 +144,9 @@ class ProcessBackend(SandboxBackend):
         10001 when running as root). runtime_dir: what to mount at /opt/mosoo; made under
         runtime_parent on first use when not given."""
         if shutil.which("bwrap") is None:
-            raise SandboxError("the process backend needs bubblewrap (apt-get install -y bubblewrap)")
+            raise SandboxError(
+                "the process backend needs bubblewrap (apt-get install -y bubblewrap)"
+            )
         self.root = root.resolve()
         self.limits = limits or Limits()
         self._runtime_parent = (runtime_parent or self.root.parent / "sandbox-runtime").resolve()
@@ -186,7 +202,11 @@ class ProcessBackend(SandboxBackend):
 
     def _ref(self, meta: dict[str, Any]) -> SandboxRef:
         return SandboxRef(
-            backend=self.name, id=meta["name"], name=meta["name"], labels=meta["labels"], state=meta["state"]
+            backend=self.name,
+            id=meta["name"],
+            name=meta["name"],
+            labels=meta["labels"],
+            state=meta["state"],
         )
 
     @staticmethod
@@ -253,9 +273,15 @@ class ProcessBackend(SandboxBackend):
                 "control_dir": str(control_dir) if control_dir is not None else None,
                 "mounts": [[str(m.source), m.target, m.read_only] for m in spec.mounts],
                 "env": dict(spec.env),
-                "limits": {"memory_mb": limits.memory_mb, "cpus": limits.cpus, "pids_limit": limits.pids_limit},
+                "limits": {
+                    "memory_mb": limits.memory_mb,
+                    "cpus": limits.cpus,
+                    "pids_limit": limits.pids_limit,
+                },
                 "runtime": str(runtime),
-                "cgroup": {"version": group.version, "dirs": [str(d) for d in group.dirs]} if group else None,
+                "cgroup": {"version": group.version, "dirs": [str(d) for d in group.dirs]}
+                if group
+                else None,
                 "processes": [],
             }
             self._write_meta(name, meta)
@@ -264,7 +290,13 @@ class ProcessBackend(SandboxBackend):
                 group.remove()
             shutil.rmtree(directory, ignore_errors=True)
             raise
-        log.info("sandbox.created", backend=self.name, sandbox=name, subject=spec.subject, app_id=spec.app_id)
+        log.info(
+            "sandbox.created",
+            backend=self.name,
+            sandbox=name,
+            subject=spec.subject,
+            app_id=spec.app_id,
+        )
         return self._ref(meta)
 
     def start(self, ref: SandboxRef) -> None:
@@ -312,7 +344,9 @@ class ProcessBackend(SandboxBackend):
     def attachments_dir(self, ref: SandboxRef) -> Path:
         folder = self._dir(ref.name) / "attachments"
         if not folder.is_dir():
-            raise SandboxError(f"sandbox {ref.name} has no attachments folder (it predates attachments: recreate it)")
+            raise SandboxError(
+                f"sandbox {ref.name} has no attachments folder (it predates attachments: recreate it)"
+            )
         return folder
 
     def list_by_label(self, labels: Mapping[str, str] | None = None) -> list[SandboxRef]:
@@ -359,10 +393,23 @@ class ProcessBackend(SandboxBackend):
             prefix += ["prlimit", f"--nproc={limits['pids_limit']}", f"--data={memory}", "--"]
         if self._as_root:
             prefix += [
-                "setpriv", f"--reuid={self._host_uid}", f"--regid={self._host_gid}",
-                "--clear-groups", "--inh-caps=-all", "--no-new-privs", "--",
+                "setpriv",
+                f"--reuid={self._host_uid}",
+                f"--regid={self._host_gid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--no-new-privs",
+                "--",
             ]
-        bwrap = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns", "--new-session", "--cap-drop", "ALL"]
+        bwrap = [
+            "bwrap",
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+        ]
         if meta["network"] == "full":
             bwrap.append("--share-net")
         if not detached:
@@ -379,20 +426,35 @@ class ProcessBackend(SandboxBackend):
         for entry in etc_entries:
             bwrap += ["--ro-bind-try", f"/etc/{entry}", f"/etc/{entry}"]
         bwrap += [
-            "--ro-bind", str(directory / "etc" / "passwd"), "/etc/passwd",
-            "--ro-bind", str(directory / "etc" / "group"), "/etc/group",
-            "--proc", "/proc",
-            "--dev", "/dev",
-            "--tmpfs", "/tmp",
-            "--ro-bind", meta["runtime"], "/opt/mosoo",
-            "--bind", str(directory / "workspace"), WORKSPACE,
-            "--bind", str(directory / "boot"), BOOT_DIR,
+            "--ro-bind",
+            str(directory / "etc" / "passwd"),
+            "/etc/passwd",
+            "--ro-bind",
+            str(directory / "etc" / "group"),
+            "/etc/group",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--ro-bind",
+            meta["runtime"],
+            "/opt/mosoo",
+            "--bind",
+            str(directory / "workspace"),
+            WORKSPACE,
+            "--bind",
+            str(directory / "boot"),
+            BOOT_DIR,
         ]
         if meta.get("control_dir"):
             # The socket's directory, not the socket: it survives control restarts (_base.py).
             bwrap += ["--ro-bind", meta["control_dir"], CONTROL_DIR]
         attachments = directory / "attachments"
-        if attachments.is_dir() and not any(str(m[1]).startswith(ATTACHMENTS_DIR) for m in meta["mounts"]):
+        if attachments.is_dir() and not any(
+            str(m[1]).startswith(ATTACHMENTS_DIR) for m in meta["mounts"]
+        ):
             bwrap += ["--ro-bind", str(attachments), ATTACHMENTS_DIR]
         for source, target, read_only in meta["mounts"]:
             bwrap += ["--ro-bind" if read_only else "--bind", source, target]
@@ -482,7 +544,10 @@ class ProcessBackend(SandboxBackend):
 
         def stream() -> Iterator[bytes]:
             process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 start_new_session=True,
             )
             assert process.stdout is not None and process.stderr is not None
@@ -504,7 +569,11 @@ class ProcessBackend(SandboxBackend):
         return stream()
 
     def start_process(
-        self, ref: SandboxRef, argv: list[str], *, env: Mapping[str, str] | None = None,
+        self,
+        ref: SandboxRef,
+        argv: list[str],
+        *,
+        env: Mapping[str, str] | None = None,
         workdir: str = WORKSPACE,
     ) -> None:
         meta = self._running_meta(ref)
@@ -512,11 +581,17 @@ class ProcessBackend(SandboxBackend):
         read_end, write_end = os.pipe()
         try:
             command = self._command(meta, argv, env, workdir, detached=True, info_fd=write_end)
-            log_fd = os.open(directory / "logs" / "process.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            log_fd = os.open(
+                directory / "logs" / "process.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+            )
             try:
                 process = subprocess.Popen(
-                    command, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
-                    pass_fds=(write_end,), start_new_session=True,
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_fd,
+                    stderr=log_fd,
+                    pass_fds=(write_end,),
+                    start_new_session=True,
                 )
             finally:
                 os.close(log_fd)
@@ -543,7 +618,9 @@ class ProcessBackend(SandboxBackend):
     def describe_enforcement(self) -> dict[str, str]:
         limits = self.limits
         version = self._cgroup_version()
-        who = f"host uid {self._host_uid}" + (" (root dropped with setpriv)" if self._as_root else " (the invoking user)")
+        who = f"host uid {self._host_uid}" + (
+            " (root dropped with setpriv)" if self._as_root else " (the invoking user)"
+        )
         facts = {
             "user": f"uid {SANDBOX_UID} inside, {who}; no capabilities, no_new_privs, no nested user namespaces",
             "namespaces": "user, mount, pid, network, ipc, uts, cgroup: fresh for every command",
@@ -568,7 +645,7 @@ class ProcessBackend(SandboxBackend):
 
     @property
     def limits_mechanism(self) -> str:
-        """"cgroup" or "rlimit": what holds memory and pids here."""
+        """ "cgroup" or "rlimit": what holds memory and pids here."""
         return "cgroup" if self._cgroup_version() else "rlimit"
 
     def _cgroup_version(self) -> int | None:

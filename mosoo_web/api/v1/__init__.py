@@ -39,7 +39,10 @@ with `Idempotency-Replayed: true`.
 
 TAGS = [
     {"name": "Agents", "description": "The agents a token can start threads with."},
-    {"name": "Threads", "description": "Conversations with an agent, pinned to a published version."},
+    {
+        "name": "Threads",
+        "description": "Conversations with an agent, pinned to a published version.",
+    },
     {"name": "Events", "description": "A thread's event log: read, stream, and post user events."},
     {"name": "Files", "description": "Attachments you upload and artifacts the agent writes."},
 ]
@@ -83,10 +86,13 @@ async def _method_not_allowed(request: Request, error: Exception) -> JSONRespons
     ) or [(getattr(error, "headers", None) or {}).get("Allow", "GET")]  # /docs, /openapi.json
     body = ErrorResponse(
         error=ErrorBody(
-            code="method_not_allowed", message=f"{request.method} is not allowed here; use {', '.join(allowed)}."
+            code="method_not_allowed",
+            message=f"{request.method} is not allowed here; use {', '.join(allowed)}.",
         )
     )
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=405, headers={"Allow": ", ".join(allowed)})
+    return JSONResponse(
+        body.model_dump(exclude_none=True), status_code=405, headers={"Allow": ", ".join(allowed)}
+    )
 
 
 def _as_served(document: dict[str, Any]) -> dict[str, Any]:
@@ -98,7 +104,9 @@ def _as_served(document: dict[str, Any]) -> dict[str, Any]:
             operation.get("responses", {}).pop("422", None)
             for parameter in operation.get("parameters", []):
                 schema = parameter.get("schema", {})
-                choices = [choice for choice in schema.get("anyOf", []) if choice != {"type": "null"}]
+                choices = [
+                    choice for choice in schema.get("anyOf", []) if choice != {"type": "null"}
+                ]
                 if len(choices) == 1:
                     del schema["anyOf"]
                     schema.update(choices[0])

@@ -19,8 +19,12 @@ from mosoo_web.api.v1.schemas import ErrorResponse
 log = get_logger(__name__)
 
 _HTTP_CODES = {
-    401: "unauthenticated", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-    413: "payload_too_large", 429: "rate_limited",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "payload_too_large",
+    429: "rate_limited",
 }
 
 DESCRIPTIONS = {
@@ -52,13 +56,18 @@ def error_responses(*statuses: int, conflicts: str = "") -> dict[int | str, dict
             }
         if status == 429:
             entry["headers"] = {
-                "Retry-After": {"description": "Seconds until the limit resets.", "schema": {"type": "integer"}}
+                "Retry-After": {
+                    "description": "Seconds until the limit resets.",
+                    "schema": {"type": "integer"},
+                }
             }
         documented[status] = entry
     return documented
 
 
-def _error(status: int, code: str, message: str, field: str | None = None, **headers: str) -> JSONResponse:
+def _error(
+    status: int, code: str, message: str, field: str | None = None, **headers: str
+) -> JSONResponse:
     body: dict[str, Any] = {"code": code, "message": message}
     if field:
         body["field"] = field
@@ -68,7 +77,9 @@ def _error(status: int, code: str, message: str, field: str | None = None, **hea
 def _bearer_challenge(request: Request) -> str:
     # RFC 6750: an error code only when a token was sent (malformed, unknown or revoked).
     scheme, credentials = get_authorization_scheme_param(request.headers.get("authorization"))
-    return 'Bearer error="invalid_token"' if scheme.lower() == "bearer" and credentials else "Bearer"
+    return (
+        'Bearer error="invalid_token"' if scheme.lower() == "bearer" and credentials else "Bearer"
+    )
 
 
 def _challenged(request: Request, response: JSONResponse) -> JSONResponse:
@@ -82,7 +93,11 @@ def _field_of(location: tuple[Any, ...] | list[Any]) -> str:
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         parts = parts[1:]
     # A tagged union adds the tag as a path step (`user_message.text`): drop it.
-    return ".".join(part for part in parts if part not in ("user_message", "permission_decision", "user_interrupt"))
+    return ".".join(
+        part
+        for part in parts
+        if part not in ("user_message", "permission_decision", "user_interrupt")
+    )
 
 
 def install_v1_error_handlers(api: FastAPI) -> None:
@@ -105,11 +120,17 @@ def install_v1_error_handlers(api: FastAPI) -> None:
 
     @api.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
-        code = _HTTP_CODES.get(error.status_code, "invalid_request" if error.status_code < 500 else "internal_error")
+        code = _HTTP_CODES.get(
+            error.status_code, "invalid_request" if error.status_code < 500 else "internal_error"
+        )
         message = "No such endpoint." if error.status_code == 404 else str(error.detail)
-        return _challenged(request, _error(error.status_code, code, message, **dict(error.headers or {})))
+        return _challenged(
+            request, _error(error.status_code, code, message, **dict(error.headers or {}))
+        )
 
     @api.exception_handler(Exception)
     async def _unexpected(request: Request, error: Exception) -> JSONResponse:
         log.exception("api.unexpected_error", path=request.url.path, error=type(error).__name__)
-        return _error(500, "internal_error", "Something went wrong on our side. It has been logged.")
+        return _error(
+            500, "internal_error", "Something went wrong on our side. It has been logged."
+        )

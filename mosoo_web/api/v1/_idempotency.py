@@ -24,7 +24,12 @@ HEADER_DOC = (
 
 
 async def answer_once(
-    request: Request, caller: Caller, scope: str, body: Any, status_code: int, work: Callable[[], BaseModel]
+    request: Request,
+    caller: Caller,
+    scope: str,
+    body: Any,
+    status_code: int,
+    work: Callable[[], BaseModel],
 ) -> JSONResponse:
     """Run `work` (blocking, in the thread pool) unless this key already has an answer."""
     raw_key = request.headers.get(HEADER)
@@ -40,7 +45,9 @@ async def answer_once(
 
     stored = await run_in_threadpool(claim)
     if stored is not None:
-        return JSONResponse(stored.body, status_code=stored.status_code, headers={REPLAYED_HEADER: "true"})
+        return JSONResponse(
+            stored.body, status_code=stored.status_code, headers={REPLAYED_HEADER: "true"}
+        )
     try:
         result = await run_in_threadpool(work)
     except BaseException:

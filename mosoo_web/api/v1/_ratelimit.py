@@ -58,5 +58,6 @@ def check_rate_limit(token_id: str, *, now: float | None = None) -> None:
     if count > limit:
         retry_after = max(1, math.ceil((window + 1) * WINDOW_SECONDS - now))
         raise RateLimited(
-            f"Too many requests: {limit} a minute per token. Retry in {retry_after} s.", retry_after_seconds=retry_after
+            f"Too many requests: {limit} a minute per token. Retry in {retry_after} s.",
+            retry_after_seconds=retry_after,
         )

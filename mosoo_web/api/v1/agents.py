@@ -16,7 +16,10 @@ router = APIRouter(tags=["Agents"])
 
 
 @router.get(
-    "/agents", response_model=AgentList, operation_id="listAgents", summary="List agents",
+    "/agents",
+    response_model=AgentList,
+    operation_id="listAgents",
+    summary="List agents",
     description="Every agent of the token owner's Apps. Only `published` agents take new API threads. "
     "(Not in the product contract's endpoint list: added for the CLI and for discovering agent ids.)",
     responses=error_responses(),
@@ -24,19 +27,28 @@ router = APIRouter(tags=["Agents"])
 async def list_agents(caller: CallerDep) -> AgentList:
     def work() -> AgentList:
         with session_scope() as db:
-            return AgentList(agents=[Agent.of(view) for view in actions.list_account_agents(db, caller.account_id)])
+            return AgentList(
+                agents=[
+                    Agent.of(view) for view in actions.list_account_agents(db, caller.account_id)
+                ]
+            )
 
     return await run_in_threadpool(work)
 
 
 @router.get(
-    "/agents/{agent_id}", response_model=Agent, operation_id="getAgent", summary="Get an agent",
+    "/agents/{agent_id}",
+    response_model=Agent,
+    operation_id="getAgent",
+    summary="Get an agent",
     description="One agent of the token owner. (Added for the CLI, like `GET /agents`.)",
     responses=error_responses(404),
 )
 async def get_agent(agent_id: AgentId, caller: CallerDep) -> Agent:
     def work() -> Agent:
         with session_scope() as db:
-            return Agent.of(agents.agent_view(actions.account_agent(db, caller.account_id, agent_id)))
+            return Agent.of(
+                agents.agent_view(actions.account_agent(db, caller.account_id, agent_id))
+            )
 
     return await run_in_threadpool(work)

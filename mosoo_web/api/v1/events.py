@@ -39,29 +39,41 @@ router = APIRouter(tags=["Events"])
 
 
 @router.get(
-    "/threads/{thread_id}/events", response_model=EventList, operation_id="listEvents", summary="Read events",
+    "/threads/{thread_id}/events",
+    response_model=EventList,
+    operation_id="listEvents",
+    summary="Read events",
     description="Stored events after `after_seq`, oldest first. Poll with the returned `next_after_seq`, "
     "or stream them with `GET /threads/{id}/events/stream`.",
     responses=error_responses(404),
 )
 async def list_events(
-    thread_id: ThreadId, caller: CallerDep, after_seq: AfterSeq = 0,
+    thread_id: ThreadId,
+    caller: CallerDep,
+    after_seq: AfterSeq = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> EventList:
     def work() -> EventList:
         with session_scope() as db:
-            events = sessions.list_events(db, caller.account_id, thread_id, after_seq=after_seq, limit=limit)
+            events = sessions.list_events(
+                db, caller.account_id, thread_id, after_seq=after_seq, limit=limit
+            )
             last_seq = sessions.get_session(db, caller.account_id, thread_id).last_seq
         next_after = events[-1].seq if events else after_seq
         return EventList(
-            events=[Event.of(event) for event in events], next_after_seq=next_after, has_more=next_after < last_seq
+            events=[Event.of(event) for event in events],
+            next_after_seq=next_after,
+            has_more=next_after < last_seq,
         )
 
     return await run_in_threadpool(work)
 
 
 _POST_EXAMPLES = {
-    "user_message": {"summary": "Send a message", "value": {"type": "user_message", "text": "Summarise the report."}},
+    "user_message": {
+        "summary": "Send a message",
+        "value": {"type": "user_message", "text": "Summarise the report."},
+    },
     "permission_decision": {
         "summary": "Answer a permission request",
         "value": {"type": "permission_decision", "request_id": "perm_1", "decision": "allow_once"},
@@ -71,7 +83,10 @@ _POST_EXAMPLES = {
 
 
 @router.post(
-    "/threads/{thread_id}/events", status_code=202, response_model=PostedEvent, operation_id="postEvent",
+    "/threads/{thread_id}/events",
+    status_code=202,
+    response_model=PostedEvent,
+    operation_id="postEvent",
     summary="Send a message, a permission decision or an interrupt",
     description="`user_message` stores the message and starts a run (one active run per thread; attach "
     "uploaded files with `file_ids`). `permission_decision` answers a `tool.confirmation.required` event "
@@ -79,7 +94,8 @@ _POST_EXAMPLES = {
     responses={
         202: {"headers": REPLAYED_DOC},
         **error_responses(
-            404, conflicts="`conflict`: a run is already active, or nothing awaits a decision. `thread_archived`: "
+            404,
+            conflicts="`conflict`: a run is already active, or nothing awaits a decision. `thread_archived`: "
             "unarchive the thread first. `readiness_blocked`: the agent version cannot run. "
             "`idempotency_conflict`: see `Idempotency-Key`. `worker_unavailable`: no worker took the run.",
         ),
@@ -87,16 +103,24 @@ _POST_EXAMPLES = {
     },
 )
 async def post_event(
-    thread_id: ThreadId, request: Request, caller: CallerDep,
+    thread_id: ThreadId,
+    request: Request,
+    caller: CallerDep,
     body: Annotated[PostEvent, Body(openapi_examples=_POST_EXAMPLES)],  # type: ignore[arg-type]
     idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     def work() -> PostedEvent:
         if isinstance(body, UserMessage):
             sent = actions.send_and_dispatch(
-                caller.account_id, thread_id, body.text, file_ids=body.file_ids, refuse_archived=True
+                caller.account_id,
+                thread_id,
+                body.text,
+                file_ids=body.file_ids,
+                refuse_archived=True,
             )
-            return PostedEvent(type=body.type, run=Run.of(sent.run), events=[Event.of(e) for e in sent.events])
+            return PostedEvent(
+                type=body.type, run=Run.of(sent.run), events=[Event.of(e) for e in sent.events]
+            )
         if isinstance(body, PermissionDecision):
             actions.answer_permission(caller.account_id, thread_id, body.request_id, body.decision)
             return PostedEvent(type=body.type, run=None, events=[])
@@ -133,7 +157,9 @@ _LAST_EVENT_ID = re.compile(r"[0-9]{1,19}")
 
 
 @router.get(
-    "/threads/{thread_id}/events/stream", operation_id="streamEvents", summary="Stream events (SSE)",
+    "/threads/{thread_id}/events/stream",
+    operation_id="streamEvents",
+    summary="Stream events (SSE)",
     description="Server-Sent Events: each event is `id: <seq>`, `event: <type>`, `data: <event JSON>` (the "
     "`Event` of `GET /threads/{id}/events`), then a blank line. Stored events after `Last-Event-ID` (or "
     "`after_seq`) come first, then live ones, each exactly once and in seq order; reconnect with the last `id` "
@@ -144,8 +170,14 @@ _LAST_EVENT_ID = re.compile(r"[0-9]{1,19}")
         200: {
             "description": "A `text/event-stream` of events (the schema describes one event).",
             "headers": {
-                "Cache-Control": {"required": True, "schema": {"type": "string", "const": "no-cache, no-transform"}},
-                "X-Accel-Buffering": {"required": True, "schema": {"type": "string", "const": "no"}},
+                "Cache-Control": {
+                    "required": True,
+                    "schema": {"type": "string", "const": "no-cache, no-transform"},
+                },
+                "X-Accel-Buffering": {
+                    "required": True,
+                    "schema": {"type": "string", "const": "no"},
+                },
             },
             "content": {"text/event-stream": {"schema": _STREAM_EVENT, "example": _STREAM_EXAMPLE}},
         },
@@ -153,12 +185,17 @@ _LAST_EVENT_ID = re.compile(r"[0-9]{1,19}")
     },
 )
 async def stream_events(
-    thread_id: ThreadId, request: Request, caller: CallerDep,
-    after_seq: Annotated[int, Query(ge=0, le=MAX_SEQ, description="Start after this seq (`Last-Event-ID` wins).")] = 0,
+    thread_id: ThreadId,
+    request: Request,
+    caller: CallerDep,
+    after_seq: Annotated[
+        int, Query(ge=0, le=MAX_SEQ, description="Start after this seq (`Last-Event-ID` wins).")
+    ] = 0,
     last_event_id: Annotated[
         str | None,
         Header(
-            alias="Last-Event-ID", description="The last `id` received, to resume (blank: ignored).",
+            alias="Last-Event-ID",
+            description="The last `id` received, to resume (blank: ignored).",
             json_schema_extra={"pattern": "^[0-9]{0,19}$"},
         ),
     ] = None,
@@ -168,7 +205,9 @@ async def stream_events(
         value = last_event_id.strip()
         if not _LAST_EVENT_ID.fullmatch(value):
             raise InvalidInput("Last-Event-ID must be the seq of an event.", field="Last-Event-ID")
-        start = min(int(value), MAX_SEQ)  # past any seq the database can hold: only the end of the log is left
+        start = min(
+            int(value), MAX_SEQ
+        )  # past any seq the database can hold: only the end of the log is left
 
     def check() -> None:
         with session_scope() as db:

@@ -34,7 +34,13 @@ _UPLOAD_BODY = {
             "schema": {
                 "type": "object",
                 "required": ["file"],
-                "properties": {"file": {"type": "string", "format": "binary", "description": "The file (≤ 64 MiB)."}},
+                "properties": {
+                    "file": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": "The file (≤ 64 MiB).",
+                    }
+                },
             }
         }
     },
@@ -52,7 +58,10 @@ async def _limited(stream: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
 
 
 @router.post(
-    "/agents/{agent_id}/files", status_code=201, response_model=File, operation_id="uploadFile",
+    "/agents/{agent_id}/files",
+    status_code=201,
+    response_model=File,
+    operation_id="uploadFile",
     summary="Upload a file",
     description="Upload an attachment (multipart field `file`, at most 64 MiB). It belongs to no thread until a "
     "message names it in `file_ids` (`POST /agents/{agent_id}/threads` or `POST /threads/{id}/events`); the "
@@ -69,18 +78,24 @@ async def upload_file(agent_id: AgentId, request: Request, caller: CallerDep) ->
         if int(declared) > REQUEST_LIMIT:
             raise PayloadTooLarge(_TOO_LARGE)
     if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
-        raise InvalidInput("Send the file as multipart/form-data in a field named `file`.", field="file")
+        raise InvalidInput(
+            "Send the file as multipart/form-data in a field named `file`.", field="file"
+        )
 
     def app_of_agent() -> str:
         with session_scope() as db:
             return actions.account_agent(db, caller.account_id, agent_id).app_id
 
     app_id = await run_in_threadpool(app_of_agent)
-    parser = MultiPartParser(request.headers, _limited(request.stream()), max_files=1, max_fields=10)
+    parser = MultiPartParser(
+        request.headers, _limited(request.stream()), max_files=1, max_fields=10
+    )
     try:
         form = await parser.parse()
     except MultiPartException as error:
-        raise InvalidInput(f"The multipart body is malformed: {error.message}", field="file") from None
+        raise InvalidInput(
+            f"The multipart body is malformed: {error.message}", field="file"
+        ) from None
     try:
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
@@ -93,21 +108,28 @@ async def upload_file(agent_id: AgentId, request: Request, caller: CallerDep) ->
                 )
             return File.of(view)
 
-        return await run_in_threadpool(store, upload.file, upload.filename or "", upload.content_type)
+        return await run_in_threadpool(
+            store, upload.file, upload.filename or "", upload.content_type
+        )
     finally:
         await form.close()
 
 
 @router.get(
-    "/threads/{thread_id}/files", response_model=FileList, operation_id="listThreadFiles",
+    "/threads/{thread_id}/files",
+    response_model=FileList,
+    operation_id="listThreadFiles",
     summary="List a thread's files",
     description="The thread's attachments and artifacts (files the agent wrote under `/workspace/outputs`), "
     "oldest first. Ask for several at once with repeated `ids`.",
     responses=error_responses(404),
 )
 async def list_thread_files(
-    thread_id: ThreadId, caller: CallerDep,
-    ids: Annotated[list[Text] | None, Query(max_length=100, description="File ids (repeat the parameter).")] = None,
+    thread_id: ThreadId,
+    caller: CallerDep,
+    ids: Annotated[
+        list[Text] | None, Query(max_length=100, description="File ids (repeat the parameter).")
+    ] = None,
 ) -> FileList:
     def work() -> FileList:
         with session_scope() as db:
@@ -118,14 +140,19 @@ async def list_thread_files(
 
 
 @router.delete(
-    "/threads/{thread_id}/files/{file_id}", response_model=Deleted, operation_id="deleteThreadFile",
-    summary="Delete a file of a thread", description="`not_found` unless the file belongs to this thread.",
+    "/threads/{thread_id}/files/{file_id}",
+    response_model=Deleted,
+    operation_id="deleteThreadFile",
+    summary="Delete a file of a thread",
+    description="`not_found` unless the file belongs to this thread.",
     responses=error_responses(404),
 )
 async def delete_thread_file(thread_id: ThreadId, file_id: FileId, caller: CallerDep) -> Deleted:
     def work() -> Deleted:
         with session_scope() as db:
-            sessions.get_session(db, caller.account_id, thread_id)  # another owner's thread: not_found
+            sessions.get_session(
+                db, caller.account_id, thread_id
+            )  # another owner's thread: not_found
             files.delete_file(db, caller.account_id, file_id, session_id=thread_id)
         return Deleted(id=file_id)
 
@@ -133,7 +160,10 @@ async def delete_thread_file(thread_id: ThreadId, file_id: FileId, caller: Calle
 
 
 @router.get(
-    "/files/{file_id}", response_model=File, operation_id="getFile", summary="Get a file",
+    "/files/{file_id}",
+    response_model=File,
+    operation_id="getFile",
+    summary="Get a file",
     responses=error_responses(404),
 )
 async def get_file(file_id: FileId, caller: CallerDep) -> File:
@@ -145,7 +175,10 @@ async def get_file(file_id: FileId, caller: CallerDep) -> File:
 
 
 @router.delete(
-    "/files/{file_id}", response_model=Deleted, operation_id="deleteFile", summary="Delete a file",
+    "/files/{file_id}",
+    response_model=Deleted,
+    operation_id="deleteFile",
+    summary="Delete a file",
     description="Deletes the file record and, when nothing else uses the same content, its bytes.",
     responses=error_responses(404),
 )
@@ -160,7 +193,9 @@ async def delete_file(file_id: FileId, caller: CallerDep) -> Deleted:
 
 def content_disposition(name: str) -> str:
     # An ASCII fallback plus the exact UTF-8 name (RFC 6266 / 5987); quotes and controls never pass.
-    fallback = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name) or "download"
+    fallback = (
+        "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name) or "download"
+    )
     return f"attachment; filename=\"{fallback}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
@@ -172,18 +207,33 @@ _DOWNLOAD_RESPONSE = {
         "Content-Disposition": {
             "required": True,
             "description": "`attachment`, with an ASCII `filename` and the exact UTF-8 `filename*` (RFC 6266).",
-            "schema": {"type": "string", "pattern": "^attachment; filename=\"[^\"]*\"; filename\\*=UTF-8''"},
+            "schema": {
+                "type": "string",
+                "pattern": '^attachment; filename="[^"]*"; filename\\*=UTF-8\'\'',
+            },
         },
-        "Content-Length": {"required": True, "description": "The file's `size`.", "schema": {"type": "integer", "minimum": 0}},
-        "X-Content-Type-Options": {"required": True, "schema": {"type": "string", "const": "nosniff"}},
-        "Cache-Control": {"required": True, "schema": {"type": "string", "const": "private, no-store"}},
+        "Content-Length": {
+            "required": True,
+            "description": "The file's `size`.",
+            "schema": {"type": "integer", "minimum": 0},
+        },
+        "X-Content-Type-Options": {
+            "required": True,
+            "schema": {"type": "string", "const": "nosniff"},
+        },
+        "Cache-Control": {
+            "required": True,
+            "schema": {"type": "string", "const": "private, no-store"},
+        },
     },
     "content": {"application/octet-stream": {}, "*/*": {}},
 }
 
 
 @router.get(
-    "/files/{file_id}/content", operation_id="downloadFile", summary="Download a file",
+    "/files/{file_id}/content",
+    operation_id="downloadFile",
+    summary="Download a file",
     description="The file's bytes, streamed, as an attachment. `not_found` also while the file is not `ready`.",
     response_class=StreamingResponse,
     responses={200: _DOWNLOAD_RESPONSE, **error_responses(404)},

@@ -14,8 +14,9 @@ from mosoo_web.api.v1._idempotency import HEADER, HEADER_DOC, REPLAYED_HEADER
 
 # PostgreSQL text cannot hold NUL: refuse it at the door (400) rather than fail in the database (500).
 NO_NUL = r"^[^\x00]*$"
-# The largest seq a database integer holds; a greater `after_seq` or `Last-Event-ID` is refused (400).
-MAX_SEQ = 2**63 - 1
+# The largest seq the `seq` column (INTEGER, 32 bits on PostgreSQL) holds; a greater `after_seq`
+# is refused (400) rather than failing in the database (500).
+MAX_SEQ = 2**31 - 1
 
 AgentId = Annotated[str, Path(pattern=NO_NUL, description="An agent id (see `GET /agents`).")]
 ThreadId = Annotated[str, Path(pattern=NO_NUL, description="A thread id.")]
@@ -28,7 +29,9 @@ MessageText = Annotated[str, Field(pattern=rf"^[{_SPACE}]*[^\x00{_SPACE}][^\x00]
 IdempotencyKey = Annotated[
     str | None,
     Header(
-        alias=HEADER, description=HEADER_DOC, max_length=255,
+        alias=HEADER,
+        description=HEADER_DOC,
+        max_length=255,
         # Documented, not enforced here: `idempotency.clean_key` refuses anything else with a clearer message.
         json_schema_extra={"pattern": r"^[!-~]([ -~]*[!-~])?$"},
     ),
@@ -46,9 +49,13 @@ class _Request(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    code: str = Field(description="Stable machine-readable code, e.g. `not_found`.", examples=["not_found"])
+    code: str = Field(
+        description="Stable machine-readable code, e.g. `not_found`.", examples=["not_found"]
+    )
     message: str = Field(description="What went wrong, for people.")
-    field: str | None = Field(default=None, description="The request field at fault, when there is one.")
+    field: str | None = Field(
+        default=None, description="The request field at fault, when there is one."
+    )
 
 
 class ErrorResponse(BaseModel):
@@ -57,7 +64,8 @@ class ErrorResponse(BaseModel):
 
 # BodyLimit refuses a JSON body over 2 MiB before the route reads it.
 JSON_BODY_TOO_LARGE: dict[str, Any] = {
-    "model": ErrorResponse, "description": "`payload_too_large`: the JSON body is over 2 MiB.",
+    "model": ErrorResponse,
+    "description": "`payload_too_large`: the JSON body is over 2 MiB.",
 }
 
 
@@ -67,9 +75,13 @@ class Agent(BaseModel):
     name: str
     description: str
     runtime: str = Field(description="`openai`, `claude` or `acp`.")
-    kind: str = Field(description="`pet` (Assistant: one long-lived sandbox) or `cattle` (Task: a fresh sandbox per run).")
+    kind: str = Field(
+        description="`pet` (Assistant: one long-lived sandbox) or `cattle` (Task: a fresh sandbox per run)."
+    )
     model: str
-    status: str = Field(description="`draft` or `published`. Only published agents take API threads.")
+    status: str = Field(
+        description="`draft` or `published`. Only published agents take API threads."
+    )
     published_version: int | None = Field(description="The version new threads pin.")
     created_at: datetime
     updated_at: datetime
@@ -77,9 +89,17 @@ class Agent(BaseModel):
     @classmethod
     def of(cls, view: AgentView) -> Agent:
         return cls(
-            id=view.id, app_id=view.app_id, name=view.name, description=view.description, runtime=view.runtime,
-            kind=view.kind, model=view.model, status=view.status, published_version=view.published_version,
-            created_at=view.created_at, updated_at=view.updated_at,
+            id=view.id,
+            app_id=view.app_id,
+            name=view.name,
+            description=view.description,
+            runtime=view.runtime,
+            kind=view.kind,
+            model=view.model,
+            status=view.status,
+            published_version=view.published_version,
+            created_at=view.created_at,
+            updated_at=view.updated_at,
         )
 
 
@@ -110,11 +130,18 @@ class Run(BaseModel):
         error = None
         if view.error_code:
             error = RunError(
-                code=view.error_code, message=view.error_message or "", retryable=bool(view.error_retryable)
+                code=view.error_code,
+                message=view.error_message or "",
+                retryable=bool(view.error_retryable),
             )
         return cls(
-            id=view.id, thread_id=view.session_id, status=view.status, error=error, created_at=view.created_at,
-            started_at=view.started_at, finished_at=view.finished_at,
+            id=view.id,
+            thread_id=view.session_id,
+            status=view.status,
+            error=error,
+            created_at=view.created_at,
+            started_at=view.started_at,
+            finished_at=view.finished_at,
         )
 
 
@@ -125,7 +152,9 @@ class Thread(BaseModel):
     agent_version: int | None = Field(description="The published agent version this thread runs.")
     title: str
     status: str = Field(description="`idle`, `running`, `rescheduling` or `terminated`.")
-    purpose: str = Field(description="Where the thread started: `api`, `console`, `preview`, `channel`.")
+    purpose: str = Field(
+        description="Where the thread started: `api`, `console`, `preview`, `channel`."
+    )
     end_user_id: str | None = Field(description="Your identifier for the user this thread serves.")
     archived: bool = Field(description="Archived threads are read-only until unarchived.")
     last_seq: int = Field(description="The seq of the thread's latest event.")
@@ -135,9 +164,18 @@ class Thread(BaseModel):
     @classmethod
     def of(cls, view: SessionView) -> Thread:
         return cls(
-            id=view.id, app_id=view.app_id, agent_id=view.agent_id, agent_version=view.agent_version,
-            title=view.title, status=view.status, purpose=view.purpose, end_user_id=view.end_user_id,
-            archived=view.archived, last_seq=view.last_seq, created_at=view.created_at, updated_at=view.updated_at,
+            id=view.id,
+            app_id=view.app_id,
+            agent_id=view.agent_id,
+            agent_version=view.agent_version,
+            title=view.title,
+            status=view.status,
+            purpose=view.purpose,
+            end_user_id=view.end_user_id,
+            archived=view.archived,
+            last_seq=view.last_seq,
+            created_at=view.created_at,
+            updated_at=view.updated_at,
         )
 
 
@@ -147,7 +185,9 @@ class ThreadDetail(Thread):
 
 class ThreadList(BaseModel):
     threads: list[Thread]
-    next_cursor: str | None = Field(description="Pass as `cursor` for the next page; null on the last page.")
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null on the last page."
+    )
 
 
 class CreateThread(_Request):
@@ -166,15 +206,22 @@ class CreateThread(_Request):
     )
 
     message: MessageText | None = Field(
-        default=None, min_length=1, max_length=100_000, description="The first user message; starts a run."
+        default=None,
+        min_length=1,
+        max_length=100_000,
+        description="The first user message; starts a run.",
     )
     file_ids: list[Text] = Field(
-        default_factory=list, max_length=100,
+        default_factory=list,
+        max_length=100,
         description="Files uploaded with `POST /agents/{agent_id}/files` to attach to the first message "
         "(needs `message`).",
     )
     end_user_id: Text | None = Field(
-        default=None, min_length=1, max_length=200, description="Your identifier for the user this thread serves."
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="Your identifier for the user this thread serves.",
     )
     title: Text | None = Field(default=None, max_length=80)
 
@@ -214,7 +261,9 @@ class UserMessage(_Request):
 
 class PermissionDecision(_Request):
     type: Literal["permission_decision"]
-    request_id: Text = Field(min_length=1, max_length=200, description="From the `tool.confirmation.required` event.")
+    request_id: Text = Field(
+        min_length=1, max_length=200, description="From the `tool.confirmation.required` event."
+    )
     decision: Literal["allow_once", "reject_once"]
 
 
@@ -228,7 +277,9 @@ PostEvent = Annotated[UserMessage | PermissionDecision | UserInterrupt, Field(di
 class PostedEvent(BaseModel):
     type: str = Field(description="The type of the event you posted.")
     run: Run | None = Field(description="The run a `user_message` started.")
-    events: list[Event] = Field(description="Events stored by this call (they also appear on the stream).")
+    events: list[Event] = Field(
+        description="Events stored by this call (they also appear on the stream)."
+    )
 
 
 class File(BaseModel):
@@ -250,9 +301,20 @@ class File(BaseModel):
     @classmethod
     def of(cls, view: Any) -> File:
         return cls(
-            id=view.id, app_id=view.app_id, agent_id=view.agent_id, thread_id=view.session_id, run_id=view.run_id,
-            kind=view.kind, status=view.status, name=view.name, path=view.path, media_type=view.media_type,
-            size=view.size, sha256=view.sha256, created_at=view.created_at, updated_at=view.updated_at,
+            id=view.id,
+            app_id=view.app_id,
+            agent_id=view.agent_id,
+            thread_id=view.session_id,
+            run_id=view.run_id,
+            kind=view.kind,
+            status=view.status,
+            name=view.name,
+            path=view.path,
+            media_type=view.media_type,
+            size=view.size,
+            sha256=view.sha256,
+            created_at=view.created_at,
+            updated_at=view.updated_at,
         )
 
 

@@ -37,11 +37,16 @@ def format_event(event: dict[str, Any]) -> bytes:
     return f"id: {shaped.seq}\nevent: {shaped.type}\ndata: {shaped.model_dump_json()}\n\n".encode()
 
 
-async def event_stream(request: Request, account_id: str, thread_id: str, after_seq: int) -> AsyncIterator[bytes]:
+async def event_stream(
+    request: Request, account_id: str, thread_id: str, after_seq: int
+) -> AsyncIterator[bytes]:
     keepalive = max(1.0, get_settings().api_sse_keepalive_seconds)
     try:
         async with ThreadFeed(
-            account_id, thread_id, wait_seconds=READ_WAIT_SECONDS, recheck_seconds=QUIET_RECHECK_SECONDS
+            account_id,
+            thread_id,
+            wait_seconds=READ_WAIT_SECONDS,
+            recheck_seconds=QUIET_RECHECK_SECONDS,
         ) as feed:
             last_sent = time.monotonic()
             async for batch in feed.follow(after_seq):

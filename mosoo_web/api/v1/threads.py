@@ -42,7 +42,10 @@ def _thread(account_id: str, thread_id: str) -> Thread:
 
 
 @router.post(
-    "/agents/{agent_id}/threads", status_code=201, response_model=CreatedThread, operation_id="createThread",
+    "/agents/{agent_id}/threads",
+    status_code=201,
+    response_model=CreatedThread,
+    operation_id="createThread",
     summary="Start a thread",
     description="Starts a thread on the agent's published version (the thread keeps that version). With "
     "`message`, the first run starts at once: follow it on `GET /threads/{id}/events/stream`. `file_ids` "
@@ -50,7 +53,8 @@ def _thread(account_id: str, thread_id: str) -> Thread:
     responses={
         201: {"headers": REPLAYED_DOC},
         **error_responses(
-            404, conflicts="`agent_not_published`: the agent has no published version. `readiness_blocked`: the "
+            404,
+            conflicts="`agent_not_published`: the agent has no published version. `readiness_blocked`: the "
             "published version cannot run (e.g. its provider key was deleted). `idempotency_conflict`: see "
             "`Idempotency-Key`. `worker_unavailable`: the message was stored but no worker took the run.",
         ),
@@ -58,55 +62,88 @@ def _thread(account_id: str, thread_id: str) -> Thread:
     },
 )
 async def create_thread(
-    agent_id: AgentId, request: Request, caller: CallerDep, body: CreateThread | None = None,
+    agent_id: AgentId,
+    request: Request,
+    caller: CallerDep,
+    body: CreateThread | None = None,
     idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     wanted = body or CreateThread()
 
     def work() -> CreatedThread:
         started = actions.start_thread(
-            caller.account_id, agent_id, purpose="api", message=wanted.message, file_ids=wanted.file_ids,
-            end_user_id=wanted.end_user_id, title=wanted.title,
+            caller.account_id,
+            agent_id,
+            purpose="api",
+            message=wanted.message,
+            file_ids=wanted.file_ids,
+            end_user_id=wanted.end_user_id,
+            title=wanted.title,
         )
         return CreatedThread(
-            thread=Thread.of(started.thread), run=Run.of(started.run) if started.run is not None else None
+            thread=Thread.of(started.thread),
+            run=Run.of(started.run) if started.run is not None else None,
         )
 
     return await answer_once(
-        request, caller, "POST /agents/{agent_id}/threads", wanted.model_dump(mode="json"), 201, work
+        request,
+        caller,
+        "POST /agents/{agent_id}/threads",
+        wanted.model_dump(mode="json"),
+        201,
+        work,
     )
 
 
 @router.get(
-    "/agents/{agent_id}/threads", response_model=ThreadList, operation_id="listThreads", summary="List threads",
+    "/agents/{agent_id}/threads",
+    response_model=ThreadList,
+    operation_id="listThreads",
+    summary="List threads",
     description="The agent's threads, newest first. Filter by `end_user_id`, `status`, `archived`, or ask for "
     "several threads at once with repeated `ids` (`?ids=a&ids=b`, at most 100). Page with `cursor`.",
     responses=error_responses(404),
 )
 async def list_threads(
-    agent_id: AgentId, caller: CallerDep,
+    agent_id: AgentId,
+    caller: CallerDep,
     end_user_id: Annotated[str | None, Query(max_length=200, pattern=NO_NUL)] = None,
     status: Literal["idle", "running", "rescheduling", "terminated"] | None = None,
     archived: bool | None = None,
-    ids: Annotated[list[Text] | None, Query(max_length=100, description="Thread ids (repeat the parameter).")] = None,
+    ids: Annotated[
+        list[Text] | None, Query(max_length=100, description="Thread ids (repeat the parameter).")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[
-        str | None, Query(max_length=26, pattern=NO_NUL, description="`next_cursor` of the previous page.")
+        str | None,
+        Query(max_length=26, pattern=NO_NUL, description="`next_cursor` of the previous page."),
     ] = None,
 ) -> ThreadList:
     def work() -> ThreadList:
         with session_scope() as db:
             page = actions.list_agent_threads(
-                db, caller.account_id, agent_id, end_user_id=end_user_id, status=status, archived=archived,
-                ids=ids or (), limit=limit, cursor=cursor,
+                db,
+                caller.account_id,
+                agent_id,
+                end_user_id=end_user_id,
+                status=status,
+                archived=archived,
+                ids=ids or (),
+                limit=limit,
+                cursor=cursor,
             )
-        return ThreadList(threads=[Thread.of(view) for view in page.threads], next_cursor=page.next_cursor)
+        return ThreadList(
+            threads=[Thread.of(view) for view in page.threads], next_cursor=page.next_cursor
+        )
 
     return await run_in_threadpool(work)
 
 
 @router.get(
-    "/threads/{thread_id}", response_model=ThreadDetail, operation_id="getThread", summary="Get a thread",
+    "/threads/{thread_id}",
+    response_model=ThreadDetail,
+    operation_id="getThread",
+    summary="Get a thread",
     description="The thread and its latest run (poll `latest_run.status` if you do not stream).",
     responses=error_responses(404),
 )
@@ -115,13 +152,18 @@ async def get_thread(thread_id: ThreadId, caller: CallerDep) -> ThreadDetail:
         with session_scope() as db:
             thread = sessions.get_session(db, caller.account_id, thread_id)
             run = actions.latest_run(db, caller.account_id, thread_id)
-        return ThreadDetail(**Thread.of(thread).model_dump(), latest_run=Run.of(run) if run is not None else None)
+        return ThreadDetail(
+            **Thread.of(thread).model_dump(), latest_run=Run.of(run) if run is not None else None
+        )
 
     return await run_in_threadpool(work)
 
 
 @router.post(
-    "/threads/{thread_id}/archive", response_model=Thread, operation_id="archiveThread", summary="Archive a thread",
+    "/threads/{thread_id}/archive",
+    response_model=Thread,
+    operation_id="archiveThread",
+    summary="Archive a thread",
     description="Archived threads are read-only until unarchived. Refused while a run is active.",
     responses=error_responses(404, conflicts="`thread_active`: a run is active; stop it or wait."),
 )
@@ -135,8 +177,11 @@ async def archive_thread(thread_id: ThreadId, caller: CallerDep) -> Thread:
 
 
 @router.post(
-    "/threads/{thread_id}/unarchive", response_model=Thread, operation_id="unarchiveThread",
-    summary="Unarchive a thread", responses=error_responses(404),
+    "/threads/{thread_id}/unarchive",
+    response_model=Thread,
+    operation_id="unarchiveThread",
+    summary="Unarchive a thread",
+    responses=error_responses(404),
 )
 async def unarchive_thread(thread_id: ThreadId, caller: CallerDep) -> Thread:
     def work() -> Thread:
@@ -148,7 +193,10 @@ async def unarchive_thread(thread_id: ThreadId, caller: CallerDep) -> Thread:
 
 
 @router.delete(
-    "/threads/{thread_id}", response_model=Deleted, operation_id="deleteThread", summary="Delete a thread",
+    "/threads/{thread_id}",
+    response_model=Deleted,
+    operation_id="deleteThread",
+    summary="Delete a thread",
     description="Deletes the thread for good: its events, runs, files (from storage too), checkpoints and "
     "sandbox. An active run is stopped first.",
     responses=error_responses(404),

@@ -29,7 +29,12 @@ def _status_pill() -> rx.Component:
                     rx.cond(
                         PreviewState.status == "Working",
                         rx.spinner(size="1"),
-                        rx.box(width="7px", height="7px", border_radius="999px", background=rx.color(color, 9)),
+                        rx.box(
+                            width="7px",
+                            height="7px",
+                            border_radius="999px",
+                            background=rx.color(color, 9),
+                        ),
                     ),
                     label,
                     color_scheme=color,  # type: ignore[arg-type]
@@ -69,8 +74,11 @@ def _empty_chat() -> rx.Component:
                     rx.foreach(
                         PreviewState.blockers,
                         lambda blocker: rx.text(
-                            rx.text(blocker.label, weight="bold", as_="span"), " · ", blocker.message,
-                            size="2", color_scheme="gray",
+                            rx.text(blocker.label, weight="bold", as_="span"),
+                            " · ",
+                            blocker.message,
+                            size="2",
+                            color_scheme="gray",
                         ),
                     ),
                     align="center",
@@ -113,8 +121,11 @@ def chat_panel() -> rx.Component:
             _status_pill(),
             rx.spacer(),
             rx.button(
-                rx.icon("message-square-plus", size=14), "New chat",
-                size="1", variant="soft", color_scheme="gray",
+                rx.icon("message-square-plus", size=14),
+                "New chat",
+                size="1",
+                variant="soft",
+                color_scheme="gray",
                 on_click=PreviewState.new_chat,
                 data_testid="chat-new",
             ),
@@ -125,7 +136,12 @@ def chat_panel() -> rx.Component:
         ),
         rx.cond(
             PreviewState.thread_missing,
-            rx.callout("That thread was not found; this is a new chat.", icon="info", size="1", margin="12px 16px 0 16px"),
+            rx.callout(
+                "That thread was not found; this is a new chat.",
+                icon="info",
+                size="1",
+                margin="12px 16px 0 16px",
+            ),
             rx.fragment(),
         ),
         thread_transcript(PreviewState, _empty_chat()),

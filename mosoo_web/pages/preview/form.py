@@ -24,7 +24,11 @@ from mosoo_web.state.session import SessionState
 
 
 def _field(
-    label: str, field_name: str, control: rx.Component, test_id: str, hint: rx.Component | None = None
+    label: str,
+    field_name: str,
+    control: rx.Component,
+    test_id: str,
+    hint: rx.Component | None = None,
 ) -> rx.Component:
     """A labelled field with its refusal (`<test_id>-error`); a readiness blocker's "Fix"
     button scrolls to it (`FIELD_TARGETS`)."""
@@ -51,11 +55,21 @@ def _save_indicator() -> rx.Component:
         (
             "Saved",
             rx.hstack(
-                rx.icon("check", size=12), rx.text("Saved", size="1"),
-                color=rx.color("green", 11), align="center", spacing="1", data_testid="save-indicator",
+                rx.icon("check", size=12),
+                rx.text("Saved", size="1"),
+                color=rx.color("green", 11),
+                align="center",
+                spacing="1",
+                data_testid="save-indicator",
             ),
         ),
-        rx.text(PreviewState.save_label, size="1", color_scheme="red", text_align="right", data_testid="save-indicator"),
+        rx.text(
+            PreviewState.save_label,
+            size="1",
+            color_scheme="red",
+            text_align="right",
+            data_testid="save-indicator",
+        ),
     )
 
 
@@ -109,13 +123,16 @@ def _runtime_select() -> rx.Component:
 def _provider_select() -> rx.Component:
     return rx.vstack(
         rx.select.root(
-            rx.select.trigger(placeholder="Choose a provider key", width="100%", data_testid="agent-provider"),
+            rx.select.trigger(
+                placeholder="Choose a provider key", width="100%", data_testid="agent-provider"
+            ),
             rx.select.content(
                 rx.select.item("No provider key", value=NO_PROVIDER),
                 rx.foreach(
                     PreviewState.providers,
                     lambda option: rx.select.item(
-                        rx.cond(option.is_default, option.name + " (default)", option.name), value=option.id
+                        rx.cond(option.is_default, option.name + " (default)", option.name),
+                        value=option.id,
                     ),
                 ),
             ),
@@ -174,7 +191,10 @@ def _model_field() -> rx.Component:
 
 
 def _policy_control(tool: str, with_ask: bool) -> rx.Component:
-    items = [rx.segmented_control.item("Off", value="off"), rx.segmented_control.item("Allow", value="allow")]
+    items = [
+        rx.segmented_control.item("Off", value="off"),
+        rx.segmented_control.item("Allow", value="allow"),
+    ]
     if with_ask:
         items.append(rx.segmented_control.item("Ask", value="ask"))
     return rx.segmented_control.root(
@@ -203,7 +223,9 @@ def _tool_row(tool: str) -> rx.Component:
 
 
 def _option_input(key: str, label: str, placeholder: str, mode: str, test_id: str) -> rx.Component:
-    handler = PreviewState.save_temperature if key == "temperature" else PreviewState.save_max_tokens
+    handler = (
+        PreviewState.save_temperature if key == "temperature" else PreviewState.save_max_tokens
+    )
     return _field(
         label,
         key,
@@ -225,8 +247,12 @@ def _provider_options() -> rx.Component:
         "provider_options",
         rx.vstack(
             rx.hstack(
-                _option_input("temperature", "Temperature", "0 to 2", "decimal", "agent-temperature"),
-                _option_input("max_tokens", "Max tokens", "1 to 200000", "numeric", "agent-max-tokens"),
+                _option_input(
+                    "temperature", "Temperature", "0 to 2", "decimal", "agent-temperature"
+                ),
+                _option_input(
+                    "max_tokens", "Max tokens", "1 to 200000", "numeric", "agent-max-tokens"
+                ),
                 spacing="3",
                 width="100%",
                 align="start",
@@ -241,7 +267,10 @@ def _provider_options() -> rx.Component:
                         rx.select.trigger(width="100%", data_testid="agent-reasoning-effort"),
                         rx.select.content(
                             rx.select.item("Provider default", value=DEFAULT_EFFORT),
-                            *[rx.select.item(effort.capitalize(), value=effort) for effort in agents.REASONING_EFFORTS],
+                            *[
+                                rx.select.item(effort.capitalize(), value=effort)
+                                for effort in agents.REASONING_EFFORTS
+                            ],
                         ),
                         value=PreviewState.reasoning_effort,
                         on_change=PreviewState.set_reasoning_effort,
@@ -254,7 +283,9 @@ def _provider_options() -> rx.Component:
             width="100%",
         ),
         "agent-provider-options",
-        rx.text("Optional. Leave empty to use the provider's default.", size="1", color_scheme="gray"),
+        rx.text(
+            "Optional. Leave empty to use the provider's default.", size="1", color_scheme="gray"
+        ),
     )
 
 
@@ -268,7 +299,9 @@ def _environment_select() -> rx.Component:
                 # so the owner sees what is bound and can switch back to the default.
                 rx.cond(
                     PreviewState.environment_id != DEFAULT_ENVIRONMENT,
-                    rx.select.item("Missing: " + PreviewState.environment_id, value=PreviewState.environment_id),
+                    rx.select.item(
+                        "Missing: " + PreviewState.environment_id, value=PreviewState.environment_id
+                    ),
                     rx.fragment(),
                 ),
             ),
@@ -276,7 +309,9 @@ def _environment_select() -> rx.Component:
             on_change=PreviewState.choose_environment,
         ),
         rx.text(
-            "No environments yet — the default environment is used.", size="1", color_scheme="gray",
+            "No environments yet — the default environment is used.",
+            size="1",
+            color_scheme="gray",
             data_testid="agent-environment-empty",
         ),
         spacing="1",
@@ -292,8 +327,13 @@ def _bound_list(items: rx.Var, remove: Any, empty: str, test_id: str) -> rx.Comp
                 rx.badge("Missing", color_scheme="amber", variant="soft"),
                 rx.text(item_id, size="1", font_family="monospace", flex="1"),
                 rx.icon_button(
-                    rx.icon("x", size=12), size="1", variant="ghost", color_scheme="gray", type="button",
-                    on_click=remove(item_id), aria_label="Remove",
+                    rx.icon("x", size=12),
+                    size="1",
+                    variant="ghost",
+                    color_scheme="gray",
+                    type="button",
+                    on_click=remove(item_id),
+                    aria_label="Remove",
                     data_testid=f"{test_id}-remove",
                 ),
                 align="center",
@@ -314,8 +354,10 @@ def _bindings() -> rx.Component:
             "Skills",
             "skills",
             _bound_list(
-                PreviewState.skills, PreviewState.remove_skill,
-                "No skills in this App yet — skills arrive in a later release.", "agent-skills",
+                PreviewState.skills,
+                PreviewState.remove_skill,
+                "No skills in this App yet — skills arrive in a later release.",
+                "agent-skills",
             ),
             "agent-skills",
         ),
@@ -323,8 +365,10 @@ def _bindings() -> rx.Component:
             "MCP servers",
             "mcp_servers",
             _bound_list(
-                PreviewState.mcp_servers, PreviewState.remove_mcp_server,
-                "No MCP servers in this App yet — they arrive in a later release.", "agent-mcp-servers",
+                PreviewState.mcp_servers,
+                PreviewState.remove_mcp_server,
+                "No MCP servers in this App yet — they arrive in a later release.",
+                "agent-mcp-servers",
             ),
             "agent-mcp-servers",
         ),
@@ -360,15 +404,24 @@ def agent_form() -> rx.Component:
             _field(
                 "Name",
                 "name",
-                _text_input(PreviewState.form_name, PreviewState.save_name, "agent-name-input", max_length=80),
+                _text_input(
+                    PreviewState.form_name,
+                    PreviewState.save_name,
+                    "agent-name-input",
+                    max_length=80,
+                ),
                 "agent-name",
             ),
             _field(
                 "Description",
                 "description",
                 _text_area(
-                    PreviewState.form_description, PreviewState.save_description, "agent-description",
-                    placeholder="What this agent is for (optional)", max_length=500, rows="2",
+                    PreviewState.form_description,
+                    PreviewState.save_description,
+                    "agent-description",
+                    placeholder="What this agent is for (optional)",
+                    max_length=500,
+                    rows="2",
                 ),
                 "agent-description",
             ),
@@ -379,8 +432,12 @@ def agent_form() -> rx.Component:
                 "System prompt",
                 "system_prompt",
                 _text_area(
-                    PreviewState.form_system_prompt, PreviewState.save_system_prompt, "agent-system-prompt",
-                    placeholder="You are a careful assistant for …", rows="12", min_height="220px",
+                    PreviewState.form_system_prompt,
+                    PreviewState.save_system_prompt,
+                    "agent-system-prompt",
+                    placeholder="You are a careful assistant for …",
+                    rows="12",
+                    min_height="220px",
                 ),
                 "agent-system-prompt",
             ),
@@ -409,11 +466,17 @@ def agent_form() -> rx.Component:
             _field(
                 "Tools",
                 "tools",
-                rx.vstack(*[_tool_row(tool) for tool in TOOL_DESCRIPTIONS], spacing="1", width="100%"),
+                rx.vstack(
+                    *[_tool_row(tool) for tool in TOOL_DESCRIPTIONS], spacing="1", width="100%"
+                ),
                 "agent-tools",
                 rx.cond(
                     PreviewState.can_ask,
-                    rx.text("Ask: the agent waits for your approval in the chat.", size="1", color_scheme="gray"),
+                    rx.text(
+                        "Ask: the agent waits for your approval in the chat.",
+                        size="1",
+                        color_scheme="gray",
+                    ),
                     rx.fragment(),
                 ),
             ),

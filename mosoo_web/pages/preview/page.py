@@ -56,7 +56,9 @@ def _content() -> rx.Component:
         spacing="0",
         item_missing=PreviewState.agent_missing,
         item_missing_card=missing_card(
-            "Agent not found", "Back to Agents", "/apps/" + SessionState.current_app_id + "/agents",
+            "Agent not found",
+            "Back to Agents",
+            "/apps/" + SessionState.current_app_id + "/agents",
             "agent-not-found",
         ),
     )

@@ -18,7 +18,10 @@ def _readiness_row(row: BlockerRow, test_id: str) -> rx.Component:
         rx.cond(
             row.target != "",
             rx.button(
-                "Fix", size="1", variant="soft", type="button",
+                "Fix",
+                size="1",
+                variant="soft",
+                type="button",
                 on_click=PreviewState.focus_field(row.target),
                 data_testid="readiness-fix",
             ),
@@ -33,7 +36,12 @@ def _readiness_row(row: BlockerRow, test_id: str) -> rx.Component:
 
 
 def _readiness_callout(
-    rows: rx.Var[list[BlockerRow]], title: str, icon: str, color: str, row_test_id: str, test_id: str
+    rows: rx.Var[list[BlockerRow]],
+    title: str,
+    icon: str,
+    color: str,
+    row_test_id: str,
+    test_id: str,
 ) -> rx.Component:
     return rx.cond(
         rows.length() > 0,
@@ -58,11 +66,20 @@ def readiness_callouts() -> rx.Component:
     """What stops the agent (blockers), then what a run goes without (warnings)."""
     return rx.fragment(
         _readiness_callout(
-            PreviewState.blockers, "Before this agent can run", "circle-alert", "amber", "readiness-blocker",
+            PreviewState.blockers,
+            "Before this agent can run",
+            "circle-alert",
+            "amber",
+            "readiness-blocker",
             "readiness-blockers",
         ),
         _readiness_callout(
-            PreviewState.warnings, "Runs go without", "info", "gray", "readiness-warning", "readiness-warnings",
+            PreviewState.warnings,
+            "Runs go without",
+            "info",
+            "gray",
+            "readiness-warning",
+            "readiness-warnings",
         ),
     )
 
@@ -75,8 +92,10 @@ def pending_changes() -> rx.Component:
             rx.callout.icon(rx.icon("refresh-cw", size=16)),
             rx.vstack(
                 rx.text(
-                    "Pending: ", rx.text(PreviewState.pending_changes.join(", "), as_="span", weight="bold"),
-                    size="2", data_testid="pending-fields",
+                    "Pending: ",
+                    rx.text(PreviewState.pending_changes.join(", "), as_="span", weight="bold"),
+                    size="2",
+                    data_testid="pending-fields",
                 ),
                 rx.text(
                     "The Assistant's sandbox was built before these changes. Apply saves /workspace, "
@@ -85,8 +104,10 @@ def pending_changes() -> rx.Component:
                 ),
                 error_text(PreviewState.apply_error, "apply-error", size="1"),
                 rx.button(
-                    rx.icon("refresh-cw", size=13), "Apply",
-                    size="1", type="button",
+                    rx.icon("refresh-cw", size=13),
+                    "Apply",
+                    size="1",
+                    type="button",
                     loading=PreviewState.applying,
                     disabled=PreviewState.run_active,
                     on_click=PreviewState.apply_pending,

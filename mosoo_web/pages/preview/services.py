@@ -77,7 +77,9 @@ class Saved:
 def readiness_rows(items: list[agents.Blocker]) -> list[BlockerRow]:
     return [
         BlockerRow(
-            code=b.code, label=FIELD_LABELS.get(b.field, b.field), message=b.message,
+            code=b.code,
+            label=FIELD_LABELS.get(b.field, b.field),
+            message=b.message,
             target=FIELD_TARGETS.get(b.field, ""),
         )
         for b in items
@@ -105,7 +107,8 @@ def load_agent_form(account_id: str, app_id: str, agent_id: str) -> AgentForm:
         system_prompt=agent.system_prompt,
         tools={tool: agent.tools.get(tool, "off") for tool in agents.BUILTIN_TOOLS},
         providers=[
-            ProviderOption(id=c.id, name=c.name, models=list(c.models), is_default=c.is_default) for c in credentials
+            ProviderOption(id=c.id, name=c.name, models=list(c.models), is_default=c.is_default)
+            for c in credentials
         ],
         blockers=readiness_rows(readiness.blockers),
         warnings=readiness_rows(readiness.warnings),
@@ -119,7 +122,11 @@ def load_agent_form(account_id: str, app_id: str, agent_id: str) -> AgentForm:
 
 def _saved(db: Any, agent: agents.AgentView) -> Saved:
     readiness = agents.readiness(db, agent)
-    return Saved(agent=agent, blockers=readiness_rows(readiness.blockers), warnings=readiness_rows(readiness.warnings))
+    return Saved(
+        agent=agent,
+        blockers=readiness_rows(readiness.blockers),
+        warnings=readiness_rows(readiness.warnings),
+    )
 
 
 def save_fields(account_id: str, app_id: str, agent_id: str, changes: agents.AgentChanges) -> Saved:
@@ -128,7 +135,9 @@ def save_fields(account_id: str, app_id: str, agent_id: str, changes: agents.Age
         return _saved(db, agents.update_agent(db, account_id, app_id, agent_id, changes))
 
 
-def save_options(account_id: str, app_id: str, agent_id: str, changes: agents.ProviderOptionChanges) -> Saved:
+def save_options(
+    account_id: str, app_id: str, agent_id: str, changes: agents.ProviderOptionChanges
+) -> Saved:
     """One autosave of provider options (merged and range-checked by the service), then
     readiness."""
     with session_scope() as db:
@@ -164,5 +173,7 @@ def send_message(
     if thread_id:
         actions.send_and_dispatch(account_id, thread_id, text, file_ids=file_ids or ())
         return thread_id
-    started = actions.start_thread(account_id, agent_id, purpose="preview", message=text, file_ids=file_ids or ())
+    started = actions.start_thread(
+        account_id, agent_id, purpose="preview", message=text, file_ids=file_ids or ()
+    )
     return started.thread.id

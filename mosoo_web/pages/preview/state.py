@@ -98,7 +98,12 @@ class PreviewState(ThreadChat, rx.State):
 
     @rx.var
     def can_send(self) -> bool:
-        return not self.blockers and not self.run_active and not self.sending and not self.agent_missing
+        return (
+            not self.blockers
+            and not self.run_active
+            and not self.sending
+            and not self.agent_missing
+        )
 
     @rx.var
     def can_think(self) -> bool:
@@ -113,7 +118,9 @@ class PreviewState(ThreadChat, rx.State):
         """The form header's indicator: the first field left unsaved wins over "Saved"."""
         if self.save_state == "saving":
             return "Saving…"
-        first = next((self.field_errors[name] for name in ERROR_FIELDS if self.field_errors.get(name)), "")
+        first = next(
+            (self.field_errors[name] for name in ERROR_FIELDS if self.field_errors.get(name)), ""
+        )
         if first:
             return "Not saved: " + first
         return "Saved" if self.save_state == "saved" else ""
@@ -214,9 +221,13 @@ class PreviewState(ThreadChat, rx.State):
         signed-out tab leaves for /login."""
         account_id, app_id, _session = await self._context()
         try:
-            saved: Saved = await asyncio.to_thread(work, account_id, app_id, self.current_agent_id, *args)
+            saved: Saved = await asyncio.to_thread(
+                work, account_id, app_id, self.current_agent_id, *args
+            )
         except InvalidInput as error:
-            self._show_error(error.field if error.field in ERROR_FIELDS else field_name, error.message)
+            self._show_error(
+                error.field if error.field in ERROR_FIELDS else field_name, error.message
+            )
             self.save_state = "saved" if self.save_state == "saving" else self.save_state
             return False
         except NotFound:
@@ -304,7 +315,9 @@ class PreviewState(ThreadChat, rx.State):
         self.reasoning_effort = value
         self.save_state = "saving"
         yield
-        changes = agents.ProviderOptionChanges(reasoning_effort=None if value == DEFAULT_EFFORT else value)
+        changes = agents.ProviderOptionChanges(
+            reasoning_effort=None if value == DEFAULT_EFFORT else value
+        )
         if not await self._persist("reasoning_effort", save_options, changes):
             self.reasoning_effort = previous
 
@@ -312,7 +325,9 @@ class PreviewState(ThreadChat, rx.State):
     async def choose_provider(self, value: str) -> Any:
         previous_provider, previous_model = self.provider_id, self.model
         self.provider_id = value
-        changes: dict[str, Any] = {"provider_credential_id": None if value == NO_PROVIDER else value}
+        changes: dict[str, Any] = {
+            "provider_credential_id": None if value == NO_PROVIDER else value
+        }
         models = self.provider_models
         if models and not self.model:
             self.model = models[0]
@@ -320,7 +335,9 @@ class PreviewState(ThreadChat, rx.State):
             changes["model"] = self.model
         self.save_state = "saving"
         yield
-        if not await self._persist("provider_credential_id", save_fields, agents.AgentChanges(**changes)):
+        if not await self._persist(
+            "provider_credential_id", save_fields, agents.AgentChanges(**changes)
+        ):
             self.provider_id, self.model = previous_provider, previous_model
             self.model_version += 1
 
@@ -330,7 +347,9 @@ class PreviewState(ThreadChat, rx.State):
         self.save_state = "saving"
         yield
         stored = None if field_name == "environment_id" and value == DEFAULT_ENVIRONMENT else value
-        if not await self._persist(field_name, save_fields, agents.AgentChanges(**{field_name: stored})):
+        if not await self._persist(
+            field_name, save_fields, agents.AgentChanges(**{field_name: stored})
+        ):
             setattr(self, field_name, previous)
 
     @rx.event
@@ -352,7 +371,11 @@ class PreviewState(ThreadChat, rx.State):
 
     @rx.event
     async def set_tool_policy(self, tool: str, value: str | list[str]) -> Any:
-        if tool not in TOOL_DESCRIPTIONS or not isinstance(value, str) or value not in TOOL_POLICIES:
+        if (
+            tool not in TOOL_DESCRIPTIONS
+            or not isinstance(value, str)
+            or value not in TOOL_POLICIES
+        ):
             return
         previous = dict(self.tools)
         self.tools = {**self.tools, tool: value}
@@ -370,7 +393,9 @@ class PreviewState(ThreadChat, rx.State):
 
     @rx.event
     async def remove_skill(self, skill_id: str) -> Any:
-        async for update in self._save_choice("skills", [s for s in self.skills if s != skill_id], self.skills):
+        async for update in self._save_choice(
+            "skills", [s for s in self.skills if s != skill_id], self.skills
+        ):
             yield update
 
     @rx.event
@@ -413,7 +438,9 @@ class PreviewState(ThreadChat, rx.State):
             self.applying = False
             self.has_pet_sandbox = pending is not None
             self.pending_changes = pending or []
-        return rx.toast.success("Applied. The next message starts a fresh sandbox with your workspace restored.")
+        return rx.toast.success(
+            "Applied. The next message starts a fresh sandbox with your workspace restored."
+        )
 
     # --- the chat ---
 

@@ -40,8 +40,14 @@ def _title_block() -> rx.Component:
                         data_testid="thread-title-input",
                     ),
                     rx.button("Save", type="submit", size="3", data_testid="thread-title-save"),
-                    rx.button("Cancel", type="button", size="3", variant="soft", color_scheme="gray",
-                              on_click=ThreadDetailState.cancel_rename),
+                    rx.button(
+                        "Cancel",
+                        type="button",
+                        size="3",
+                        variant="soft",
+                        color_scheme="gray",
+                        on_click=ThreadDetailState.cancel_rename,
+                    ),
                     spacing="2",
                 ),
                 error_text(ThreadDetailState.title_error, "thread-title-error"),
@@ -51,13 +57,20 @@ def _title_block() -> rx.Component:
             reset_on_submit=False,
         ),
         rx.hstack(
-            rx.heading(ThreadDetailState.display_title, size="6", weight="bold", data_testid="page-title"),
+            rx.heading(
+                ThreadDetailState.display_title, size="6", weight="bold", data_testid="page-title"
+            ),
             rx.cond(
                 ThreadDetailState.archived,
                 rx.fragment(),
                 rx.icon_button(
-                    rx.icon("pencil", size=14), size="1", variant="ghost", color_scheme="gray",
-                    aria_label="Rename", on_click=ThreadDetailState.start_rename, data_testid="thread-rename",
+                    rx.icon("pencil", size=14),
+                    size="1",
+                    variant="ghost",
+                    color_scheme="gray",
+                    aria_label="Rename",
+                    on_click=ThreadDetailState.start_rename,
+                    data_testid="thread-rename",
                 ),
             ),
             align="center",
@@ -71,17 +84,29 @@ def _actions() -> rx.Component:
         rx.cond(
             ThreadDetailState.archived,
             rx.button(
-                rx.icon("archive-restore", size=14), "Unarchive", variant="soft", size="2",
-                loading=ThreadDetailState.changing, on_click=ThreadDetailState.unarchive,
+                rx.icon("archive-restore", size=14),
+                "Unarchive",
+                variant="soft",
+                size="2",
+                loading=ThreadDetailState.changing,
+                on_click=ThreadDetailState.unarchive,
                 data_testid="thread-unarchive",
             ),
             rx.button(
-                rx.icon("archive", size=14), "Archive", variant="soft", color_scheme="gray", size="2",
-                loading=ThreadDetailState.changing, disabled=ThreadDetailState.run_active,
-                on_click=ThreadDetailState.archive, data_testid="thread-archive",
+                rx.icon("archive", size=14),
+                "Archive",
+                variant="soft",
+                color_scheme="gray",
+                size="2",
+                loading=ThreadDetailState.changing,
+                disabled=ThreadDetailState.run_active,
+                on_click=ThreadDetailState.archive,
+                data_testid="thread-archive",
             ),
         ),
-        trash_button("Delete", "thread-delete", size="2", on_click=ThreadDetailState.open_delete(True)),
+        trash_button(
+            "Delete", "thread-delete", size="2", on_click=ThreadDetailState.open_delete(True)
+        ),
         spacing="2",
     )
 
@@ -89,22 +114,42 @@ def _actions() -> rx.Component:
 def _detail_header() -> rx.Component:
     return rx.vstack(
         rx.hstack(
-            back_link("Threads", "/apps/" + SessionState.current_app_id + "/threads", "thread-back"),
+            back_link(
+                "Threads", "/apps/" + SessionState.current_app_id + "/threads", "thread-back"
+            ),
             width="100%",
         ),
         rx.hstack(_title_block(), rx.spacer(), _actions(), align="center", width="100%"),
         rx.hstack(
             rx.link(
-                rx.hstack(rx.icon("bot", size=13), rx.text(ThreadDetailState.agent_name, size="2"), spacing="1", align="center"),
-                href="/apps/" + SessionState.current_app_id + "/agents/" + ThreadDetailState.agent_id,
+                rx.hstack(
+                    rx.icon("bot", size=13),
+                    rx.text(ThreadDetailState.agent_name, size="2"),
+                    spacing="1",
+                    align="center",
+                ),
+                href="/apps/"
+                + SessionState.current_app_id
+                + "/agents/"
+                + ThreadDetailState.agent_id,
                 underline="none",
                 data_testid="thread-agent",
             ),
-            rx.badge(ThreadDetailState.version_text, variant="soft", color_scheme="iris", data_testid="thread-version"),
+            rx.badge(
+                ThreadDetailState.version_text,
+                variant="soft",
+                color_scheme="iris",
+                data_testid="thread-version",
+            ),
             status_badge(ThreadDetailState.session_status),
             rx.cond(
                 ThreadDetailState.archived,
-                rx.badge("Archived", variant="outline", color_scheme="gray", data_testid="thread-archived"),
+                rx.badge(
+                    "Archived",
+                    variant="outline",
+                    color_scheme="gray",
+                    data_testid="thread-archived",
+                ),
                 rx.fragment(),
             ),
             rx.text(ThreadDetailState.purpose, size="1", color_scheme="gray"),
@@ -115,7 +160,12 @@ def _detail_header() -> rx.Component:
             ),
             rx.cond(
                 ThreadDetailState.usage_total != "",
-                rx.text(ThreadDetailState.usage_total, size="1", color_scheme="gray", data_testid="thread-usage"),
+                rx.text(
+                    ThreadDetailState.usage_total,
+                    size="1",
+                    color_scheme="gray",
+                    data_testid="thread-usage",
+                ),
                 rx.fragment(),
             ),
             align="center",
@@ -134,14 +184,21 @@ def _files_panel() -> rx.Component:
         rx.vstack(
             rx.text(f.name, size="2", weight="medium", truncate=True, max_width="220px"),
             rx.text(
-                rx.cond(f.kind == "artifact", "Artifact", "Attachment"), " · ", f.size_text, " · ", f.time_text,
-                size="1", color_scheme="gray",
+                rx.cond(f.kind == "artifact", "Artifact", "Attachment"),
+                " · ",
+                f.size_text,
+                " · ",
+                f.time_text,
+                size="1",
+                color_scheme="gray",
             ),
             spacing="0",
             min_width="0",
             flex="1",
         ),
-        download_link(rx.icon("download", size=14), f.id, "Download " + f.name, "thread-file-download"),
+        download_link(
+            rx.icon("download", size=14), f.id, "Download " + f.name, "thread-file-download"
+        ),
         align="center",
         width="100%",
         spacing="2",
@@ -163,18 +220,27 @@ def _files_panel() -> rx.Component:
                 rx.text("Files", size="3", weight="bold"),
                 rx.spacer(),
                 rx.link(
-                    "Open in Files", href="/apps/" + SessionState.current_app_id + "/files?thread=" + ThreadDetailState.thread_id,
-                    size="1", data_testid="thread-files-open",
+                    "Open in Files",
+                    href="/apps/"
+                    + SessionState.current_app_id
+                    + "/files?thread="
+                    + ThreadDetailState.thread_id,
+                    size="1",
+                    data_testid="thread-files-open",
                 ),
                 width="100%",
                 align="center",
             ),
             rx.cond(
                 ThreadDetailState.thread_files.length() > 0,
-                rx.vstack(rx.foreach(ThreadDetailState.thread_files, file_row), width="100%", spacing="2"),
+                rx.vstack(
+                    rx.foreach(ThreadDetailState.thread_files, file_row), width="100%", spacing="2"
+                ),
                 rx.text(
                     "No files yet. Attach one to a message; files the agent writes under outputs/ show here.",
-                    size="1", color_scheme="gray", data_testid="thread-files-empty",
+                    size="1",
+                    color_scheme="gray",
+                    data_testid="thread-files-empty",
                 ),
             ),
             spacing="3",
@@ -191,7 +257,9 @@ def _chat() -> rx.Component:
         thread_transcript(
             ThreadDetailState,
             rx.center(
-                rx.text("No messages yet. Write the first one below.", size="2", color_scheme="gray"),
+                rx.text(
+                    "No messages yet. Write the first one below.", size="2", color_scheme="gray"
+                ),
                 height="100%",
                 min_height="240px",
                 data_testid="thread-empty",
@@ -201,14 +269,19 @@ def _chat() -> rx.Component:
             ThreadDetailState.archived,
             rx.text(
                 "This thread is archived. Sending a message unarchives it.",
-                size="1", color_scheme="gray", padding="0 16px", data_testid="thread-archived-note",
+                size="1",
+                color_scheme="gray",
+                padding="0 16px",
+                data_testid="thread-archived-note",
             ),
             rx.fragment(),
         ),
         chat_composer(
             ThreadDetailState,
             upload_id="thread-attachments",
-            placeholder="Message " + ThreadDetailState.agent_name + "…  (Enter to send, Shift+Enter for a new line)",
+            placeholder="Message "
+            + ThreadDetailState.agent_name
+            + "…  (Enter to send, Shift+Enter for a new line)",
             can_send=ThreadDetailState.can_send,
             on_submit=ThreadDetailState.send,
         ),
@@ -220,7 +293,9 @@ def _chat() -> rx.Component:
 def _delete_dialog() -> rx.Component:
     return confirm_dialog(
         "Delete this thread?",
-        "“", ThreadDetailState.display_title, "” goes for good: its messages and events, its runs, "
+        "“",
+        ThreadDetailState.display_title,
+        "” goes for good: its messages and events, its runs, "
         "its files and checkpoints, and its sandbox. An active run is stopped first. This cannot be undone.",
         confirm="Delete thread",
         on_confirm=ThreadDetailState.confirm_delete,
@@ -240,8 +315,11 @@ def _detail_content() -> rx.Component:
         spacing="0",
         item_missing=ThreadDetailState.thread_missing,
         item_missing_card=missing_card(
-            "Thread not found", "Back to Threads", "/apps/" + SessionState.current_app_id + "/threads",
-            "thread-not-found", detail="It was deleted, or it is not yours.",
+            "Thread not found",
+            "Back to Threads",
+            "/apps/" + SessionState.current_app_id + "/threads",
+            "thread-not-found",
+            detail="It was deleted, or it is not yours.",
         ),
     )
 

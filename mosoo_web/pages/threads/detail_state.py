@@ -46,8 +46,13 @@ class _Header:
 def _header(row: sessions.ThreadRow) -> _Header:
     version = f"v{row.agent_version}" if row.agent_version is not None else "Draft"
     return _Header(
-        title=row.title, display_title=row.display_title, agent_id=row.agent_id, agent_name=row.agent_name,
-        version_text=version, archived=row.archived, purpose=PURPOSE_LABELS.get(row.purpose, row.purpose),
+        title=row.title,
+        display_title=row.display_title,
+        agent_id=row.agent_id,
+        agent_name=row.agent_name,
+        version_text=version,
+        archived=row.archived,
+        purpose=PURPOSE_LABELS.get(row.purpose, row.purpose),
         end_user_id=row.end_user_id or "",
     )
 
@@ -63,7 +68,10 @@ def _thread_files(account_id: str, thread_id: str) -> list[ThreadFileRow]:
     now = utcnow()
     return [
         ThreadFileRow(
-            id=v.id, name=v.path or v.name, kind=v.kind, size_text=size_text(v.size),
+            id=v.id,
+            name=v.path or v.name,
+            kind=v.kind,
+            size_text=size_text(v.size),
             time_text=relative_time(v.created_at, now),
         )
         for v in views
@@ -101,7 +109,12 @@ class ThreadDetailState(ThreadChat, rx.State):
 
     @rx.var
     def can_send(self) -> bool:
-        return bool(self.thread_id) and not self.run_active and not self.sending and not self.thread_missing
+        return (
+            bool(self.thread_id)
+            and not self.run_active
+            and not self.sending
+            and not self.thread_missing
+        )
 
     def _apply(self, header: _Header) -> None:
         self.title, self.display_title = header.title, header.display_title
@@ -159,7 +172,9 @@ class ThreadDetailState(ThreadChat, rx.State):
         account_id, _app_id = await self._ids()
         self.title_error = ""
         try:
-            header = await asyncio.to_thread(_change, account_id, self.thread_id, "rename", str(form.get("title", "")))
+            header = await asyncio.to_thread(
+                _change, account_id, self.thread_id, "rename", str(form.get("title", ""))
+            )
         except MosooError as error:  # the title's problem, or an archived thread: next to the field
             self.title_error = error.message
             return None
@@ -227,7 +242,9 @@ class ThreadDetailState(ThreadChat, rx.State):
             thread_id = self.thread_id
             file_ids = self._take_attachment_ids()
         try:
-            await asyncio.to_thread(actions.send_and_dispatch, account_id, thread_id, text, file_ids=file_ids)
+            await asyncio.to_thread(
+                actions.send_and_dispatch, account_id, thread_id, text, file_ids=file_ids
+            )
         except MosooError as error:
             async with self:
                 self.sending = False

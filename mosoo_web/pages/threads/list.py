@@ -62,9 +62,15 @@ def _list_row(row: sessions.ThreadRow, now: Any) -> ThreadListRow:
     if row.last_run_status == "failed":
         error = row.last_run_error_message or row.last_run_error_code or "The last run failed."
     return ThreadListRow(
-        id=row.id, title=row.display_title, agent_name=row.agent_name, status=row.status,
-        purpose=PURPOSE_LABELS.get(row.purpose, row.purpose), last_run_status=row.last_run_status or "",
-        error_text=error, updated_text=relative_time(row.updated_at, now), end_user_id=row.end_user_id or "",
+        id=row.id,
+        title=row.display_title,
+        agent_name=row.agent_name,
+        status=row.status,
+        purpose=PURPOSE_LABELS.get(row.purpose, row.purpose),
+        last_run_status=row.last_run_status or "",
+        error_text=error,
+        updated_text=relative_time(row.updated_at, now),
+        end_user_id=row.end_user_id or "",
     )
 
 
@@ -79,14 +85,24 @@ def _load_list(
         rows: list[sessions.ThreadRow] = []
         while len(rows) < shown:
             page = sessions.list_threads(
-                db, account_id, app_id, section=section, agent_id=agent_filter, failed=failed,
-                limit=min(MAX_LIST_LIMIT, shown - len(rows)), before=rows[-1].id if rows else None,
+                db,
+                account_id,
+                app_id,
+                section=section,
+                agent_id=agent_filter,
+                failed=failed,
+                limit=min(MAX_LIST_LIMIT, shown - len(rows)),
+                before=rows[-1].id if rows else None,
             )
             rows += page
             if not page:
                 break
-        counts = sessions.count_threads(db, account_id, app_id, agent_id=agent_filter, failed=failed)
-        options = [AgentOption(id=a.id, name=a.name) for a in agents.list_agents(db, account_id, app_id)]
+        counts = sessions.count_threads(
+            db, account_id, app_id, agent_id=agent_filter, failed=failed
+        )
+        options = [
+            AgentOption(id=a.id, name=a.name) for a in agents.list_agents(db, account_id, app_id)
+        ]
     now = utcnow()
     return [_list_row(row, now) for row in rows], counts, options
 
@@ -116,7 +132,12 @@ class ThreadsState(rx.State):
         account_id = await current_account_id(self)
         try:
             self.rows, self.counts, self.agent_options = await asyncio.to_thread(
-                _load_list, account_id, session.current_app_id, self.section, self.agent_filter, self.failed_only,
+                _load_list,
+                account_id,
+                session.current_app_id,
+                self.section,
+                self.agent_filter,
+                self.failed_only,
                 self.shown,
             )
         except NotFound:
@@ -129,7 +150,9 @@ class ThreadsState(rx.State):
         """After the App guard. Opens on Working when something is running, else Completed."""
         self.loaded = False
         self.shown = LIST_PAGE
-        if self.agent_filter != ALL and not any(o.id == self.agent_filter for o in self.agent_options):
+        if self.agent_filter != ALL and not any(
+            o.id == self.agent_filter for o in self.agent_options
+        ):
             self.agent_filter = ALL
         self.section = "working"
         await self._refresh()
@@ -203,7 +226,13 @@ def _thread_row(row: rx.Var[ThreadListRow]) -> rx.Component:
         rx.card(
             rx.hstack(
                 rx.vstack(
-                    rx.text(row.title, size="3", weight="medium", truncate=True, data_testid="thread-row-title"),
+                    rx.text(
+                        row.title,
+                        size="3",
+                        weight="medium",
+                        truncate=True,
+                        data_testid="thread-row-title",
+                    ),
                     rx.hstack(
                         rx.icon("bot", size=13),
                         rx.text(row.agent_name, size="1"),
@@ -223,8 +252,13 @@ def _thread_row(row: rx.Var[ThreadListRow]) -> rx.Component:
                     rx.cond(
                         row.error_text != "",
                         rx.text(
-                            rx.icon("triangle-alert", size=12), " Last run failed: ", row.error_text,
-                            size="1", color_scheme="red", truncate=True, data_testid="thread-row-error",
+                            rx.icon("triangle-alert", size=12),
+                            " Last run failed: ",
+                            row.error_text,
+                            size="1",
+                            color_scheme="red",
+                            truncate=True,
+                            data_testid="thread-row-error",
                         ),
                         rx.fragment(),
                     ),
@@ -255,7 +289,9 @@ def _section_tabs() -> rx.Component:
             rx.segmented_control.item(
                 rx.hstack(
                     rx.text(label),
-                    rx.badge(ThreadsState.counts[key].to(int), variant="soft", radius="full", size="1"),
+                    rx.badge(
+                        ThreadsState.counts[key].to(int), variant="soft", radius="full", size="1"
+                    ),
                     align="center",
                     spacing="2",
                     data_testid=f"section-{key}",
@@ -276,7 +312,9 @@ def _filters() -> rx.Component:
             rx.select.trigger(width="200px", data_testid="thread-agent-filter"),
             rx.select.content(
                 rx.select.item("All agents", value=ALL),
-                rx.foreach(ThreadsState.agent_options, lambda o: rx.select.item(o.name, value=o.id)),
+                rx.foreach(
+                    ThreadsState.agent_options, lambda o: rx.select.item(o.name, value=o.id)
+                ),
             ),
             value=ThreadsState.agent_filter,
             on_change=ThreadsState.choose_agent,
@@ -308,8 +346,13 @@ def _list_empty() -> rx.Component:
             filtered,
             rx.vstack(
                 rx.text("No threads match these filters", size="3", weight="bold"),
-                rx.button("Clear filters", variant="soft", size="2", on_click=ThreadsState.clear_filters,
-                          data_testid="threads-clear-filters"),
+                rx.button(
+                    "Clear filters",
+                    variant="soft",
+                    size="2",
+                    on_click=ThreadsState.clear_filters,
+                    data_testid="threads-clear-filters",
+                ),
                 align="center",
                 spacing="2",
             ),
@@ -321,7 +364,9 @@ def _list_empty() -> rx.Component:
                         EMPTY_TEXT["completed"],
                     ),
                 ),
-                rx.link("Open Agents", href="/apps/" + SessionState.current_app_id + "/agents", size="2"),
+                rx.link(
+                    "Open Agents", href="/apps/" + SessionState.current_app_id + "/agents", size="2"
+                ),
                 align="center",
                 spacing="2",
             ),
@@ -333,7 +378,15 @@ def _list_empty() -> rx.Component:
 def _list_content() -> rx.Component:
     return app_page(
         page_header("Threads", SessionState.current_app_name),
-        rx.flex(_section_tabs(), rx.spacer(), _filters(), wrap="wrap", gap="12px", width="100%", align="center"),
+        rx.flex(
+            _section_tabs(),
+            rx.spacer(),
+            _filters(),
+            wrap="wrap",
+            gap="12px",
+            width="100%",
+            align="center",
+        ),
         rx.cond(
             ThreadsState.rows.length() > 0,
             rx.vstack(
@@ -341,8 +394,14 @@ def _list_content() -> rx.Component:
                 rx.cond(
                     ThreadsState.hidden_count > 0,
                     rx.button(
-                        "Show more (", ThreadsState.hidden_count, " more)", variant="soft", color_scheme="gray",
-                        on_click=ThreadsState.show_more, data_testid="threads-show-more", align_self="center",
+                        "Show more (",
+                        ThreadsState.hidden_count,
+                        " more)",
+                        variant="soft",
+                        color_scheme="gray",
+                        on_click=ThreadsState.show_more,
+                        data_testid="threads-show-more",
+                        align_self="center",
                     ),
                     rx.fragment(),
                 ),

@@ -78,7 +78,10 @@ def make_sandbox(backend: SandboxBackend, test_run_id: str) -> Iterator[MakeSand
     def make(**fields: Any) -> SandboxRef:
         labels = {"mosoo.test": "1", RUN_LABEL: test_run_id, **fields.pop("labels", {})}
         spec = SandboxSpec(
-            subject=fields.pop("subject", "session:test"), app_id="app_test", labels=labels, **fields
+            subject=fields.pop("subject", "session:test"),
+            app_id="app_test",
+            labels=labels,
+            **fields,
         )
         ref = backend.create(spec)
         made.append(ref)
@@ -116,7 +119,9 @@ class EchoSocket:
         server.listen()
         server.settimeout(0.1)
         self._server, self._stopping = server, threading.Event()
-        self._thread = threading.Thread(target=self._serve, args=(server, self._stopping, prefix), daemon=True)
+        self._thread = threading.Thread(
+            target=self._serve, args=(server, self._stopping, prefix), daemon=True
+        )
         self._thread.start()
 
     @staticmethod

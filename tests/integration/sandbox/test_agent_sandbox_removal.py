@@ -15,11 +15,18 @@ def test_removing_a_deleted_agents_sandboxes_leaves_other_agents_alone(
     backend: SandboxBackend, make_sandbox: MakeSandbox, test_run_id: str
 ) -> None:
     pet = make_sandbox(subject=f"agent:{DOOMED}", labels=installation_label())
-    cattle = make_sandbox(subject="session:01DOOMEDTHREAD000000000000", driver_instance_id="01DOOMEDDRIVER000000000000")
+    cattle = make_sandbox(
+        subject="session:01DOOMEDTHREAD000000000000",
+        driver_instance_id="01DOOMEDDRIVER000000000000",
+    )
     other = make_sandbox(subject=f"agent:{KEPT}", labels=installation_label())
     deleted = DeletedAgent(
-        agent_id=DOOMED, app_id="app_test", subject=f"agent:{DOOMED}", thread_ids=["01DOOMEDTHREAD000000000000"],
-        driver_instance_ids=["01DOOMEDDRIVER000000000000"], had_sandboxes=True,
+        agent_id=DOOMED,
+        app_id="app_test",
+        subject=f"agent:{DOOMED}",
+        thread_ids=["01DOOMEDTHREAD000000000000"],
+        driver_instance_ids=["01DOOMEDDRIVER000000000000"],
+        had_sandboxes=True,
     )
 
     assert remove_agent_sandboxes(deleted, backend) == 2

@@ -51,7 +51,9 @@ def test_a_fork_bomb_hits_the_pids_limit_and_leaves_nothing_after_remove(
     ref = make_sandbox(pids_limit=64)
     neighbour = make_sandbox()
     with ThreadPoolExecutor(1) as pool:
-        bomb = pool.submit(backend.exec, ref, ["bash", "-c", f"{FORK_BOMB}; exec sleep 60"], timeout=5)
+        bomb = pool.submit(
+            backend.exec, ref, ["bash", "-c", f"{FORK_BOMB}; exec sleep 60"], timeout=5
+        )
         if _isolated_limits(backend):
             # While the bomb runs, another sandbox still starts processes and answers.
             time.sleep(1)
@@ -82,4 +84,7 @@ def test_a_memory_hog_is_stopped_at_the_memory_limit_and_the_sandbox_survives(
         assert result.exit_code == 137, (result.exit_code, result.stderr_text[-500:])  # SIGKILL
     else:
         assert "MemoryError" in result.stderr_text
-    assert backend.exec(ref, ["python3", "-c", "print('still here')"], timeout=30).stdout_text == "still here\n"
+    assert (
+        backend.exec(ref, ["python3", "-c", "print('still here')"], timeout=30).stdout_text
+        == "still here\n"
+    )

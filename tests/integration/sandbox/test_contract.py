@@ -91,8 +91,14 @@ def test_put_file_writes_with_the_given_mode_as_the_sandbox_user(
     backend.put_file(sandbox, f"{WORKSPACE}/readme.md", b"# hi\n", 0o644)
 
     assert backend.exec(sandbox, ["cat", BOOT_PAYLOAD]).stdout == payload
-    assert _sh(backend, sandbox, f"stat -c '%a %u' {BOOT_PAYLOAD}").split() == ["600", str(SANDBOX_UID)]
-    assert _sh(backend, sandbox, "stat -c '%a %u' /workspace/readme.md").split() == ["644", str(SANDBOX_UID)]
+    assert _sh(backend, sandbox, f"stat -c '%a %u' {BOOT_PAYLOAD}").split() == [
+        "600",
+        str(SANDBOX_UID),
+    ]
+    assert _sh(backend, sandbox, "stat -c '%a %u' /workspace/readme.md").split() == [
+        "644",
+        str(SANDBOX_UID),
+    ]
     # The driver deletes the payload after reading it: the boot dir is the sandbox user's.
     _sh(backend, sandbox, f"rm {BOOT_PAYLOAD}")
 
@@ -108,7 +114,9 @@ def test_workspace_round_trips_through_an_archive_into_a_fresh_sandbox(
         " && head -c 3000000 /dev/urandom > outputs/blob.bin && printf '#!/bin/sh\\necho run\\n' > tool.sh"
         " && chmod 0750 tool.sh && ln -s memory/deep/er/note.txt link && mkdir empty",
     )
-    listing = "find . -printf '%p %y %m\\n' | sort && sha256sum outputs/blob.bin memory/deep/er/note.txt"
+    listing = (
+        "find . -printf '%p %y %m\\n' | sort && sha256sum outputs/blob.bin memory/deep/er/note.txt"
+    )
     before = _sh(backend, first, listing)
 
     chunks = backend.get_archive(first, WORKSPACE)
@@ -135,7 +143,9 @@ def test_get_archive_streams_in_chunks(backend: SandboxBackend, sandbox: Sandbox
     assert sum(sizes) > 8_000_000
 
 
-def test_get_archive_of_a_missing_directory_raises(backend: SandboxBackend, sandbox: SandboxRef) -> None:
+def test_get_archive_of_a_missing_directory_raises(
+    backend: SandboxBackend, sandbox: SandboxRef
+) -> None:
     with pytest.raises(SandboxError):
         b"".join(backend.get_archive(sandbox, "/workspace/nope"))
 
@@ -151,7 +161,9 @@ def test_a_hostile_archive_stays_inside_the_target_directory(
             archive.addfile(info, io.BytesIO(b"x\n"))
     with pytest.raises(SandboxError):  # GNU tar refuses `..` members and says so
         backend.put_archive(sandbox, f"{WORKSPACE}/restore", buffer.getvalue())
-    outside = backend.exec(sandbox, ["sh", "-c", "ls /escaped /workspace/escaped /absolute 2>/dev/null"])
+    outside = backend.exec(
+        sandbox, ["sh", "-c", "ls /escaped /workspace/escaped /absolute 2>/dev/null"]
+    )
     assert outside.stdout == b""
     assert _sh(backend, sandbox, "cat restore/ok.txt") == "x\n"
 
@@ -225,7 +237,9 @@ def test_there_is_no_network_but_loopback(backend: SandboxBackend, sandbox: Sand
     assert result.exit_code != 0
     assert "Network is unreachable" in result.stderr_text
     assert time.monotonic() - started < 2
-    interfaces = backend.exec(sandbox, ["python3", "-c", "import socket; print([n for _, n in socket.if_nameindex()])"])
+    interfaces = backend.exec(
+        sandbox, ["python3", "-c", "import socket; print([n for _, n in socket.if_nameindex()])"]
+    )
     assert interfaces.stdout_text.strip() == "['lo']"
 
 
@@ -272,10 +286,18 @@ def test_a_detached_process_runs_until_stop_and_the_workspace_outlives_it(
     backend.start_process(
         sandbox,
         # Written aside and renamed, so a reader (or a kill) never meets a half-written beat.
-        ["sh", "-c", "while :; do date +%s%N > /workspace/.beat && mv /workspace/.beat /workspace/beat; sleep 0.05; done"],
+        [
+            "sh",
+            "-c",
+            "while :; do date +%s%N > /workspace/.beat && mv /workspace/.beat /workspace/beat; sleep 0.05; done",
+        ],
     )
     beats = lambda: backend.exec(sandbox, ["cat", "/workspace/beat"]).stdout  # noqa: E731
-    wait_for(lambda: backend.exec(sandbox, ["test", "-s", "/workspace/beat"]).exit_code == 0, 20, "a first beat")
+    wait_for(
+        lambda: backend.exec(sandbox, ["test", "-s", "/workspace/beat"]).exit_code == 0,
+        20,
+        "a first beat",
+    )
     first = beats()
     wait_for(lambda: beats() != first, 20, "the detached process to keep beating")
 
@@ -293,7 +315,9 @@ def test_exec_timeout_kills_the_command_and_everything_it_started(
     backend: SandboxBackend, sandbox: SandboxRef
 ) -> None:
     started = time.monotonic()
-    result = backend.exec(sandbox, ["sh", "-c", "(sleep 2; touch /workspace/late) & sleep 60"], timeout=1)
+    result = backend.exec(
+        sandbox, ["sh", "-c", "(sleep 2; touch /workspace/late) & sleep 60"], timeout=1
+    )
     assert result.timed_out
     assert time.monotonic() - started < 15
     time.sleep(2.5)  # past the moment the background child would have written

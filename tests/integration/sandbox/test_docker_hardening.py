@@ -42,7 +42,9 @@ def test_a_docker_sandbox_is_created_hardened_with_defaults_from_the_backend(
         assert not host["CapAdd"]
         assert host["Privileged"] is False
         assert "no-new-privileges:true" in host["SecurityOpt"]
-        assert not [option for option in host["SecurityOpt"] if "seccomp" in option]  # default profile on
+        assert not [
+            option for option in host["SecurityOpt"] if "seccomp" in option
+        ]  # default profile on
         assert host["PidsLimit"] == 256
         assert host["Memory"] == 1024 * 1024 * 1024
         assert host["MemorySwap"] == host["Memory"]  # no swap on top
@@ -71,7 +73,8 @@ def test_a_docker_sandbox_is_created_hardened_with_defaults_from_the_backend(
 
         # From inside: no engine socket anywhere, and pid 1 is Docker's init, not our code.
         probe = docker_backend.exec(
-            ref, ["sh", "-c", "ls /var/run/docker.sock /run/docker.sock 2>/dev/null; cat /proc/1/comm"]
+            ref,
+            ["sh", "-c", "ls /var/run/docker.sock /run/docker.sock 2>/dev/null; cat /proc/1/comm"],
         )
         assert probe.stdout_text == "docker-init\n"
     finally:

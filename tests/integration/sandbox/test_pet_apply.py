@@ -31,10 +31,14 @@ SKILL = "01SKILLCHANGELOG0000000000"
 def pet(engine: Engine) -> Iterator[tuple[str, str, str]]:
     """(account_id, app_id, agent_id) of a Pet Agent that has had a driver."""
     with Session(engine) as db:
-        account = sign_in_identity(db, provider="email", subject="pet@example.com", email="pet@example.com")
+        account = sign_in_identity(
+            db, provider="email", subject="pet@example.com", email="pet@example.com"
+        )
         app_id = list_apps(db, account.id)[0].id
         agent = agents.create_agent(db, account.id, app_id, name="Keeper", kind="pet")
-        driver_plane.register_driver(db, app_id=app_id, subject=f"agent:{agent.id}", runtime="openai")
+        driver_plane.register_driver(
+            db, app_id=app_id, subject=f"agent:{agent.id}", runtime="openai"
+        )
         ids = (account.id, app_id, agent.id)
         db.commit()
     yield ids
@@ -45,11 +49,14 @@ def _profile(engine: Engine, pet: tuple[str, str, str]) -> agents.AgentView:
         return agents.get_agent(db, *pet)
 
 
-def _pet_sandbox(make_sandbox: MakeSandbox, engine: Engine, pet: tuple[str, str, str]) -> SandboxRef:
+def _pet_sandbox(
+    make_sandbox: MakeSandbox, engine: Engine, pet: tuple[str, str, str]
+) -> SandboxRef:
     """The Pet sandbox as a run creates it: labelled with what it was built from."""
     built_from = agents.sandbox_fingerprint(_profile(engine, pet))
     return make_sandbox(
-        subject=f"agent:{pet[2]}", labels={**runs.installation_label(), runs.LABEL_BUILT_FROM: built_from}
+        subject=f"agent:{pet[2]}",
+        labels={**runs.installation_label(), runs.LABEL_BUILT_FROM: built_from},
     )
 
 
@@ -58,8 +65,12 @@ def _pets(backend: SandboxBackend, agent_id: str) -> list[SandboxRef]:
 
 
 def test_apply_recreates_the_sandbox_with_the_workspace_restored(
-    backend: SandboxBackend, make_sandbox: MakeSandbox, engine: Engine, pet: tuple[str, str, str],
-    echo_socket: Path, monkeypatch: pytest.MonkeyPatch,
+    backend: SandboxBackend,
+    make_sandbox: MakeSandbox,
+    engine: Engine,
+    pet: tuple[str, str, str],
+    echo_socket: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     account_id, app_id, agent_id = pet
     old = _pet_sandbox(make_sandbox, engine, pet)
@@ -83,8 +94,14 @@ def test_apply_recreates_the_sandbox_with_the_workspace_restored(
     monkeypatch.setenv("MOSOO_CONTROL_SOCKET", str(echo_socket))
     reset_settings_cache()
     plan = runs.BootPlan(
-        run_id="r", session_id="s", app_id=app_id, agent_id=agent_id, kind="pet", subject=f"agent:{agent_id}",
-        instance_id="01NEWDRIVER000000000000000", payload_json="{}",
+        run_id="r",
+        session_id="s",
+        app_id=app_id,
+        agent_id=agent_id,
+        kind="pet",
+        subject=f"agent:{agent_id}",
+        instance_id="01NEWDRIVER000000000000000",
+        payload_json="{}",
         built_from=agents.sandbox_fingerprint(_profile(engine, pet)),
     )
     fresh = runs._sandbox_for(backend, plan)
@@ -101,7 +118,10 @@ def test_apply_recreates_the_sandbox_with_the_workspace_restored(
 
 
 def test_apply_is_refused_while_a_run_is_active_and_the_sandbox_stays(
-    backend: SandboxBackend, make_sandbox: MakeSandbox, engine: Engine, pet: tuple[str, str, str],
+    backend: SandboxBackend,
+    make_sandbox: MakeSandbox,
+    engine: Engine,
+    pet: tuple[str, str, str],
 ) -> None:
     account_id, app_id, agent_id = pet
     with Session(engine) as db:
@@ -117,7 +137,10 @@ def test_apply_is_refused_while_a_run_is_active_and_the_sandbox_stays(
 
 
 def test_a_failed_checkpoint_keeps_the_old_sandbox_and_says_why(
-    backend: SandboxBackend, make_sandbox: MakeSandbox, engine: Engine, pet: tuple[str, str, str],
+    backend: SandboxBackend,
+    make_sandbox: MakeSandbox,
+    engine: Engine,
+    pet: tuple[str, str, str],
 ) -> None:
     _account_id, app_id, agent_id = pet
     old = _pet_sandbox(make_sandbox, engine, pet)

@@ -23,7 +23,9 @@ def _thread_with_run(db: Session, account_id: str, app_id: str, agent_id: str, s
     """A thread whose run is on a registered driver in the given status; the driver id."""
     thread = sessions.create_session(db, account_id, app_id, agent_id)
     sent = sessions.send_message(db, account_id, thread.id, "hi")
-    driver = driver_plane.register_driver(db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai", session_id=thread.id)
+    driver = driver_plane.register_driver(
+        db, app_id=app_id, subject=f"session:{thread.id}", runtime="openai", session_id=thread.id
+    )
     run = db.get(SessionRun, sent.run.id)
     assert run is not None
     run.driver_instance_id, run.status = driver.instance_id, status
@@ -35,7 +37,9 @@ def test_sweep_removes_finished_and_orphaned_sandboxes_and_keeps_live_ones(
     backend: SandboxBackend, make_sandbox: MakeSandbox, engine: Engine, test_run_id: str
 ) -> None:
     with Session(engine) as db:
-        account = sign_in_identity(db, provider="email", subject="sweep@example.com", email="sweep@example.com")
+        account = sign_in_identity(
+            db, provider="email", subject="sweep@example.com", email="sweep@example.com"
+        )
         app_id = list_apps(db, account.id)[0].id
         live_agent = Agent(app_id=app_id, name="live", model="m", kind="pet")
         db.add(live_agent)
@@ -47,11 +51,17 @@ def test_sweep_removes_finished_and_orphaned_sandboxes_and_keeps_live_ones(
 
     mine = installation_label()
     finished = make_sandbox(subject="session:done", driver_instance_id=done_driver, labels=mine)
-    running = make_sandbox(subject="session:running", driver_instance_id=running_driver, labels=mine)
-    unknown = make_sandbox(subject="session:ghost", driver_instance_id="01UNKNOWNDRIVER00000000000", labels=mine)
+    running = make_sandbox(
+        subject="session:running", driver_instance_id=running_driver, labels=mine
+    )
+    unknown = make_sandbox(
+        subject="session:ghost", driver_instance_id="01UNKNOWNDRIVER00000000000", labels=mine
+    )
     pet_alive = make_sandbox(subject=f"agent:{live_agent_id}", labels=mine)
     pet_deleted = make_sandbox(subject="agent:01DELETEDAGENT000000000000", labels=mine)
-    foreign = make_sandbox(subject="session:elsewhere", labels={"mosoo.installation": "another-installation"})
+    foreign = make_sandbox(
+        subject="session:elsewhere", labels={"mosoo.installation": "another-installation"}
+    )
 
     assert sweep_sandboxes(backend, grace=timedelta(0)) == 3
 
