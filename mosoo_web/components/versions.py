@@ -17,7 +17,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_web.components.dialogs import confirm_dialog, form_dialog
 from mosoo_web.components.forms import error_text
-from mosoo_web.state.session import SessionState, current_account_id
+from mosoo_web.state.session import current_app_ids
 
 
 @dataclass
@@ -89,8 +89,7 @@ class VersionsState(rx.State):
         self._apply(await asyncio.to_thread(_load, account_id, app_id, agent_id))
 
     async def _context(self) -> tuple[str, str]:
-        session = await self.get_state(SessionState)
-        return await current_account_id(self), session.current_app_id
+        return await current_app_ids(self)
 
     @rx.event
     def open_dialog(self, is_open: bool = True) -> None:

@@ -25,7 +25,7 @@ from mosoo_web.components.layout import (
     empty_state,
     page_header,
 )
-from mosoo_web.state.session import SessionState, current_account_id
+from mosoo_web.state.session import SessionState, current_account_id, current_app_ids
 
 KIND_LABELS = {"pet": "Assistant", "cattle": "Task"}
 KINDS = (
@@ -195,8 +195,7 @@ class AgentsState(rx.State):
         return rx.redirect(f"/apps/{app_id}/agents/{agent_id}")
 
     async def _ids(self) -> tuple[str, str]:
-        session = await self.get_state(SessionState)
-        return await current_account_id(self), session.current_app_id
+        return await current_app_ids(self)
 
     async def _reload(self) -> None:
         account_id, app_id = await self._ids()

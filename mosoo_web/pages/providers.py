@@ -19,7 +19,7 @@ from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_web.components.dialogs import confirm_dialog, trash_button
 from mosoo_web.components.forms import error_text, labelled
 from mosoo_web.components.layout import app_page, card_section, console_shell, page_header
-from mosoo_web.state.session import SessionState, current_account_id
+from mosoo_web.state.session import SessionState, current_app_ids
 
 FORM_FIELDS = ("name", "provider", "base_url", "api_key", "models")
 DEFAULT_PRESET = vault.ProviderKind.OPENAI.value
@@ -112,8 +112,8 @@ class ProvidersState(rx.State):
             setattr(self, f"{field}_error", "")
 
     async def _app(self) -> tuple[str, str, SessionState]:
-        session = await self.get_state(SessionState)
-        return await current_account_id(self), session.current_app_id, session
+        account_id, app_id = await current_app_ids(self)
+        return account_id, app_id, await self.get_state(SessionState)
 
     def _list(self, account_id: str, app_id: str) -> None:
         with session_scope() as db:

@@ -293,6 +293,13 @@ async def current_account_id(state: rx.State) -> str:
     return await check_tab_session(await state.get_state(SessionState))
 
 
+async def current_app_ids(state: rx.State) -> tuple[str, str]:
+    """(account id, current App id) for an App page's state: the account re-checked as
+    `current_account_id` does (it raises `SignedOut`), the App the page guard resolved."""
+    account_id = await current_account_id(state)
+    return account_id, (await state.get_state(SessionState)).current_app_id
+
+
 async def tab_signed_out(state: rx.State) -> bool:
     """For background followers, on each turn: True when the tab has already been signed
     out and sent to /login (stop quietly); raises `SignedOut` when its session has ended

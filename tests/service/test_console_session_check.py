@@ -19,6 +19,7 @@ from mosoo_web.state.session import (
     SessionState,
     SignedOut,
     current_account_id,
+    current_app_ids,
     handle_backend_exception,
     hard_navigate,
 )
@@ -79,6 +80,16 @@ async def test_every_call_checks_again_so_a_revoked_session_is_refused_at_once(
     with pytest.raises(SignedOut):
         await current_account_id(tab)
     assert OPEN_TABS.session_ids() == set(), "a refused tab stays bound"
+
+
+async def test_an_app_pages_ids_come_with_the_same_check(engine: Engine) -> None:
+    new = _session(engine)
+    tab = _tab(new.token)
+    tab.current_app_id = "app-1"  # what the App guard resolved
+    assert await current_app_ids(tab) == (new.account_id, "app-1")
+    _revoke(engine, new.token)
+    with pytest.raises(SignedOut):
+        await current_app_ids(tab)
 
 
 async def test_an_expired_missing_or_forged_session_is_refused(engine: Engine) -> None:

@@ -39,7 +39,7 @@ from mosoo_web.pages.preview.services import (
     send_message,
     thread_of_agent,
 )
-from mosoo_web.state.session import SessionState, current_account_id
+from mosoo_web.state.session import SessionState, current_app_ids
 from mosoo_web.state.thread_chat import ThreadChat, thread_url_script
 
 _AGENT_PATH = re.compile(r"/apps/([^/]+)/agents/([^/?#]+)")
@@ -135,8 +135,8 @@ class PreviewState(ThreadChat, rx.State):
     # --- loading ---
 
     async def _context(self) -> tuple[str, str, SessionState]:
-        session = await self.get_state(SessionState)
-        return await current_account_id(self), session.current_app_id, session
+        account_id, app_id = await current_app_ids(self)
+        return account_id, app_id, await self.get_state(SessionState)
 
     def _apply_form(self, form: AgentForm) -> None:
         self.agent_name = form.name

@@ -18,7 +18,7 @@ from mosoo_core.runtime.threads import delete_thread_everywhere
 from mosoo_core.sessions import actions
 from mosoo_web.components.formatting import relative_time, size_text
 from mosoo_web.pages.threads.labels import PURPOSE_LABELS
-from mosoo_web.state.session import SessionState, current_account_id
+from mosoo_web.state.session import SessionState, current_app_ids
 from mosoo_web.state.thread_chat import ThreadChat
 
 
@@ -124,8 +124,7 @@ class ThreadDetailState(ThreadChat, rx.State):
         self.purpose, self.end_user_id = header.purpose, header.end_user_id
 
     async def _ids(self) -> tuple[str, str]:
-        session = await self.get_state(SessionState)
-        return await current_account_id(self), session.current_app_id
+        return await current_app_ids(self)
 
     @rx.event
     async def load(self) -> Any:
