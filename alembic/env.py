@@ -3,7 +3,7 @@
 from alembic import context
 
 from mosoo_core.db import get_engine
-from mosoo_core.models import metadata
+from mosoo_core.tables import metadata
 
 config = context.config
 

@@ -113,7 +113,7 @@ async def _sse(
 ) -> None:
     from mosoo_core import sessions, streams
     from mosoo_core.db import session_scope
-    from mosoo_core.sessions.models import AgentSession
+    from mosoo_core.tables.sessions import AgentSession
 
     sent_at: dict[int, float] = {}
     latencies: list[float] = []

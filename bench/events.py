@@ -33,10 +33,10 @@ REDIS_DB = 10
 def _prepare(data_dir: Path, streams: int) -> list[tuple[str, str, str, str]]:
     """Threads with a booting run each and a registered driver: (session, run, instance, token)."""
     from mosoo_core import identity, sessions
-    from mosoo_core.agents.models import Agent
     from mosoo_core.db import session_scope
     from mosoo_core.migrations import upgrade
-    from mosoo_core.sessions.models import SessionRun
+    from mosoo_core.tables.agents import Agent
+    from mosoo_core.tables.sessions import SessionRun
 
     upgrade()
     out = []

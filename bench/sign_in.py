@@ -60,9 +60,9 @@ def main() -> None:
     from mosoo_core.clock import utcnow
     from mosoo_core.db import session_scope
     from mosoo_core.errors import InvalidInput, RateLimited
-    from mosoo_core.identity.models import SignInFailure
     from mosoo_core.logs import configure_logging
     from mosoo_core.migrations import upgrade
+    from mosoo_core.tables.identity import SignInFailure
 
     configure_logging("bench", "WARNING", False)
     upgrade()

@@ -59,10 +59,6 @@ def make_engine(url: str) -> Engine:
 
 
 def get_engine(url: str | None = None) -> Engine:
-    # Every table must be known before the first query: foreign keys between packages
-    # resolve only when all their models are imported.
-    import mosoo_core.models  # noqa: F401
-
     url = url or get_settings().resolved_database_url
     if url not in _engines:
         _engines[url] = make_engine(url)

@@ -20,7 +20,7 @@ from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import Conflict, InvalidInput
-from mosoo_core.identity.models import IdempotencyRecord
+from mosoo_core.tables.identity import IdempotencyRecord
 
 RETENTION = timedelta(hours=24)
 # A claim this old belongs to a call whose process died; the key may be claimed again.

@@ -26,11 +26,12 @@ from mosoo_web.state.signed_out_tabs import close_signed_out_tabs
 settings = get_settings()
 configure_logging("web", settings.log_level, settings.log_json)
 
-# Toasts at the top: at the bottom right they cover the chat composer's Send button.
+# Toasts at the top centre: at the bottom right they cover the chat composer's Send button, at
+# the top right a page's own actions (Publish, Versions), and a toast under the pointer pauses.
 # A signed-out tab's action raises `SignedOut`; the handler sends the tab to /login.
 app = rx.App(
     api_transformer=build_api(),
-    toaster=rx.toast.provider(position="top-right"),
+    toaster=rx.toast.provider(position="top-center"),
     backend_exception_handler=handle_backend_exception,
 )
 # Pushes the open tabs of a session that ended (sign-out elsewhere, expiry) to /login.

@@ -66,7 +66,7 @@ def database_url(
 
 
 def _truncate_all(engine: Engine) -> None:
-    from mosoo_core.models import metadata
+    from mosoo_core.tables import metadata
 
     with engine.begin() as connection:
         for table in reversed(metadata.sorted_tables):

@@ -1,7 +1,7 @@
 """Agents: profile, runtime catalog, readiness, published versions."""
 
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, Runtime
-from mosoo_core.agents.models import UNSET, AgentChanges, ProviderOptionChanges, Unset
+from mosoo_core.agents.changes import UNSET, AgentChanges, ProviderOptionChanges, Unset
 from mosoo_core.agents.packages import ImportReport, export_agent, import_agent
 from mosoo_core.agents.service import (
     DEFAULT_TOOLS,

@@ -14,10 +14,11 @@ from typing import Any
 from sqlmodel import Session, col, func, or_, select
 
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, TOOL_POLICIES
-from mosoo_core.agents.models import Agent, AgentChanges, AgentVersion, ProviderOptionChanges
+from mosoo_core.agents.changes import AgentChanges, ProviderOptionChanges
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.identity import get_app
+from mosoo_core.tables.agents import Agent, AgentVersion
 
 DEFAULT_TOOLS = {
     "bash": "ask",
@@ -99,7 +100,7 @@ def agent_view(agent: Agent) -> AgentView:
 
 
 def credential_belongs_to_app(db: Session, app_id: str, credential_id: str) -> bool:
-    from mosoo_core.vault.models import ProviderCredential
+    from mosoo_core.tables.vault import ProviderCredential
 
     credential = db.get(ProviderCredential, credential_id)
     return credential is not None and credential.app_id == app_id
@@ -250,7 +251,7 @@ def list_agents(db: Session, account_id: str, app_id: str) -> list[AgentView]:
 def last_activity_by_agent(db: Session, account_id: str, app_id: str) -> dict[str, datetime]:
     """Per Agent of the App: when its newest thread was last updated, else when the Agent was
     (one grouped query)."""
-    from mosoo_core.sessions.models import AgentSession
+    from mosoo_core.tables.sessions import AgentSession
 
     get_app(db, account_id, app_id)
     newest = func.max(AgentSession.updated_at)
@@ -481,7 +482,7 @@ def delete_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> De
     """Delete an Agent with its threads, events, runs and versions (foreign-key cascade).
     Live drivers of its threads are marked stopped. Objects and sandboxes are the caller's:
     use `mosoo_core.runtime.runs.delete_agent_everywhere`, which does all three."""
-    from mosoo_core.sessions.models import AgentSession, DriverInstance
+    from mosoo_core.tables.sessions import AgentSession, DriverInstance
 
     agent = owned_agent(db, account_id, app_id, agent_id)
     subject = f"agent:{agent.id}"
@@ -515,7 +516,7 @@ def delete_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> De
 
 def count_threads(db: Session, account_id: str, app_id: str, agent_id: str) -> int:
     """How many threads go with the Agent if it is deleted."""
-    from mosoo_core.sessions.models import AgentSession
+    from mosoo_core.tables.sessions import AgentSession
 
     agent = owned_agent(db, account_id, app_id, agent_id)
     return len(db.exec(select(AgentSession.id).where(AgentSession.agent_id == agent.id)).all())

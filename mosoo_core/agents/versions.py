@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlmodel import Session, col, func, select
 
-from mosoo_core.agents.models import Agent, AgentVersion
 from mosoo_core.agents.service import AgentView, agent_view, owned_agent, readiness
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
+from mosoo_core.tables.agents import Agent, AgentVersion
 
 # What a version freezes: everything a run needs from the profile.
 PROFILE_FIELDS = (
@@ -50,7 +50,7 @@ def versions_using_credential(
 ) -> list[tuple[str, int]]:
     """(Agent name, version number) of the versions that can still run with the key: the
     published version of each Agent and every version a thread pins."""
-    from mosoo_core.sessions.models import AgentSession
+    from mosoo_core.tables.sessions import AgentSession
 
     used: list[tuple[str, int]] = []
     rows = db.exec(

@@ -32,7 +32,7 @@ from mosoo_core import sessions, streams
 from mosoo_core.db import session_scope
 from mosoo_core.logs import get_logger
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import DriverInstance
+from mosoo_core.tables.sessions import DriverInstance
 
 log = get_logger(__name__)
 HELLO_TIMEOUT_SECONDS = 10.0

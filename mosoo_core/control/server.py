@@ -67,8 +67,8 @@ def build_app() -> Starlette:
 def resolve_upstream(db: Any, grant: driver_plane.GrantContext) -> Upstream:
     """The provider behind a run's credential (which must be of the run's App), with its key
     decrypted in memory for one call."""
+    from mosoo_core.tables.vault import ProviderCredential
     from mosoo_core.vault import reveal_provider_key
-    from mosoo_core.vault.models import ProviderCredential
 
     credential = db.get(ProviderCredential, grant.credential_id)
     if credential is None or credential.app_id != grant.app_id:

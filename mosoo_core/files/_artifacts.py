@@ -23,7 +23,6 @@ from sqlmodel import select
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.files._names import clean_name, media_type_for
-from mosoo_core.files.models import StoredFile
 from mosoo_core.files.service import (
     MAX_FILE_BYTES,
     FileView,
@@ -36,6 +35,7 @@ from mosoo_core.files.service import (
 from mosoo_core.files.store import ChunkReader
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox import WORKSPACE, SandboxBackend, SandboxError, SandboxRef
+from mosoo_core.tables.files import StoredFile
 
 log = get_logger(__name__)
 
@@ -69,7 +69,7 @@ def record_artifacts(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> l
     """Record the run's new or changed outputs for its thread and return them (what the
     caller announces in one `session_files.updated` event, only when something changed).
     Safe to run twice: what is recorded already is not returned again."""
-    from mosoo_core.sessions.models import AgentSession, SessionRun
+    from mosoo_core.tables.sessions import AgentSession, SessionRun
 
     with session_scope() as db:
         run = db.get(SessionRun, run_id)

@@ -19,7 +19,6 @@ from typing import Any
 from sqlmodel import col, select
 
 from mosoo_core.db import session_scope
-from mosoo_core.files.models import StoredFile
 from mosoo_core.files.store import ObjectStore, get_store, iter_chunks
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox import (
@@ -29,6 +28,7 @@ from mosoo_core.runtime.sandbox import (
     SandboxRef,
     remove_read_only_tree,
 )
+from mosoo_core.tables.files import StoredFile
 
 log = get_logger(__name__)
 
@@ -46,7 +46,7 @@ def deliver_attachments(
     """Put the run's attachments into the sandbox and return the `input.start` manifest
     [{file_id, name, mime_type, size, path}]. A file deleted since the message was sent is
     left out. SandboxError when a file cannot be delivered or is not readable inside."""
-    from mosoo_core.sessions.models import SessionRun
+    from mosoo_core.tables.sessions import SessionRun
 
     with session_scope() as db:
         run = db.get(SessionRun, run_id)
@@ -139,7 +139,7 @@ def remove_stale_attachments(backend: SandboxBackend, ref: SandboxRef) -> int:
     """Take out of a shared (Pet) sandbox the attachments of runs that are over but were never
     cleaned up after (a run failed without its driver, a worker died): they were meant for one
     message only. Attachments of runs still active stay."""
-    from mosoo_core.sessions.models import ACTIVE_RUN_STATUSES, SessionRun
+    from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, SessionRun
 
     try:
         folder = backend.attachments_dir(ref)

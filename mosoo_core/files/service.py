@@ -23,9 +23,9 @@ from sqlmodel import Session, col, func, select
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput, NotFound, PayloadTooLarge
 from mosoo_core.files._names import media_type_for, sanitize_name
-from mosoo_core.files.models import FILE_KINDS, StoredFile
 from mosoo_core.files.store import CHUNK, get_store
 from mosoo_core.logs import get_logger
+from mosoo_core.tables.files import FILE_KINDS, StoredFile
 
 log = get_logger(__name__)
 
@@ -207,7 +207,7 @@ def upload_file(
     its threads. Streams (never holds the file in memory), refuses more than 64 MiB
     (PayloadTooLarge) and unusable names (InvalidInput, field "name"); a thread holds at most
     100 attachments. Identical content is stored once per App."""
-    from mosoo_core.agents.models import Agent
+    from mosoo_core.tables.agents import Agent
 
     _owned_app(db, account_id, app_id)
     agent = db.get(Agent, agent_id) if agent_id else None

@@ -55,7 +55,7 @@ from mosoo_core.identity._tokens import (
     list_access_tokens,
     revoke_access_token,
 )
-from mosoo_core.identity.models import AccountView, AppView, OrganizationView
+from mosoo_core.identity.views import AccountView, AppView, OrganizationView
 
 __all__ = [
     "INVALID_CODE",

@@ -9,15 +9,8 @@ from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput, NotFound
-from mosoo_core.identity.models import (
-    Account,
-    AccountView,
-    App,
-    AppView,
-    AuthIdentity,
-    Organization,
-    OrganizationView,
-)
+from mosoo_core.identity.views import AccountView, AppView, OrganizationView
+from mosoo_core.tables.identity import Account, App, AuthIdentity, Organization
 
 NAME_MAX = 120
 

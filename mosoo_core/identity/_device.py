@@ -20,8 +20,8 @@ from mosoo_core.clock import utcnow
 from mosoo_core.errors import Conflict, NotFound, RateLimited
 from mosoo_core.identity._secrets import token_digest
 from mosoo_core.identity._tokens import create_access_token
-from mosoo_core.identity.models import Account, DeviceAuthorization
 from mosoo_core.logs import get_logger
+from mosoo_core.tables.identity import Account, DeviceAuthorization
 
 log = get_logger("mosoo.identity.device")
 

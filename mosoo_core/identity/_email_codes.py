@@ -15,9 +15,9 @@ from mosoo_core.db import commit_refusal, session_scope
 from mosoo_core.errors import InvalidInput, RateLimited
 from mosoo_core.identity._accounts import normalize_email, sign_in_identity
 from mosoo_core.identity._secrets import code_digest, new_code
-from mosoo_core.identity.models import Account, EmailCode, SignInFailure
 from mosoo_core.mail import queue_email
 from mosoo_core.settings import get_settings
+from mosoo_core.tables.identity import Account, EmailCode, SignInFailure
 from mosoo_core.tasks_client import enqueue_email_delivery
 
 WINDOW = timedelta(hours=1)

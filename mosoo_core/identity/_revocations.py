@@ -34,9 +34,9 @@ from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.identity._secrets import token_digest
 from mosoo_core.identity._sessions import revoke_session
-from mosoo_core.identity.models import AuthSession
 from mosoo_core.logs import get_logger
 from mosoo_core.settings import get_settings
+from mosoo_core.tables.identity import AuthSession
 
 log = get_logger(__name__)
 

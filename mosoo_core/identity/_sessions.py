@@ -10,8 +10,8 @@ from sqlmodel import Session, select
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import Unauthenticated
 from mosoo_core.identity._secrets import random_token, token_digest
-from mosoo_core.identity.models import Account, AuthSession, EmailCode, LoginTicket, SignInFailure
 from mosoo_core.settings import get_settings
+from mosoo_core.tables.identity import Account, AuthSession, EmailCode, LoginTicket, SignInFailure
 
 
 @dataclass(frozen=True)

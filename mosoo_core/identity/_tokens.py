@@ -12,7 +12,7 @@ from sqlmodel import Session, col, select
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput, NotFound, Unauthenticated
 from mosoo_core.identity._secrets import token_digest
-from mosoo_core.identity.models import AccessToken, Account
+from mosoo_core.tables.identity import AccessToken, Account
 
 TOKEN_PREFIX = "mst_"
 LABEL_MAX = 80

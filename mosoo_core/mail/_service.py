@@ -12,8 +12,8 @@ from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
 from mosoo_core.logs import get_logger
-from mosoo_core.mail.models import OutboundEmail
 from mosoo_core.settings import Settings, get_settings
+from mosoo_core.tables.mail import OutboundEmail
 
 log = get_logger(__name__)
 MAX_ATTEMPTS = 5

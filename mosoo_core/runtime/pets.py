@@ -34,7 +34,7 @@ from mosoo_core.runtime.sandbox import (
     get_backend,
 )
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
+from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
 
 log = get_logger(__name__)
 

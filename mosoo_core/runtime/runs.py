@@ -29,11 +29,9 @@ from sqlmodel import Session, col, select
 
 from driver.protocol import BootPayload, ExecutionSpec, GatewayGrant
 from mosoo_core import agents, files, sessions, streams
-from mosoo_core.agents.models import Agent
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.files import get_store, iter_chunks
-from mosoo_core.files.models import StoredFile
 from mosoo_core.files.store import ChunkReader
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox import (
@@ -49,9 +47,12 @@ from mosoo_core.runtime.sandbox import (
     get_backend,
 )
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
 from mosoo_core.settings import get_settings
-from mosoo_core.vault.models import ProviderCredential, ProviderKind
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.files import StoredFile
+from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
+from mosoo_core.tables.vault import ProviderCredential
+from mosoo_core.vault.types import ProviderKind
 
 log = get_logger(__name__)
 READY_TIMEOUT_SECONDS = 60.0

@@ -17,7 +17,7 @@ from driver.protocol import COMMAND_KINDS, CommandUpdate, Hello
 from mosoo_core.clock import utcnow
 from mosoo_core.db import commit_refusal
 from mosoo_core.ids import new_id
-from mosoo_core.sessions.models import DriverCommand, DriverInstance
+from mosoo_core.tables.sessions import DriverCommand, DriverInstance
 
 BOOT_TOKEN_TTL = timedelta(seconds=60)
 

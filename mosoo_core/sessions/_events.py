@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
-from mosoo_core.sessions.models import AgentSession, SessionEvent
+from mosoo_core.tables.sessions import AgentSession, SessionEvent
 
 
 @dataclass(frozen=True)

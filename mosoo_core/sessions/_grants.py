@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from sqlmodel import Session, select
 
 from mosoo_core.clock import utcnow
-from mosoo_core.sessions.models import ACTIVE_RUN_STATUSES, AgentSession, ModelGrant, SessionRun
+from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, ModelGrant, SessionRun
 
 GRANT_PREFIX = "mgr_"
 DEFAULT_GRANT_TTL = timedelta(hours=6)

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from sqlmodel import Session, col, select
 
 from mosoo_core import agents, identity, streams, tasks_client
-from mosoo_core.agents.models import Agent
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.sessions import service, threads
 from mosoo_core.sessions._events import StoredEvent
-from mosoo_core.sessions.models import SESSION_STATUSES, AgentSession, SessionRun
 from mosoo_core.sessions.service import RunView, Sent, SessionView, run_view, session_view
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.sessions import SESSION_STATUSES, AgentSession, SessionRun
 
 THREADS_PAGE_MAX = 100
 IDS_MAX = 100

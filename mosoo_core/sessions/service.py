@@ -14,7 +14,7 @@ from mosoo_core.identity import get_app
 from mosoo_core.sessions import _drivers
 from mosoo_core.sessions._events import NewEvent, StoredEvent, append_events, read_events
 from mosoo_core.sessions._runs import finish_run, set_session_status
-from mosoo_core.sessions.models import ACTIVE_RUN_STATUSES, AgentSession, SessionRun
+from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, SessionRun
 
 MAX_MESSAGE_CHARS = 100_000
 
@@ -108,7 +108,7 @@ def create_session(
 ) -> SessionView:
     """Start an empty thread with an Agent of the account's App. Preview threads run the
     draft; every other thread pins the published version and is refused while there is none."""
-    from mosoo_core.agents.models import Agent
+    from mosoo_core.tables.agents import Agent
 
     get_app(db, account_id, app_id)
     agent = db.get(Agent, agent_id) if agent_id else None

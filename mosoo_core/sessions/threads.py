@@ -18,14 +18,14 @@ from mosoo_core.clock import utcnow
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.identity import get_app
 from mosoo_core.sessions import _drivers
-from mosoo_core.sessions.models import (
+from mosoo_core.sessions.service import active_run, owned_session
+from mosoo_core.tables.sessions import (
     ACTIVE_RUN_STATUSES,
     AgentSession,
     DriverInstance,
     SessionEvent,
     SessionRun,
 )
-from mosoo_core.sessions.service import active_run, owned_session
 
 SECTIONS = ("working", "completed", "archived")
 TITLE_MAX_CHARS = 80
@@ -174,7 +174,7 @@ def list_threads(
     """The App's threads, most recently active first. `failed=True` keeps threads whose last
     run failed (False: those whose last run did not). `before` is the id of the last row of
     the previous page."""
-    from mosoo_core.agents.models import Agent
+    from mosoo_core.tables.agents import Agent
 
     get_app(db, account_id, app_id)
     if section is not None and section not in SECTIONS:
@@ -318,7 +318,7 @@ def get_thread(
 ) -> ThreadRow:
     """One thread as an inbox row; NotFound for a thread the account does not own and, with
     `app_id`, for one of another App (a page of one App never shows another's thread)."""
-    from mosoo_core.agents.models import Agent
+    from mosoo_core.tables.agents import Agent
 
     thread = owned_session(db, account_id, thread_id)
     if app_id is not None and thread.app_id != app_id:

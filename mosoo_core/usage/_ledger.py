@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from mosoo_core.usage.models import UsageEvent
+from mosoo_core.tables.usage import UsageEvent
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from mosoo_core.vault._secrets import (
     rotate_master_key,
     store_secret,
 )
-from mosoo_core.vault.models import (
+from mosoo_core.vault.types import (
     PROVIDER_PRESETS,
     ConnectionResult,
     ProviderCredentialInput,

@@ -11,7 +11,7 @@ from sqlmodel import Session
 from mosoo_core.logs import get_logger
 from mosoo_core.vault._credentials import _owned_credential, reveal_provider_key
 from mosoo_core.vault._headers import provider_headers
-from mosoo_core.vault.models import ConnectionResult
+from mosoo_core.vault.types import ConnectionResult
 
 CONNECTION_TIMEOUT_SECONDS = 10.0
 log = get_logger("mosoo.vault")

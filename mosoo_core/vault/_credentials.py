@@ -10,15 +10,15 @@ from sqlmodel import Session, col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
 from mosoo_core import identity
-from mosoo_core.agents.models import Agent
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.ids import new_id
 from mosoo_core.logs import get_logger
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.vault import ProviderCredential
 from mosoo_core.vault._secrets import delete_secret, replace_secret, reveal_secret, store_secret
-from mosoo_core.vault.models import (
+from mosoo_core.vault.types import (
     PROVIDER_PRESETS,
-    ProviderCredential,
     ProviderCredentialInput,
     ProviderCredentialView,
     ProviderKind,

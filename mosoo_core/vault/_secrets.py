@@ -12,10 +12,11 @@ from mosoo_core.clock import utcnow
 from mosoo_core.errors import NotFound
 from mosoo_core.ids import new_id
 from mosoo_core.logs import get_logger
+from mosoo_core.tables.vault import VaultSecret
 from mosoo_core.vault._crypto import Sealed, rewrap, seal, unseal
 from mosoo_core.vault._errors import VaultError
 from mosoo_core.vault._keys import MasterKey, load_master_key
-from mosoo_core.vault.models import RotationResult, VaultSecret
+from mosoo_core.vault.types import RotationResult
 
 SECRET_MAX_CHARS = 65_536
 log = get_logger("mosoo.vault")

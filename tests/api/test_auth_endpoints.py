@@ -12,8 +12,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from mosoo_core import identity, mail
-from mosoo_core.identity.models import AuthSession, EmailCode, SignInFailure
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.identity import AuthSession, EmailCode, SignInFailure
 from mosoo_web.api import build_api
 
 

@@ -10,8 +10,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from mosoo_core import files
-from mosoo_core.files.models import StoredFile
-from mosoo_core.sessions.models import SessionRun
+from mosoo_core.tables.files import StoredFile
+from mosoo_core.tables.sessions import SessionRun
 from mosoo_web.api.v1.files import content_disposition
 from tests.api.conftest import ApiOwner
 

@@ -13,9 +13,9 @@ from sqlmodel import Session, select
 from mosoo_core import idempotency
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import Conflict, RateLimited
-from mosoo_core.identity.models import IdempotencyRecord
-from mosoo_core.sessions.models import AgentSession, SessionRun
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.identity import IdempotencyRecord
+from mosoo_core.tables.sessions import AgentSession, SessionRun
 from mosoo_web.api.v1 import _ratelimit
 from tests.api.conftest import REDIS_URL, ApiOwner, use_redis
 from tests.support.processes import free_port

@@ -19,8 +19,8 @@ from sqlmodel import Session, select
 from mosoo_core import streams
 from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.driver_plane import NewEvent
-from mosoo_core.sessions.models import SessionEvent
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.sessions import SessionEvent
 from tests.api.conftest import REDIS_URL, ApiOwner, LiveServer, live_server
 from tests.support.processes import wait_for
 

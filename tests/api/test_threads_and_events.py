@@ -14,7 +14,7 @@ from sqlmodel import Session, select
 from mosoo_core import agents, sessions, vault
 from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.driver_plane import NewEvent
-from mosoo_core.sessions.models import AgentSession, DriverCommand, SessionRun
+from mosoo_core.tables.sessions import AgentSession, DriverCommand, SessionRun
 from mosoo_web.api import build_api
 from tests.api.conftest import REDIS_URL, ApiOwner, make_owner, use_redis
 from tests.support.processes import free_port

@@ -16,8 +16,8 @@ from driver.protocol import DriverEvent
 from mosoo_core import agents, identity, sessions, streams, vault
 from mosoo_core.db import session_scope
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import DriverInstance
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.sessions import DriverInstance
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
 from tests.support.processes import wait_for

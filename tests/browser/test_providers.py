@@ -9,8 +9,8 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, WebSocket, expect
 from sqlmodel import Session, create_engine, select
 
-from mosoo_core.agents.models import Agent
-from mosoo_core.vault.models import ProviderCredential
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.vault import ProviderCredential
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
 from tests.support.openai_server import ScriptedOpenAIServer

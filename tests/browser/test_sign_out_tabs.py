@@ -18,9 +18,9 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 from sqlmodel import Session, func, select
 
 from mosoo_core import identity
-from mosoo_core.agents.models import Agent
 from mosoo_core.clock import utcnow
-from mosoo_core.identity.models import AccessToken, App, AuthSession, Organization
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.identity import AccessToken, App, AuthSession, Organization
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
 

@@ -13,12 +13,12 @@ from playwright.sync_api import Browser, Page, expect
 from sqlmodel import select
 
 from mosoo_core import files, identity, sessions
-from mosoo_core.agents.models import Agent
 from mosoo_core.db import session_scope
 from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.driver_plane import NewEvent, append_events
-from mosoo_core.sessions.models import AgentSession, SessionRun
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.sessions import AgentSession, SessionRun
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
 from tests.browser.test_preview_chat import _account_id

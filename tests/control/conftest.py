@@ -19,10 +19,10 @@ from sqlmodel import Session
 
 from driver.protocol import PROTOCOL_VERSION
 from mosoo_core import identity, sessions
-from mosoo_core.agents.models import Agent
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import SessionRun
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.sessions import SessionRun
 from tests.support.processes import wait_for
 
 TEST_REDIS_DB = 12

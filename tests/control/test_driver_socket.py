@@ -11,7 +11,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import AgentSession, DriverCommand, DriverInstance, SessionRun
+from mosoo_core.tables.sessions import AgentSession, DriverCommand, DriverInstance, SessionRun
 from tests.control.conftest import (
     TEST_REDIS_DB,
     ControlServer,

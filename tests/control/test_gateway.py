@@ -11,11 +11,11 @@ from sqlmodel import Session, select
 
 from driver.protocol import BootPayload
 from mosoo_core import vault
-from mosoo_core.agents.models import Agent
 from mosoo_core.runtime.runs import plan_boot
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import SessionRun
-from mosoo_core.usage.models import UsageEvent
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.sessions import SessionRun
+from mosoo_core.tables.usage import UsageEvent
 from tests.control.conftest import ControlServer, boot_fixture
 from tests.support.openai_server import ScriptedOpenAIServer, TextTurn
 from tests.support.processes import wait_for

@@ -22,7 +22,6 @@ from sqlmodel import Session, select
 from mosoo_core import agents, files, identity, sessions, streams
 from mosoo_core.errors import InvalidInput
 from mosoo_core.files import get_store
-from mosoo_core.files.models import StoredFile
 from mosoo_core.runtime.runs import installation_label, record_run_outputs
 from mosoo_core.runtime.sandbox import (
     LABEL_SUBJECT,
@@ -35,8 +34,9 @@ from mosoo_core.runtime.sandbox.docker_backend import DockerBackend
 from mosoo_core.runtime.sandbox.image import ensure_process_runtime, ensure_sandbox_image
 from mosoo_core.runtime.sandbox.process_backend import ProcessBackend
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import SessionRun
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.files import StoredFile
+from mosoo_core.tables.sessions import SessionRun
 from mosoo_core.tasks_client import enqueue_run_dispatch
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import free_port, wait_for

@@ -15,14 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docker
 import pytest
-from docker import errors as docker_errors
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from mosoo_core import files, sessions
-from mosoo_core.agents.models import Agent
 from mosoo_core.files import get_store
 from mosoo_core.identity import list_apps, sign_in_identity
 from mosoo_core.runtime.runs import (
@@ -34,7 +31,8 @@ from mosoo_core.runtime.runs import (
 )
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT, SandboxSpec, get_backend
 from mosoo_core.sessions import actions, driver_plane
-from mosoo_core.sessions.models import DriverCommand, DriverInstance, SessionRun
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.sessions import DriverCommand, DriverInstance, SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import wait_for
 from tests.support.stack import (
@@ -42,6 +40,7 @@ from tests.support.stack import (
     RuntimeStack,
     bind_unserved_control_socket,
     kill_worker_once_sandbox_created,
+    labelled_containers,
     make_agent,
     new_thread,
     runtime_env,
@@ -65,13 +64,9 @@ def stack(
 
 
 def _containers(subject: str) -> list[Any]:
-    labels = [f"{LABEL_SUBJECT}={subject}", *(f"{k}={v}" for k, v in installation_label().items())]
-    for _ in range(10):
-        try:
-            return list(docker.from_env().containers.list(all=True, filters={"label": labels}))
-        except docker_errors.NotFound:
-            continue  # one went between the engine's list and the SDK's inspect: list again
-    raise AssertionError(f"could not list the sandboxes of {subject}")
+    return labelled_containers(
+        f"{LABEL_SUBJECT}={subject}", *(f"{k}={v}" for k, v in installation_label().items())
+    )
 
 
 def _run(engine: Engine, run_id: str) -> SessionRun:

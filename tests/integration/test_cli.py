@@ -25,7 +25,7 @@ from sqlmodel import Session, select
 
 from mosoo_core import agents, api_client, identity, migrations
 from mosoo_core.clock import utcnow
-from mosoo_core.identity.models import AccessToken, DeviceAuthorization
+from mosoo_core.tables.identity import AccessToken, DeviceAuthorization
 from tests.support.openai_server import FailedTurn, TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import (
     ROOT,

@@ -17,17 +17,24 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import SessionEvent
+from mosoo_core.tables.sessions import SessionEvent
 from tests.support.openai_server import TextTurn
 from tests.support.processes import stop_group, wait_for
-from tests.support.stack import RuntimeStack, make_agent, new_thread, runtime_stack, send, wait_run
+from tests.support.stack import (
+    RuntimeStack,
+    labelled_containers,
+    make_agent,
+    new_thread,
+    runtime_stack,
+    send,
+    wait_run,
+)
 
 pytestmark = pytest.mark.integration
 REDIS_DB = 8
@@ -149,13 +156,8 @@ def test_control_killed_mid_stream_and_restarted_the_run_completes_with_every_ev
     assert b"driver.connected" in (stack.logs / "control-2.log").read_bytes()
 
     # Cattle: the sandbox is removed once the run is over, by a worker the new control asked.
-    client = docker.from_env()
     wait_for(
-        lambda: (
-            not client.containers.list(
-                all=True, filters={"label": f"{LABEL_SUBJECT}=session:{thread_id}"}
-            )
-        ),
+        lambda: not labelled_containers(f"{LABEL_SUBJECT}=session:{thread_id}"),
         60,
         "the Cattle sandbox to be removed",
     )

@@ -16,8 +16,8 @@ from sqlmodel import Session
 from mosoo_core import identity, mail
 from mosoo_core.celery_app import configured_app
 from mosoo_core.mail._service import MAX_ATTEMPTS
-from mosoo_core.mail.models import OutboundEmail
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.mail import OutboundEmail
 from mosoo_core.tasks_client import enqueue_email_delivery
 from tests.support.processes import free_port, mosoo_env, running, stop_group, wait_for
 from tests.support.smtp_sink import SMTPSink

@@ -15,8 +15,8 @@ from sqlmodel import select
 
 from mosoo_core import identity
 from mosoo_core.db import session_scope
-from mosoo_core.identity.models import Account
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.identity import Account
 from mosoo_web.api import build_api
 from mosoo_web.api.google import CALLBACK_PATH, OAUTH_COOKIE, google_sign_in_enabled
 from tests.support.oidc_provider import LoopbackServer, OIDCProvider, ProviderUser

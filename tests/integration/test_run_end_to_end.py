@@ -20,13 +20,14 @@ from mosoo_core.files import get_store
 from mosoo_core.runtime.runs import STUCK_BOOT_AFTER, checkpoint_key, sweep_stuck_boots
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import SessionRun
+from mosoo_core.tables.sessions import SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import wait_for
 from tests.support.stack import (
     RuntimeStack,
     bind_unserved_control_socket,
     kill_worker_once_sandbox_created,
+    labelled_containers,
     make_agent,
     new_thread,
     runtime_stack,
@@ -48,7 +49,7 @@ def stack(
 
 
 def _containers(label: str) -> list[object]:
-    return docker.from_env().containers.list(all=True, filters={"label": label})
+    return labelled_containers(label)
 
 
 def test_message_streams_text_and_a_bash_tool_call_in_a_docker_sandbox(stack: RuntimeStack) -> None:

@@ -15,11 +15,11 @@ from sqlmodel import Session, select
 
 from mosoo_core import files, sessions, streams
 from mosoo_core.errors import NotFound
-from mosoo_core.files.models import StoredFile
 from mosoo_core.runtime.runs import checkpoint_key
 from mosoo_core.runtime.sandbox import LABEL_DRIVER_INSTANCE, get_backend
 from mosoo_core.runtime.threads import delete_thread_everywhere
-from mosoo_core.sessions.models import AgentSession, SessionEvent, SessionRun
+from mosoo_core.tables.files import StoredFile
+from mosoo_core.tables.sessions import AgentSession, SessionEvent, SessionRun
 from mosoo_core.tasks_client import enqueue_run_dispatch
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import wait_for

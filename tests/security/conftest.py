@@ -29,10 +29,10 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
 from mosoo_core import identity, migrations, sessions
-from mosoo_core.agents.models import Agent
-from mosoo_core.mail.models import OutboundEmail
-from mosoo_core.sessions.models import SessionRun
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.mail import OutboundEmail
+from mosoo_core.tables.sessions import SessionRun
 from tests.api.conftest import ApiOwner
 from tests.support.processes import free_port, mosoo_env, running, wait_for
 

@@ -15,7 +15,7 @@ from sqlmodel import Session
 
 from mosoo_core import identity
 from mosoo_core.clock import utcnow
-from mosoo_core.identity.models import AccessToken, DeviceAuthorization
+from mosoo_core.tables.identity import AccessToken, DeviceAuthorization
 from tests.security.conftest import count, error_code, next_loopback_address, rows, update
 
 pytestmark = pytest.mark.integration

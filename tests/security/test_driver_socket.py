@@ -17,7 +17,7 @@ from sqlmodel import Session
 from driver.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION
 from mosoo_core.clock import utcnow
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import DriverInstance
+from mosoo_core.tables.sessions import DriverInstance
 from tests.security.conftest import Control, queued_run, run_row, update
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import col
 
 from mosoo_core.clock import utcnow
-from mosoo_core.identity.models import Account, AuthSession, EmailCode, SignInFailure
-from mosoo_core.mail.models import OutboundEmail
+from mosoo_core.tables.identity import Account, AuthSession, EmailCode, SignInFailure
+from mosoo_core.tables.mail import OutboundEmail
 from tests.security.conftest import (
     count,
     error_code,

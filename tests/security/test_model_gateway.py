@@ -14,8 +14,8 @@ from sqlmodel import Session
 from mosoo_core import vault
 from mosoo_core.clock import utcnow
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import ModelGrant
-from mosoo_core.usage.models import UsageEvent
+from mosoo_core.tables.sessions import ModelGrant
+from mosoo_core.tables.usage import UsageEvent
 from tests.security.conftest import Control, count, queued_run, run_row, update
 from tests.support.openai_server import ScriptedOpenAIServer, TextTurn
 from tests.support.processes import wait_for

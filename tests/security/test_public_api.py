@@ -18,9 +18,9 @@ from sqlmodel import Session
 
 from mosoo_core import files, identity
 from mosoo_core.clock import utcnow
-from mosoo_core.files.models import StoredFile
-from mosoo_core.identity.models import AccessToken, IdempotencyRecord
-from mosoo_core.sessions.models import AgentSession, SessionRun
+from mosoo_core.tables.files import StoredFile
+from mosoo_core.tables.identity import AccessToken, IdempotencyRecord
+from mosoo_core.tables.sessions import AgentSession, SessionRun
 from tests.api.conftest import ApiOwner as Owner
 from tests.api.conftest import make_owner
 from tests.security.conftest import (

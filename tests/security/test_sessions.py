@@ -14,7 +14,7 @@ from sqlmodel import Session
 
 from mosoo_core import identity
 from mosoo_core.clock import utcnow
-from mosoo_core.identity.models import AuthSession, LoginTicket
+from mosoo_core.tables.identity import AuthSession, LoginTicket
 from tests.security.conftest import count, error_code, latest_code, rows, sign_in, update, verify
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ from sqlmodel import Session, select
 from mosoo_core import identity
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput, NotFound, Unauthenticated
-from mosoo_core.identity.models import AccessToken
+from mosoo_core.tables.identity import AccessToken
 
 
 def _account(db: Session, email: str) -> str:

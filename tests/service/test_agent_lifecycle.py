@@ -11,12 +11,12 @@ import pytest
 from sqlmodel import Session, select
 
 from mosoo_core import agents, identity, sessions, vault
-from mosoo_core.agents.models import Agent, AgentVersion
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.files import get_store
 from mosoo_core.runtime.runs import checkpoint_key, delete_agent_everywhere
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import AgentSession, DriverInstance, SessionEvent, SessionRun
+from mosoo_core.tables.agents import Agent, AgentVersion
+from mosoo_core.tables.sessions import AgentSession, DriverInstance, SessionEvent, SessionRun
 
 
 def _owner(db: Session, email: str = "owner@example.com") -> tuple[str, str]:

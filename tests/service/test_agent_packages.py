@@ -18,8 +18,8 @@ import pytest
 from sqlmodel import Session, select
 
 from mosoo_core import agents, identity, vault
-from mosoo_core.agents.models import Agent
 from mosoo_core.errors import InvalidInput, NotFound
+from mosoo_core.tables.agents import Agent
 
 KEY = "sk-proj-Zq8Xn4Lr7TvW2yHc9PbM3kJd6FsG1aQeR5uI0oplabcd"
 BASE_URL = "https://llm.example.com/v1"
@@ -173,7 +173,7 @@ def test_exported_package_has_a_stable_manifest_with_the_profile_and_the_provide
 
 
 def test_exported_package_contains_no_key_credential_id_or_vault_data(db: Session) -> None:
-    from mosoo_core.vault.models import VaultSecret
+    from mosoo_core.tables.vault import VaultSecret
 
     account_id, app_id = _owner(db)
     credential = _credential(db, account_id, app_id)

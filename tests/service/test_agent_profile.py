@@ -15,10 +15,10 @@ import pytest
 from sqlmodel import Session
 
 from mosoo_core import agents, identity, sessions, vault
-from mosoo_core.agents.models import Agent, AgentVersion
 from mosoo_core.errors import Conflict, InvalidInput
 from mosoo_core.runtime.runs import plan_boot
-from mosoo_core.sessions.models import SessionRun
+from mosoo_core.tables.agents import Agent, AgentVersion
+from mosoo_core.tables.sessions import SessionRun
 
 PROVIDER_KEY = "sk-proj-Zq8Xn4Lr7TvW2yHc9PbM3kJd6FsG1aQeR5uI0oplabcd"
 SKILL, OTHER_SKILL = "01SKILLCHANGELOG0000000000", "01SKILLRELEASE000000000000"

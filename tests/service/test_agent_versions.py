@@ -11,7 +11,7 @@ from mosoo_core import agents, identity, sessions, vault
 from mosoo_core.agents.versions import PROFILE_FIELDS
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.runtime.runs import plan_boot
-from mosoo_core.sessions.models import SessionRun
+from mosoo_core.tables.sessions import SessionRun
 
 PROVIDER_KEY = "sk-proj-Zq8Xn4Lr7TvW2yHc9PbM3kJd6FsG1aQeR5uI0oplabcd"
 

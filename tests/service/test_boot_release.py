@@ -15,13 +15,13 @@ from sqlmodel import Session, select
 
 from driver.protocol import DriverEvent
 from mosoo_core import sessions
-from mosoo_core.agents.models import Agent
 from mosoo_core.identity import list_apps, sign_in_identity
 from mosoo_core.runtime.runs import dispatching_key, finish_run_sandbox
 from mosoo_core.runtime.sandbox import SandboxBackend, get_backend
 from mosoo_core.sessions import actions, driver_plane
-from mosoo_core.sessions.models import DriverCommand, DriverInstance, SessionRun
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.sessions import DriverCommand, DriverInstance, SessionRun
 
 REDIS_DB = 13  # shared with tests/integration/test_boot_interrupt.py; each flushes it first
 

@@ -12,8 +12,8 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from mosoo_core import files, identity
-from mosoo_core.agents.models import Agent
 from mosoo_core.settings import get_settings
+from mosoo_core.tables.agents import Agent
 from mosoo_web.api import build_api
 
 

@@ -17,8 +17,8 @@ from mosoo_core.clock import utcnow
 from mosoo_core.errors import Conflict, NotFound, RateLimited
 from mosoo_core.identity import DeviceGrant, DeviceRefusal
 from mosoo_core.identity._device import STARTS_PER_IP, USER_CODE_ALPHABET
-from mosoo_core.identity.models import AccessToken, DeviceAuthorization
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.identity import AccessToken, DeviceAuthorization
 from mosoo_web.api import build_api
 
 REDIS_DB = 4

@@ -11,8 +11,8 @@ from sqlmodel import Session, select
 from mosoo_core import identity, mail
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput, RateLimited
-from mosoo_core.identity.models import Account, App, EmailCode, Organization
-from mosoo_core.mail.models import OutboundEmail
+from mosoo_core.tables.identity import Account, App, EmailCode, Organization
+from mosoo_core.tables.mail import OutboundEmail
 
 
 def _code_sent_to(db: Session, email: str) -> str:

@@ -19,14 +19,14 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from mosoo_core import sessions, streams
-from mosoo_core.agents.models import Agent
 from mosoo_core.errors import NotFound
 from mosoo_core.event_feed import ThreadFeed
 from mosoo_core.identity import list_apps, sign_in_identity
 from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.driver_plane import NewEvent
-from mosoo_core.sessions.models import SessionEvent
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.sessions import SessionEvent
 from tests.support.processes import free_port
 from tests.support.redis_db import own_redis_database
 

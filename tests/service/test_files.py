@@ -17,11 +17,11 @@ from sqlmodel import Session, select
 from mosoo_core import agents, files, identity, sessions
 from mosoo_core.errors import InvalidInput, NotFound, PayloadTooLarge
 from mosoo_core.files import get_store
-from mosoo_core.files.models import StoredFile
 from mosoo_core.files.service import spool, spool_dir
 from mosoo_core.runtime.runs import delete_agent_everywhere
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import SessionRun
+from mosoo_core.tables.files import StoredFile
+from mosoo_core.tables.sessions import SessionRun
 
 MiB = 1024 * 1024
 

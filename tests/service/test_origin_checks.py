@@ -14,9 +14,9 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from mosoo_core import files, identity
-from mosoo_core.agents.models import Agent
 from mosoo_core.origins import allowed_origins
 from mosoo_core.settings import get_settings, reset_settings_cache
+from mosoo_core.tables.agents import Agent
 from mosoo_web.api import build_api
 
 CONSOLE = "http://127.0.0.1:3000"

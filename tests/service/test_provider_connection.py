@@ -11,9 +11,9 @@ from sqlmodel import Session, select
 from structlog.testing import capture_logs
 
 from mosoo_core import identity, vault
-from mosoo_core.agents.models import Agent
 from mosoo_core.errors import Conflict, NotFound
-from mosoo_core.vault.models import ProviderCredential, VaultSecret
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.vault import ProviderCredential, VaultSecret
 from tests.support.openai_server import ScriptedOpenAIServer
 from tests.support.processes import free_port
 

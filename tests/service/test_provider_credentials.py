@@ -11,8 +11,8 @@ from sqlmodel import Session, select
 
 from mosoo_core import identity, vault
 from mosoo_core.errors import InvalidInput, NotFound
-from mosoo_core.models import metadata
-from mosoo_core.vault.models import ProviderCredential, VaultSecret
+from mosoo_core.tables import metadata
+from mosoo_core.tables.vault import ProviderCredential, VaultSecret
 
 KEY = "sk-proj-Zq8Xn4Lr7TvW2yHc9PbM3kJd6FsG1aQeR5uI0oplabcd"
 OTHER_KEY = "sk-ant-api03-Hh7Yy2Uu8Ii9Oo0Pp1Aa2Ss3Dd4Ff5Gg6wxyz"

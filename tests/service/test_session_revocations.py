@@ -18,8 +18,8 @@ from sqlmodel import Session
 
 from mosoo_core import identity
 from mosoo_core.clock import utcnow
-from mosoo_core.identity.models import AuthSession
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.identity import AuthSession
 from tests.support.redis_db import own_redis_database
 
 REDIS_URL = "redis://127.0.0.1:6379/15"

@@ -8,12 +8,12 @@ import pytest
 from sqlmodel import Session
 
 from mosoo_core import sessions
-from mosoo_core.agents.models import Agent
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.identity import list_apps, sign_in_identity
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import AgentSession, SessionRun
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.sessions import AgentSession, SessionRun
 
 
 def _owner(db: Session, email: str = "inbox@example.com") -> tuple[str, str, str]:

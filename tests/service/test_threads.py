@@ -6,11 +6,11 @@ import pytest
 from sqlmodel import Session
 
 from mosoo_core import sessions
-from mosoo_core.agents.models import Agent
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.identity import list_apps, sign_in_identity
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import SessionRun
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.sessions import SessionRun
 
 
 def _owner(db: Session, email: str) -> tuple[str, str, str]:

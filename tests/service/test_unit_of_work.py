@@ -11,9 +11,9 @@ from sqlmodel import Session, select
 from mosoo_core import identity
 from mosoo_core.db import commit_refusal, session_scope
 from mosoo_core.errors import InvalidInput
-from mosoo_core.identity.models import EmailCode, SignInFailure
-from mosoo_core.mail.models import OutboundEmail
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.identity import EmailCode, SignInFailure
+from mosoo_core.tables.mail import OutboundEmail
 
 
 def _failures(engine: Engine) -> int:

@@ -19,8 +19,8 @@ from mosoo_core import identity, vault
 from mosoo_core.cli import app as cli_app
 from mosoo_core.db import session_scope
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.vault import VaultSecret
 from mosoo_core.vault._crypto import Sealed, seal, unseal
-from mosoo_core.vault.models import VaultSecret
 
 CONTEXT = (
     "01APP00000000000000000000A",

@@ -13,8 +13,10 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import docker
+import docker.errors
 import pytest
 import redis
 from sqlalchemy.engine import Engine
@@ -22,8 +24,8 @@ from sqlmodel import Session
 
 from mosoo_core import agents, identity, sessions, streams, vault
 from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
-from mosoo_core.sessions.models import SessionRun
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.sessions import SessionRun
 from mosoo_core.tasks_client import enqueue_run_dispatch
 from tests.support.openai_server import ScriptedOpenAIServer
 from tests.support.processes import free_port, mosoo_env, running, stop_group, wait_for
@@ -124,6 +126,22 @@ def kill_worker_once_sandbox_created(stack: RuntimeStack) -> None:
     worker = stack.started["worker"]
     os.killpg(worker.pid, signal.SIGKILL)
     stop_group(worker)
+
+
+def labelled_containers(*labels: str) -> list[Any]:
+    """The containers (running or not) carrying every label, listed without racing a removal.
+
+    The SDK lists ids, then inspects each: a container removed in between (the worker tearing
+    a Cattle sandbox down) is a 404, which here means it is gone, so the listing is taken again.
+    """
+    for _ in range(10):
+        try:
+            return list(
+                docker.from_env().containers.list(all=True, filters={"label": list(labels)})
+            )
+        except docker.errors.NotFound:
+            continue
+    raise AssertionError(f"could not list the containers labelled {labels}")
 
 
 def remove_sandboxes() -> None:

@@ -20,8 +20,8 @@ from mosoo_core.runtime import runs
 from mosoo_core.runtime.pets import apply_pet_changes, pet_sandbox_status
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT, WORKSPACE, SandboxBackend, SandboxRef
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import DriverInstance
 from mosoo_core.settings import reset_settings_cache
+from mosoo_core.tables.sessions import DriverInstance
 from tests.integration.sandbox.conftest import MakeSandbox
 
 SKILL = "01SKILLCHANGELOG0000000000"

@@ -10,12 +10,12 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from mosoo_core import sessions
-from mosoo_core.agents.models import Agent
 from mosoo_core.identity import list_apps, sign_in_identity
 from mosoo_core.runtime.runs import installation_label, sweep_sandboxes
 from mosoo_core.runtime.sandbox import SandboxBackend
 from mosoo_core.sessions import driver_plane
-from mosoo_core.sessions.models import SessionRun
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.sessions import SessionRun
 from tests.integration.sandbox.conftest import RUN_LABEL, MakeSandbox
 
 

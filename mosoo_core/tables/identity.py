@@ -1,8 +1,7 @@
-"""Identity tables and the plain shapes services return."""
+"""Identity tables: accounts, sign-in, organizations, Apps, tokens, idempotency records."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -160,27 +159,3 @@ class IdempotencyRecord(SQLModel, table=True):
     response_body: dict[str, Any] = Field(default_factory=dict, sa_type=sa.JSON)
     created_at: datetime = _timestamp()
     expires_at: datetime = Field(sa_type=UTCDateTime, index=True)
-
-
-@dataclass(frozen=True)
-class AccountView:
-    id: str
-    email: str
-    name: str
-    organization_id: str
-    organization_name: str
-
-
-@dataclass(frozen=True)
-class AppView:
-    id: str
-    name: str
-    organization_id: str
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class OrganizationView:
-    id: str
-    name: str
-    created_at: datetime
