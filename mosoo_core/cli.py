@@ -1,4 +1,9 @@
-"""The `mosoo` command: run the processes, migrate, check the machine."""
+"""The `mosoo` command: run the processes, migrate, check the machine.
+
+Each command imports what it needs inside its function: `mosoo --help` and the API client
+commands then start without loading the database, Docker, Reflex or Celery (the one reason
+for the function-level imports below).
+"""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from mosoo_core.db import check_database
 from mosoo_core.settings import get_settings
 
 
@@ -20,8 +21,6 @@ class Check:
 
 
 def _database() -> Check:
-    from mosoo_core.db import check_database
-
     try:
         check_database()
         return Check("database", True, get_settings().resolved_database_url.split("@")[-1], "")

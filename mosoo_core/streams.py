@@ -5,16 +5,40 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import redis
 
 from mosoo_core.logs import get_logger
-from mosoo_core.sessions import StoredEvent
 from mosoo_core.settings import get_settings
 
 STREAM_MAXLEN = 10_000
 log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """One event of a thread's log as stored, with its seq: what the streams carry."""
+
+    session_id: str
+    seq: int
+    type: str
+    payload: dict[str, Any]
+    run_id: str | None
+    source_event_id: str | None
+    occurred_at: datetime
+    duplicate: bool = False
+
+    def to_public(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "type": self.type,
+            "run_id": self.run_id,
+            "occurred_at": self.occurred_at.isoformat(),
+            "payload": self.payload,
+        }
 
 
 def events_stream(session_id: str) -> str:

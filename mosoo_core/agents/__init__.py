@@ -25,7 +25,6 @@ from mosoo_core.agents.service import (
     get_agent,
     last_activity_by_agent,
     list_agents,
-    owned_agent,
     parse_provider_option,
     pending_sandbox_fields,
     readiness,
@@ -41,6 +40,7 @@ from mosoo_core.agents.versions import (
     thread_profile,
     unpublish_agent,
 )
+from mosoo_core.ownership import owned_agent
 
 __all__ = [
     "BUILTIN_TOOLS",

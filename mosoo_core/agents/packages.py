@@ -22,11 +22,12 @@ from sqlmodel import Session, col, select
 
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, TOOL_POLICIES
 from mosoo_core.agents.changes import AgentChanges
-from mosoo_core.agents.service import create_agent, owned_agent, update_agent
+from mosoo_core.agents.service import create_agent, update_agent
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput
 from mosoo_core.identity import get_app
 from mosoo_core.logs import get_logger
+from mosoo_core.ownership import owned_agent
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.vault import ProviderCredential
 from mosoo_core.vault.types import PROVIDER_PRESETS, ProviderKind

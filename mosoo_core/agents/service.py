@@ -16,9 +16,12 @@ from sqlmodel import Session, col, func, or_, select
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, TOOL_POLICIES
 from mosoo_core.agents.changes import AgentChanges, ProviderOptionChanges
 from mosoo_core.clock import utcnow
-from mosoo_core.errors import InvalidInput, NotFound
+from mosoo_core.errors import InvalidInput
 from mosoo_core.identity import get_app
+from mosoo_core.ownership import owned_agent
 from mosoo_core.tables.agents import Agent, AgentVersion
+from mosoo_core.tables.sessions import AgentSession, DriverInstance
+from mosoo_core.tables.vault import ProviderCredential
 
 DEFAULT_TOOLS = {
     "bash": "ask",
@@ -100,18 +103,8 @@ def agent_view(agent: Agent) -> AgentView:
 
 
 def credential_belongs_to_app(db: Session, app_id: str, credential_id: str) -> bool:
-    from mosoo_core.tables.vault import ProviderCredential
-
     credential = db.get(ProviderCredential, credential_id)
     return credential is not None and credential.app_id == app_id
-
-
-def owned_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> Agent:
-    get_app(db, account_id, app_id)
-    agent = db.get(Agent, agent_id) if agent_id else None
-    if agent is None or agent.app_id != app_id:
-        raise NotFound("Agent not found.")
-    return agent
 
 
 def _clean_name(name: str) -> str:
@@ -251,8 +244,6 @@ def list_agents(db: Session, account_id: str, app_id: str) -> list[AgentView]:
 def last_activity_by_agent(db: Session, account_id: str, app_id: str) -> dict[str, datetime]:
     """Per Agent of the App: when its newest thread was last updated, else when the Agent was
     (one grouped query)."""
-    from mosoo_core.tables.sessions import AgentSession
-
     get_app(db, account_id, app_id)
     newest = func.max(AgentSession.updated_at)
     rows = db.exec(
@@ -482,8 +473,6 @@ def delete_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> De
     """Delete an Agent with its threads, events, runs and versions (foreign-key cascade).
     Live drivers of its threads are marked stopped. Objects and sandboxes are the caller's:
     use `mosoo_core.runtime.runs.delete_agent_everywhere`, which does all three."""
-    from mosoo_core.tables.sessions import AgentSession, DriverInstance
-
     agent = owned_agent(db, account_id, app_id, agent_id)
     subject = f"agent:{agent.id}"
     thread_ids = list(
@@ -516,8 +505,6 @@ def delete_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> De
 
 def count_threads(db: Session, account_id: str, app_id: str, agent_id: str) -> int:
     """How many threads go with the Agent if it is deleted."""
-    from mosoo_core.tables.sessions import AgentSession
-
     agent = owned_agent(db, account_id, app_id, agent_id)
     return len(db.exec(select(AgentSession.id).where(AgentSession.agent_id == agent.id)).all())
 

@@ -10,8 +10,9 @@ from typing import Any
 
 from sqlmodel import Session, col, func, select
 
-from mosoo_core.agents.service import AgentView, agent_view, owned_agent, readiness
+from mosoo_core.agents.service import AgentView, agent_view, readiness
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
+from mosoo_core.ownership import owned_agent
 from mosoo_core.tables.agents import Agent, AgentVersion
 
 # What a version freezes: everything a run needs from the profile.
@@ -43,40 +44,6 @@ class VersionView:
     summary: str
     profile: dict[str, Any]
     created_at: datetime
-
-
-def versions_using_credential(
-    db: Session, app_id: str, credential_id: str
-) -> list[tuple[str, int]]:
-    """(Agent name, version number) of the versions that can still run with the key: the
-    published version of each Agent and every version a thread pins."""
-    from mosoo_core.tables.sessions import AgentSession
-
-    used: list[tuple[str, int]] = []
-    rows = db.exec(
-        select(Agent, AgentVersion)
-        .join(AgentVersion, col(AgentVersion.agent_id) == col(Agent.id))
-        .where(Agent.app_id == app_id)
-        .order_by(func.lower(Agent.name), col(Agent.id), col(AgentVersion.number))
-    ).all()
-    for agent, version in rows:
-        if (version.profile or {}).get("provider_credential_id") != credential_id:
-            continue
-        published = agent.status == "published" and agent.published_version == version.number
-        pinned = (
-            published
-            or db.exec(
-                select(AgentSession.id)
-                .where(
-                    AgentSession.agent_id == agent.id, AgentSession.agent_version == version.number
-                )
-                .limit(1)
-            ).first()
-            is not None
-        )
-        if pinned:
-            used.append((agent.name, version.number))
-    return used
 
 
 def version_view(row: AgentVersion) -> VersionView:

@@ -33,6 +33,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.logs import get_logger
 from mosoo_core.sessions import driver_plane
 from mosoo_core.tables.sessions import DriverInstance
+from mosoo_core.tasks_client import enqueue_run_finish
 
 log = get_logger(__name__)
 HELLO_TIMEOUT_SECONDS = 10.0
@@ -45,8 +46,6 @@ TERMINAL_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled"})
 def request_teardown(stored: list[sessions.StoredEvent]) -> None:
     """A run ended: the worker checkpoints and removes its sandbox (best effort; the
     sandbox sweep catches what this misses)."""
-    from mosoo_core.tasks_client import enqueue_run_finish
-
     for event in stored:
         if event.type in TERMINAL_TYPES and not event.duplicate and event.run_id:
             try:

@@ -29,6 +29,8 @@ from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
 from mosoo_core.sessions import driver_plane
 from mosoo_core.settings import get_settings
+from mosoo_core.tables.vault import ProviderCredential
+from mosoo_core.vault import reveal_provider_key
 
 log = get_logger(__name__)
 
@@ -67,9 +69,6 @@ def build_app() -> Starlette:
 def resolve_upstream(db: Any, grant: driver_plane.GrantContext) -> Upstream:
     """The provider behind a run's credential (which must be of the run's App), with its key
     decrypted in memory for one call."""
-    from mosoo_core.tables.vault import ProviderCredential
-    from mosoo_core.vault import reveal_provider_key
-
     credential = db.get(ProviderCredential, grant.credential_id)
     if credential is None or credential.app_id != grant.app_id:
         raise LookupError("provider credential is gone")

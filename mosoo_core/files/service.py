@@ -21,10 +21,13 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
 from mosoo_core.clock import utcnow
+from mosoo_core.db import get_engine
 from mosoo_core.errors import InvalidInput, NotFound, PayloadTooLarge
-from mosoo_core.files._names import media_type_for, sanitize_name
+from mosoo_core.files.names import media_type_for, sanitize_name
 from mosoo_core.files.store import CHUNK, get_store
 from mosoo_core.logs import get_logger
+from mosoo_core.ownership import owned_agent, owned_app, owned_thread
+from mosoo_core.settings import get_settings
 from mosoo_core.tables.files import FILE_KINDS, StoredFile
 
 log = get_logger(__name__)
@@ -108,8 +111,6 @@ class Spooled:
 
 
 def spool_dir() -> Path:
-    from mosoo_core.settings import get_settings
-
     folder = get_settings().data_dir.resolve() / "tmp" / "files"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
@@ -156,24 +157,12 @@ def store_spooled(app_id: str, spooled: Spooled) -> str:
 # --- ownership -------------------------------------------------------------------------------
 
 
-def _owned_app(db: Session, account_id: str, app_id: str) -> None:
-    from mosoo_core.identity import get_app
-
-    get_app(db, account_id, app_id)
-
-
-def _owned_thread(db: Session, account_id: str, session_id: str) -> Any:
-    from mosoo_core.sessions.service import owned_session
-
-    return owned_session(db, account_id, session_id)
-
-
 def _owned_file(db: Session, account_id: str, file_id: str) -> StoredFile:
     row = db.get(StoredFile, file_id) if file_id else None
     if row is None or row.status == "deleting":
         raise NotFound("File not found.")
     try:
-        _owned_app(db, account_id, row.app_id)
+        owned_app(db, account_id, row.app_id)
     except NotFound:
         raise NotFound("File not found.") from None
     return row
@@ -207,15 +196,10 @@ def upload_file(
     its threads. Streams (never holds the file in memory), refuses more than 64 MiB
     (PayloadTooLarge) and unusable names (InvalidInput, field "name"); a thread holds at most
     100 attachments. Identical content is stored once per App."""
-    from mosoo_core.tables.agents import Agent
-
-    _owned_app(db, account_id, app_id)
-    agent = db.get(Agent, agent_id) if agent_id else None
-    if agent is None or agent.app_id != app_id:
-        raise NotFound("Agent not found.")
+    owned_agent(db, account_id, app_id, agent_id)
     name = sanitize_name(filename)
     if session_id is not None:
-        thread = _owned_thread(db, account_id, session_id)
+        thread = owned_thread(db, account_id, session_id)
         if thread.agent_id != agent_id:
             raise NotFound("Thread not found.")
         if _thread_attachment_count(db, thread.id) >= MAX_ATTACHMENTS_PER_THREAD:
@@ -254,7 +238,7 @@ def list_files(
     limit: int = 200,
 ) -> list[FileView]:
     """The App's files, newest first; filter by thread, kind, a name search or ids."""
-    _owned_app(db, account_id, app_id)
+    owned_app(db, account_id, app_id)
     if kind is not None and kind not in FILE_KINDS:
         raise InvalidInput("kind must be attachment or artifact.", field="kind")
     if not (1 <= limit <= MAX_LIST_LIMIT):
@@ -263,7 +247,7 @@ def list_files(
         StoredFile.app_id == app_id, StoredFile.status != "deleting"
     )
     if session_id is not None:
-        thread = _owned_thread(db, account_id, session_id)
+        thread = owned_thread(db, account_id, session_id)
         if thread.app_id != app_id:
             raise NotFound("Thread not found.")
         statement = statement.where(StoredFile.session_id == session_id)
@@ -291,7 +275,7 @@ def list_thread_files(
     db: Session, account_id: str, session_id: str, *, ids: Sequence[str] | None = None
 ) -> list[FileView]:
     """A thread's attachments and artifacts, oldest first (the order they appeared)."""
-    thread = _owned_thread(db, account_id, session_id)
+    thread = owned_thread(db, account_id, session_id)
     statement = select(StoredFile).where(
         StoredFile.session_id == thread.id, StoredFile.status != "deleting"
     )
@@ -414,8 +398,6 @@ def agent_object_keys(db: Session, agent_id: str) -> list[str]:
 def purge_objects(keys: Iterable[str], *, engine: Engine | None = None) -> int:
     """Delete objects from the store, each only if no row references its key (checked again
     here, against what is committed). Returns how many were deleted."""
-    from mosoo_core.db import get_engine
-
     keys = sorted({key for key in keys if key})
     if not keys:
         return 0

@@ -9,7 +9,15 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, TYPE_CHECKING, Protocol, cast
+
+from botocore.exceptions import ClientError
+
+from mosoo_core.settings import get_settings
+
+if TYPE_CHECKING:  # the stubs are a dev dependency: the running code never imports them
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import ObjectIdentifierTypeDef
 
 CHUNK = 1024 * 1024
 
@@ -77,40 +85,41 @@ class FilesystemStore:
 class S3Store:
     """Objects in an S3-compatible bucket; boto3 streams multipart uploads and downloads."""
 
-    def __init__(self, bucket: str, client: object) -> None:
+    def __init__(self, bucket: str, client: S3Client) -> None:
         self.bucket = bucket
         self.client = client
 
     def put(self, key: str, source: IO[bytes]) -> int:
         counter = _CountingReader(source)
-        self.client.upload_fileobj(counter, self.bucket, _check_key(key))  # type: ignore[attr-defined]
+        self.client.upload_fileobj(counter, self.bucket, _check_key(key))
         return counter.count
 
     def open(self, key: str) -> IO[bytes]:
-        answer = self.client.get_object(Bucket=self.bucket, Key=_check_key(key))  # type: ignore[attr-defined]
-        return answer["Body"]  # type: ignore[no-any-return]
+        answer = self.client.get_object(Bucket=self.bucket, Key=_check_key(key))
+        # botocore's StreamingBody is file-like (read, close), not an io class.
+        return cast(IO[bytes], answer["Body"])
 
     def exists(self, key: str) -> bool:
-        from botocore.exceptions import ClientError
-
         try:
-            self.client.head_object(Bucket=self.bucket, Key=_check_key(key))  # type: ignore[attr-defined]
+            self.client.head_object(Bucket=self.bucket, Key=_check_key(key))
         except ClientError:
             return False
         return True
 
     def delete(self, key: str) -> None:
-        self.client.delete_object(Bucket=self.bucket, Key=_check_key(key))  # type: ignore[attr-defined]
+        self.client.delete_object(Bucket=self.bucket, Key=_check_key(key))
 
     def delete_prefix(self, prefix: str) -> int:
-        paginator = self.client.get_paginator("list_objects_v2")  # type: ignore[attr-defined]
+        paginator = self.client.get_paginator("list_objects_v2")
         count = 0
         for page in paginator.paginate(
             Bucket=self.bucket, Prefix=_check_key(prefix.rstrip("/")) + "/"
         ):
-            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+            keys: list[ObjectIdentifierTypeDef] = [
+                {"Key": item["Key"]} for item in page.get("Contents", []) if "Key" in item
+            ]
             if keys:
-                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})  # type: ignore[attr-defined]
+                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys})
                 count += len(keys)
         return count
 
@@ -155,8 +164,6 @@ def iter_chunks(handle: IO[bytes]) -> Iterator[bytes]:
 
 def get_store() -> ObjectStore:
     """The configured store: S3 when MOSOO_S3_BUCKET is set, else the data folder."""
-    from mosoo_core.settings import get_settings
-
     settings = get_settings()
     if settings.s3_bucket:
         import boto3

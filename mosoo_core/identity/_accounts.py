@@ -10,6 +10,7 @@ from sqlmodel import Session, col, select
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.identity.views import AccountView, AppView, OrganizationView
+from mosoo_core.ownership import organization_of, owned_app
 from mosoo_core.tables.identity import Account, App, AuthIdentity, Organization
 
 NAME_MAX = 120
@@ -91,20 +92,11 @@ def sign_in_identity(
     return account
 
 
-def _organization_of(db: Session, account_id: str) -> Organization:
-    organization = db.exec(
-        select(Organization).where(Organization.owner_account_id == account_id)
-    ).first()
-    if organization is None:
-        raise NotFound("Organization not found.")
-    return organization
-
-
 def get_account(db: Session, account_id: str) -> AccountView:
     account = db.get(Account, account_id)
     if account is None:
         raise NotFound("Account not found.")
-    organization = _organization_of(db, account_id)
+    organization = organization_of(db, account_id)
     return AccountView(
         id=account.id,
         email=account.email,
@@ -127,7 +119,7 @@ def update_profile(db: Session, account_id: str, *, name: str) -> AccountView:
 
 
 def get_organization(db: Session, account_id: str) -> OrganizationView:
-    organization = _organization_of(db, account_id)
+    organization = organization_of(db, account_id)
     return OrganizationView(
         id=organization.id, name=organization.name, created_at=organization.created_at
     )
@@ -135,7 +127,7 @@ def get_organization(db: Session, account_id: str) -> OrganizationView:
 
 def rename_organization(db: Session, account_id: str, *, name: str) -> OrganizationView:
     """Rename the account's Organization."""
-    organization = _organization_of(db, account_id)
+    organization = organization_of(db, account_id)
     organization.name = clean_name(name, "Organization name")
     organization.updated_at = utcnow()
     db.add(organization)
@@ -151,7 +143,7 @@ def _app_view(app: App) -> AppView:
 
 def list_apps(db: Session, account_id: str) -> list[AppView]:
     """The account's Apps, oldest first (the default App leads)."""
-    organization = _organization_of(db, account_id)
+    organization = organization_of(db, account_id)
     apps = db.exec(
         select(App)
         .where(App.organization_id == organization.id)
@@ -160,23 +152,14 @@ def list_apps(db: Session, account_id: str) -> list[AppView]:
     return [_app_view(app) for app in apps]
 
 
-def _owned_app(db: Session, account_id: str, app_id: str) -> App:
-    organization = _organization_of(db, account_id)
-    app = db.get(App, app_id) if app_id else None
-    # Another owner's App is indistinguishable from one that does not exist.
-    if app is None or app.organization_id != organization.id:
-        raise NotFound("App not found.")
-    return app
-
-
 def get_app(db: Session, account_id: str, app_id: str) -> AppView:
     """One App of the account, or NotFound (also for another owner's App)."""
-    return _app_view(_owned_app(db, account_id, app_id))
+    return _app_view(owned_app(db, account_id, app_id))
 
 
 def create_app(db: Session, account_id: str, *, name: str) -> AppView:
     """Add an App to the account's Organization."""
-    organization = _organization_of(db, account_id)
+    organization = organization_of(db, account_id)
     now = utcnow()
     app = App(
         organization_id=organization.id,
@@ -191,7 +174,7 @@ def create_app(db: Session, account_id: str, *, name: str) -> AppView:
 
 def rename_app(db: Session, account_id: str, app_id: str, *, name: str) -> AppView:
     """Rename one of the account's Apps."""
-    app = _owned_app(db, account_id, app_id)
+    app = owned_app(db, account_id, app_id)
     app.name = clean_name(name, "App name")
     app.updated_at = utcnow()
     db.add(app)

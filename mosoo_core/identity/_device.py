@@ -21,6 +21,7 @@ from mosoo_core.errors import Conflict, NotFound, RateLimited
 from mosoo_core.identity._secrets import token_digest
 from mosoo_core.identity._tokens import create_access_token
 from mosoo_core.logs import get_logger
+from mosoo_core.streams import sync_client
 from mosoo_core.tables.identity import Account, DeviceAuthorization
 
 log = get_logger("mosoo.identity.device")
@@ -107,8 +108,6 @@ def _check_start_rate(ip: str) -> None:
     (sign-in must not depend on a cache) and the failure is logged."""
     if not ip:
         return
-    from mosoo_core.streams import sync_client
-
     window = int(utcnow().timestamp()) // STARTS_WINDOW_SECONDS
     key = f"mosoo:ratelimit:cli-start:{ip}:{window}"
     try:

@@ -34,6 +34,8 @@ from mosoo_core.db import session_scope
 from mosoo_core.files import get_store, iter_chunks
 from mosoo_core.files.store import ChunkReader
 from mosoo_core.logs import get_logger
+from mosoo_core.runtime import artifacts
+from mosoo_core.runtime import attachments as delivery
 from mosoo_core.runtime.sandbox import (
     BOOT_PAYLOAD,
     CONTROL_SOCKET,
@@ -429,9 +431,9 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
         stopped = not _still_wanted(run_id)
         if not stopped:
             if plan.kind == "pet":
-                files.remove_stale_attachments(backend, ref)
+                delivery.remove_stale_attachments(backend, ref)
             # Before input.start: the driver names them in the user message, so they must be there.
-            attachments = files.deliver_attachments(backend, ref, run_id)
+            attachments = delivery.deliver_attachments(backend, ref, run_id)
             stopped = not _still_wanted(run_id)
         if not stopped:
             backend.put_file(ref, BOOT_PAYLOAD, plan.payload_json.encode(), mode=0o600)
@@ -439,7 +441,7 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
     except SandboxError as error:
         log.warning("run.sandbox_failed", run_id=run_id, error=str(error)[:300])
         if ref is not None and plan.kind == "pet":
-            files.remove_attachments(backend, ref, _attachment_ids(run_id))
+            delivery.remove_attachments(backend, ref, _attachment_ids(run_id))
         _teardown(backend, plan.instance_id, plan.kind)
         return _fail_by_id(
             run_id, "sandbox_failed", f"The sandbox could not start: {error.message[:300]}", True
@@ -616,7 +618,7 @@ def _release_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> 
         for ref in pets[:1]:
             if ref.state == "running" and started:
                 _record_outputs(backend, ref, run_id)
-            files.remove_attachments(backend, ref, attached)
+            delivery.remove_attachments(backend, ref, attached)
         if not started:
             with session_scope() as db:
                 live = _stop_driver(db, instance_id, "run stopped before it started")
@@ -644,7 +646,7 @@ def record_run_outputs(
 ) -> list[files.FileView]:
     """Record the run's new or changed outputs as artifacts of its thread and announce them
     in one `session_files.updated` event (none when nothing changed). Safe to run twice."""
-    changed = files.record_artifacts(backend, ref, run_id)
+    changed = artifacts.record_artifacts(backend, ref, run_id)
     if not changed:
         return []
     with session_scope() as db:

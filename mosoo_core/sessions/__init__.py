@@ -2,7 +2,7 @@
 
 What front doors may call; the driver-facing calls are in `sessions.driver_plane`."""
 
-from mosoo_core.sessions._events import StoredEvent
+from mosoo_core.ownership import owned_thread
 from mosoo_core.sessions.service import (
     RunView,
     Sent,
@@ -13,7 +13,6 @@ from mosoo_core.sessions.service import (
     get_run,
     get_session,
     list_events,
-    owned_session,
     resolve_permission,
     send_message,
 )
@@ -21,7 +20,6 @@ from mosoo_core.sessions.threads import (
     DeletedThread,
     ThreadRow,
     archive_thread,
-    auto_title,
     count_threads,
     delete_thread,
     get_thread,
@@ -29,6 +27,8 @@ from mosoo_core.sessions.threads import (
     rename_thread,
     unarchive_thread,
 )
+from mosoo_core.sessions.titles import auto_title
+from mosoo_core.streams import StoredEvent
 
 __all__ = [
     "DeletedThread",
@@ -49,7 +49,7 @@ __all__ = [
     "get_thread",
     "list_events",
     "list_threads",
-    "owned_session",
+    "owned_thread",
     "rename_thread",
     "resolve_permission",
     "send_message",

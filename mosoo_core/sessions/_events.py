@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
+from mosoo_core.streams import StoredEvent
 from mosoo_core.tables.sessions import AgentSession, SessionEvent
 
 
@@ -20,27 +21,6 @@ class NewEvent:
     run_id: str | None = None
     source_event_id: str | None = None
     occurred_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class StoredEvent:
-    session_id: str
-    seq: int
-    type: str
-    payload: dict[str, Any]
-    run_id: str | None
-    source_event_id: str | None
-    occurred_at: datetime
-    duplicate: bool = False
-
-    def to_public(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "type": self.type,
-            "run_id": self.run_id,
-            "occurred_at": self.occurred_at.isoformat(),
-            "payload": self.payload,
-        }
 
 
 def _stored(row: SessionEvent, duplicate: bool = False) -> StoredEvent:

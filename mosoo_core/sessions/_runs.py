@@ -10,7 +10,8 @@ from sqlmodel import Session, col, select
 from driver.protocol import PUBLIC_EVENT_TYPES, DriverEvent
 from mosoo_core.clock import utcnow
 from mosoo_core.sessions._drivers import DriverRefused
-from mosoo_core.sessions._events import NewEvent, StoredEvent, append_events
+from mosoo_core.sessions._events import NewEvent, append_events
+from mosoo_core.streams import StoredEvent
 from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
 
 DRIVER_LOST_AFTER = timedelta(seconds=120)

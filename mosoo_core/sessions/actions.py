@@ -14,9 +14,10 @@ from sqlmodel import Session, col, select
 from mosoo_core import agents, identity, streams, tasks_client
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
+from mosoo_core.ownership import owned_thread
 from mosoo_core.sessions import service, threads
-from mosoo_core.sessions._events import StoredEvent
 from mosoo_core.sessions.service import RunView, Sent, SessionView, run_view, session_view
+from mosoo_core.streams import StoredEvent
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import SESSION_STATUSES, AgentSession, SessionRun
 
@@ -104,7 +105,7 @@ def start_thread(
         created = service.create_session(
             db, account_id, agent.app_id, agent.id, purpose=purpose, end_user_id=end_user_id
         )
-        thread = service.owned_session(db, account_id, created.id)
+        thread = owned_thread(db, account_id, created.id)
         require_runnable(db, thread)
         if title and title.strip():
             threads.rename_thread(db, account_id, thread.id, title)
@@ -132,7 +133,7 @@ def send_and_dispatch(
     unarchives a thread on a new message; the API refuses archived threads
     (`refuse_archived`)."""
     with session_scope() as db:
-        thread = service.owned_session(db, account_id, thread_id)
+        thread = owned_thread(db, account_id, thread_id)
         if refuse_archived and thread.archived_at is not None:
             raise Conflict(
                 "This thread is archived. Unarchive it to send messages.", code="thread_archived"
@@ -148,7 +149,7 @@ def stop_run(account_id: str, thread_id: str) -> list[StoredEvent]:
     booting for it is released now (not at the next sweep); else the driver is told. Returns
     the events stored now (none when the driver will report the cancellation)."""
     with session_scope() as db:
-        service.owned_session(db, account_id, thread_id)
+        owned_thread(db, account_id, thread_id)
         run = service.active_run(db, thread_id)
         run_id = run.id if run is not None else ""
         instance_id = run.driver_instance_id if run is not None else None
@@ -167,7 +168,7 @@ def stop_run(account_id: str, thread_id: str) -> list[StoredEvent]:
 def answer_permission(account_id: str, thread_id: str, request_id: str, decision: str) -> None:
     """Allow once / Reject a pending permission request and wake the driver holding it."""
     with session_scope() as db:
-        service.owned_session(db, account_id, thread_id)
+        owned_thread(db, account_id, thread_id)
         run = service.active_run(db, thread_id)
         instance_id = run.driver_instance_id if run is not None else None
         service.resolve_permission(db, account_id, thread_id, request_id, decision)
@@ -177,7 +178,7 @@ def answer_permission(account_id: str, thread_id: str, request_id: str, decision
 
 def latest_run(db: Session, account_id: str, thread_id: str) -> RunView | None:
     """The thread's most recent run (active or finished), or None before the first message."""
-    service.owned_session(db, account_id, thread_id)
+    owned_thread(db, account_id, thread_id)
     row = db.exec(
         select(SessionRun)
         .where(SessionRun.session_id == thread_id)

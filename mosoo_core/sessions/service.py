@@ -10,10 +10,15 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
+from mosoo_core.files import bind_attachments
 from mosoo_core.identity import get_app
+from mosoo_core.ownership import owned_thread
 from mosoo_core.sessions import _drivers
-from mosoo_core.sessions._events import NewEvent, StoredEvent, append_events, read_events
+from mosoo_core.sessions._events import NewEvent, append_events, read_events
 from mosoo_core.sessions._runs import finish_run, set_session_status
+from mosoo_core.sessions.titles import title_untitled_thread
+from mosoo_core.streams import StoredEvent
+from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, SessionRun
 
 MAX_MESSAGE_CHARS = 100_000
@@ -85,18 +90,6 @@ def run_view(row: SessionRun) -> RunView:
     )
 
 
-def owned_session(db: Session, account_id: str, session_id: str) -> AgentSession:
-    """The thread if its App belongs to the account; NotFound otherwise (also for others')."""
-    row = db.get(AgentSession, session_id) if session_id else None
-    if row is None:
-        raise NotFound("Thread not found.")
-    try:
-        get_app(db, account_id, row.app_id)
-    except NotFound:
-        raise NotFound("Thread not found.") from None
-    return row
-
-
 def create_session(
     db: Session,
     account_id: str,
@@ -108,8 +101,6 @@ def create_session(
 ) -> SessionView:
     """Start an empty thread with an Agent of the account's App. Preview threads run the
     draft; every other thread pins the published version and is refused while there is none."""
-    from mosoo_core.tables.agents import Agent
-
     get_app(db, account_id, app_id)
     agent = db.get(Agent, agent_id) if agent_id else None
     if agent is None or agent.app_id != app_id:
@@ -137,7 +128,7 @@ def create_session(
 
 
 def get_session(db: Session, account_id: str, session_id: str) -> SessionView:
-    return session_view(owned_session(db, account_id, session_id))
+    return session_view(owned_thread(db, account_id, session_id))
 
 
 def active_run(db: Session, session_id: str) -> SessionRun | None:
@@ -155,7 +146,7 @@ def send_message(
     `file_ids` names uploaded attachments of the thread's Agent: they are bound to the thread
     and mounted for this run only (see `mosoo_core.files.bind_attachments` for the rules).
     The caller enqueues `dispatch_run(run.id)` after committing."""
-    session = owned_session(db, account_id, session_id)
+    session = owned_thread(db, account_id, session_id)
     text = (text or "").strip()
     if not text:
         raise InvalidInput("Write a message first.", field="text")
@@ -171,14 +162,10 @@ def send_message(
         )
     if session.archived_at is not None:
         session.archived_at = None  # a new message unarchives (PRODUCT.md)
-    from mosoo_core.sessions.threads import title_untitled_thread  # threads builds on this module
-
     title_untitled_thread(db, session, text)
     run = SessionRun(session_id=session.id, app_id=session.app_id, input_text=text)
     attachments: list[dict[str, Any]] = []
     if file_ids:
-        from mosoo_core.files import bind_attachments
-
         attachments = bind_attachments(db, session, run.id, file_ids)
         run.attachments = attachments
     db.add(run)
@@ -195,7 +182,7 @@ def send_message(
 
 def cancel_active_run(db: Session, account_id: str, session_id: str) -> list[StoredEvent]:
     """Stop: a run not yet on a driver is cancelled at once; otherwise the driver is told."""
-    session = owned_session(db, account_id, session_id)
+    session = owned_thread(db, account_id, session_id)
     run = active_run(db, session.id)
     if run is None:
         return []
@@ -213,7 +200,7 @@ def resolve_permission(
     """Allow once / Reject a pending permission request of the active run."""
     if decision not in ("allow_once", "reject_once"):
         raise InvalidInput("decision must be allow_once or reject_once.", field="decision")
-    session = owned_session(db, account_id, session_id)
+    session = owned_thread(db, account_id, session_id)
     run = active_run(db, session.id)
     if run is None or run.driver_instance_id is None:
         raise Conflict("Nothing is waiting for a decision.")
@@ -244,7 +231,7 @@ def _pending_permission_ids(db: Session, session_id: str, run_id: str) -> set[st
 def list_events(
     db: Session, account_id: str, session_id: str, *, after_seq: int = 0, limit: int = 500
 ) -> list[StoredEvent]:
-    owned_session(db, account_id, session_id)
+    owned_thread(db, account_id, session_id)
     if after_seq < 0 or not (1 <= limit <= 1000):
         raise InvalidInput("after_seq must be ≥ 0 and limit between 1 and 1000.")
     return read_events(db, session_id, after_seq=after_seq, limit=limit)
@@ -254,5 +241,5 @@ def get_run(db: Session, account_id: str, run_id: str) -> RunView:
     run = db.get(SessionRun, run_id) if run_id else None
     if run is None:
         raise NotFound("Run not found.")
-    owned_session(db, account_id, run.session_id)
+    owned_thread(db, account_id, run.session_id)
     return run_view(run)

@@ -16,9 +16,13 @@ from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
+from mosoo_core.files import remove_thread_files
 from mosoo_core.identity import get_app
+from mosoo_core.ownership import owned_thread
 from mosoo_core.sessions import _drivers
-from mosoo_core.sessions.service import active_run, owned_session
+from mosoo_core.sessions.service import active_run
+from mosoo_core.sessions.titles import TITLE_MAX_CHARS, clip_at_word
+from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import (
     ACTIVE_RUN_STATUSES,
     AgentSession,
@@ -28,7 +32,6 @@ from mosoo_core.tables.sessions import (
 )
 
 SECTIONS = ("working", "completed", "archived")
-TITLE_MAX_CHARS = 80
 PREVIEW_MAX_CHARS = 80  # an untitled row shows its first message clipped to this
 MAX_LIST_LIMIT = 200
 WORKING_STATUSES = ("running", "rescheduling")
@@ -71,40 +74,6 @@ class DeletedThread:
     driver_instance_ids: list[str]
     live_driver_instance_ids: list[str]
     object_keys: list[str]
-
-
-def auto_title(text: str) -> str:
-    """A title from a first message: its first non-empty line, whitespace collapsed, at most
-    80 characters, cut at a word boundary with "…" when longer."""
-    line = next((" ".join(part.split()) for part in (text or "").splitlines() if part.strip()), "")
-    return clip_at_word(line, TITLE_MAX_CHARS)
-
-
-def clip_at_word(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    head = text[: limit - 1]
-    cut = head.rfind(" ")
-    # A single very long word is cut where it must be; otherwise at the last whole word.
-    if cut >= limit // 3:
-        head = head[:cut]
-    return head.rstrip(" ,;:.-") + "…"
-
-
-def title_untitled_thread(db: Session, session: AgentSession, text: str) -> None:
-    """Give a thread without a title one from its first message (call it before the
-    message's run is added: a thread with an earlier run keeps its empty title)."""
-    if session.title:
-        return
-    earlier = db.exec(
-        select(SessionRun.id).where(SessionRun.session_id == session.id).limit(1)
-    ).first()
-    if earlier is not None:
-        return
-    title = auto_title(text)
-    if title:
-        session.title = title
-        db.add(session)
 
 
 def _working_clause() -> sa.ColumnElement[bool]:
@@ -174,8 +143,6 @@ def list_threads(
     """The App's threads, most recently active first. `failed=True` keeps threads whose last
     run failed (False: those whose last run did not). `before` is the id of the last row of
     the previous page."""
-    from mosoo_core.tables.agents import Agent
-
     get_app(db, account_id, app_id)
     if section is not None and section not in SECTIONS:
         raise InvalidInput("section must be working, completed or archived.", field="section")
@@ -318,9 +285,7 @@ def get_thread(
 ) -> ThreadRow:
     """One thread as an inbox row; NotFound for a thread the account does not own and, with
     `app_id`, for one of another App (a page of one App never shows another's thread)."""
-    from mosoo_core.tables.agents import Agent
-
-    thread = owned_session(db, account_id, thread_id)
+    thread = owned_thread(db, account_id, thread_id)
     if app_id is not None and thread.app_id != app_id:
         raise NotFound("Thread not found.")
     agent = db.get(Agent, thread.agent_id)
@@ -330,7 +295,7 @@ def get_thread(
 
 def rename_thread(db: Session, account_id: str, thread_id: str, title: str) -> ThreadRow:
     """Set a thread's title: 1 to 80 characters, whitespace collapsed."""
-    thread = owned_session(db, account_id, thread_id)
+    thread = owned_thread(db, account_id, thread_id)
     clean = " ".join((title or "").split())
     if not clean:
         raise InvalidInput("Give the thread a title.", field="title")
@@ -348,7 +313,7 @@ def rename_thread(db: Session, account_id: str, thread_id: str, title: str) -> T
 
 def archive_thread(db: Session, account_id: str, thread_id: str) -> ThreadRow:
     """Archive a thread (read-only until unarchived). Refused while a run is active."""
-    thread = owned_session(db, account_id, thread_id)
+    thread = owned_thread(db, account_id, thread_id)
     if thread.status in WORKING_STATUSES or active_run(db, thread.id) is not None:
         raise Conflict(
             "The agent is still working in this thread. Stop the run or wait for it to finish, then archive.",
@@ -362,7 +327,7 @@ def archive_thread(db: Session, account_id: str, thread_id: str) -> ThreadRow:
 
 
 def unarchive_thread(db: Session, account_id: str, thread_id: str) -> ThreadRow:
-    thread = owned_session(db, account_id, thread_id)
+    thread = owned_thread(db, account_id, thread_id)
     if thread.archived_at is not None:
         thread.archived_at = None
         db.add(thread)
@@ -374,9 +339,7 @@ def delete_thread(db: Session, account_id: str, thread_id: str) -> DeletedThread
     """Delete a thread's rows: events, runs and file records go with it (foreign-key
     cascade). Its live drivers are told to stop and marked stopped. Objects, checkpoints and
     sandboxes are the caller's: use `mosoo_core.runtime.threads.delete_thread_everywhere`."""
-    from mosoo_core.files import remove_thread_files
-
-    thread = owned_session(db, account_id, thread_id)
+    thread = owned_thread(db, account_id, thread_id)
     drivers = db.exec(select(DriverInstance).where(DriverInstance.session_id == thread.id)).all()
     live = [driver.id for driver in drivers if driver.status != "stopped"]
     for driver in drivers:

@@ -9,12 +9,13 @@ from urllib.parse import urlsplit
 from sqlmodel import Session, col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
-from mosoo_core import identity
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.ids import new_id
 from mosoo_core.logs import get_logger
-from mosoo_core.tables.agents import Agent
+from mosoo_core.ownership import owned_app
+from mosoo_core.tables.agents import Agent, AgentVersion
+from mosoo_core.tables.sessions import AgentSession
 from mosoo_core.tables.vault import ProviderCredential
 from mosoo_core.vault._secrets import delete_secret, replace_secret, reveal_secret, store_secret
 from mosoo_core.vault.types import (
@@ -174,7 +175,7 @@ def _view(credential: ProviderCredential) -> ProviderCredentialView:
 def _owned_credential(
     db: Session, account_id: str, app_id: str, credential_id: str
 ) -> ProviderCredential:
-    identity.get_app(db, account_id, app_id)
+    owned_app(db, account_id, app_id)
     credential = db.get(ProviderCredential, credential_id) if credential_id else None
     # Another App's (or owner's) credential is indistinguishable from one that does not exist.
     if credential is None or credential.app_id != app_id:
@@ -210,7 +211,7 @@ def list_provider_credentials(
     db: Session, account_id: str, app_id: str
 ) -> list[ProviderCredentialView]:
     """The App's providers, the default first, keys masked."""
-    identity.get_app(db, account_id, app_id)
+    owned_app(db, account_id, app_id)
     return [_view(credential) for credential in db.exec(_ordered(app_id)).all()]
 
 
@@ -226,7 +227,7 @@ def create_provider_credential(
 ) -> ProviderCredentialView:
     """Add a provider to the App, its key sealed in the vault. The App's first provider
     becomes its default; a key is required except for Ollama."""
-    identity.get_app(db, account_id, app_id)
+    owned_app(db, account_id, app_id)
     clean = _validated(db, app_id, data, except_id=None)
     if not clean.api_key and PROVIDER_PRESETS[clean.provider].needs_key:
         raise InvalidInput("Enter the API key.", field="api_key")
@@ -340,6 +341,36 @@ def set_default_provider_credential(
     return _view(credential)
 
 
+def _versions_using(db: Session, app_id: str, credential_id: str) -> list[tuple[str, int]]:
+    """(Agent name, version number) of the versions that can still run with the key: the
+    published version of each Agent and every version a thread pins."""
+    used: list[tuple[str, int]] = []
+    rows = db.exec(
+        select(Agent, AgentVersion)
+        .join(AgentVersion, col(AgentVersion.agent_id) == col(Agent.id))
+        .where(Agent.app_id == app_id)
+        .order_by(func.lower(Agent.name), col(Agent.id), col(AgentVersion.number))
+    ).all()
+    for agent, version in rows:
+        if (version.profile or {}).get("provider_credential_id") != credential_id:
+            continue
+        published = agent.status == "published" and agent.published_version == version.number
+        pinned = (
+            published
+            or db.exec(
+                select(AgentSession.id)
+                .where(
+                    AgentSession.agent_id == agent.id, AgentSession.agent_version == version.number
+                )
+                .limit(1)
+            ).first()
+            is not None
+        )
+        if pinned:
+            used.append((agent.name, version.number))
+    return used
+
+
 def delete_provider_credential(
     db: Session, account_id: str, app_id: str, credential_id: str
 ) -> None:
@@ -354,9 +385,7 @@ def delete_provider_credential(
     if users:
         raise Conflict(f"Used by agent(s): {', '.join(users)}. Choose another key for them first.")
     # Published versions (and versions threads pin) still run with the key, though the draft moved on.
-    from mosoo_core.agents.versions import versions_using_credential
-
-    versions = versions_using_credential(db, app_id, credential.id)
+    versions = _versions_using(db, app_id, credential.id)
     if versions:
         named = ", ".join(f"{name} version {number}" for name, number in versions)
         raise Conflict(

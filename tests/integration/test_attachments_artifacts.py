@@ -22,6 +22,7 @@ from sqlmodel import Session, select
 from mosoo_core import agents, files, identity, sessions, streams
 from mosoo_core.errors import InvalidInput
 from mosoo_core.files import get_store
+from mosoo_core.runtime import attachments
 from mosoo_core.runtime.runs import installation_label, record_run_outputs
 from mosoo_core.runtime.sandbox import (
     LABEL_SUBJECT,
@@ -207,7 +208,7 @@ def test_attachments_are_delivered_read_only_and_removed(
         ).run.id
         db.commit()
 
-    manifest = files.deliver_attachments(backend, sandbox, run_id)
+    manifest = attachments.deliver_attachments(backend, sandbox, run_id)
     path = f"/mnt/attachments/{report.id}/report.csv"
     assert manifest[0] == {
         "file_id": report.id,
@@ -230,7 +231,7 @@ def test_attachments_are_delivered_read_only_and_removed(
         assert _sh(backend, sandbox, attempt)[0] != 0, attempt
     assert _sh(backend, sandbox, f"cat {path}") == (0, "a,b\n1,2\n")
 
-    assert files.remove_attachments(backend, sandbox, [report.id, odd.id]) == 2
+    assert attachments.remove_attachments(backend, sandbox, [report.id, odd.id]) == 2
     assert _sh(backend, sandbox, f"test -e {path} || echo gone") == (0, "gone\n")
     assert _sh(backend, sandbox, "ls -A /mnt/attachments") == (0, "")
 
@@ -251,14 +252,14 @@ def test_a_shared_sandbox_drops_attachments_of_runs_that_are_over(
             db, owner.account_id, busy_thread, "b", file_ids=[new.id]
         ).run.id
         db.commit()
-    files.deliver_attachments(backend, sandbox, done_run)
-    files.deliver_attachments(backend, sandbox, busy_run)
+    attachments.deliver_attachments(backend, sandbox, done_run)
+    attachments.deliver_attachments(backend, sandbox, busy_run)
     with Session(engine) as db:
         driver_plane.finish_run(
             db, db.get(SessionRun, done_run), "failed", code="driver_lost", message="gone"
         )  # type: ignore[arg-type]
         db.commit()
-    assert files.remove_stale_attachments(backend, sandbox) == 1
+    assert attachments.remove_stale_attachments(backend, sandbox) == 1
     assert _sh(backend, sandbox, "ls /mnt/attachments") == (0, f"{new.id}\n")
 
 

@@ -22,6 +22,7 @@ from sqlmodel import Session, select
 from mosoo_core import files, sessions
 from mosoo_core.files import get_store
 from mosoo_core.identity import list_apps, sign_in_identity
+from mosoo_core.runtime import attachments
 from mosoo_core.runtime.runs import (
     DISPATCHING_MARK_SECONDS,
     checkpoint_key,
@@ -442,7 +443,7 @@ def test_a_late_teardown_of_a_stopped_pet_boot_leaves_the_files_a_newer_message_
         SandboxSpec(subject=f"agent:{agent.id}", app_id=app_id, labels=installation_label())
     )
     try:
-        files.deliver_attachments(backend, pet, stopped_id)
+        attachments.deliver_attachments(backend, pet, stopped_id)
         folder = backend.attachments_dir(pet)
         assert (folder / kept.id).exists() and (folder / dropped.id).exists()
 

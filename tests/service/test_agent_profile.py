@@ -15,7 +15,7 @@ import pytest
 from sqlmodel import Session
 
 from mosoo_core import agents, identity, sessions, vault
-from mosoo_core.errors import Conflict, InvalidInput
+from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.runtime.runs import plan_boot
 from mosoo_core.tables.agents import Agent, AgentVersion
 from mosoo_core.tables.sessions import SessionRun
@@ -172,7 +172,7 @@ def test_bindings_are_deduplicated_in_order_and_an_empty_environment_means_the_d
 def test_another_owners_agent_cannot_be_edited(db: Session) -> None:
     owner = _owner(db)
     stranger = _owner(db, "stranger@example.com")
-    with pytest.raises(agents.service.NotFound):
+    with pytest.raises(NotFound):
         agents.update_agent(
             db,
             stranger.account_id,

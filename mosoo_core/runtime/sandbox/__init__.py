@@ -87,6 +87,7 @@ def _make_backend(settings: Settings) -> SandboxBackend:
     if settings.sandbox_backend in ("auto", "docker"):
         client = _docker_client()
         if client is not None:
+            # Imported on use: the docker SDK (and requests) load only where sandboxes run.
             from mosoo_core.runtime.sandbox.docker_backend import DockerBackend
 
             return DockerBackend(
@@ -98,6 +99,7 @@ def _make_backend(settings: Settings) -> SandboxBackend:
             )
         if settings.sandbox_backend == "docker":
             raise SandboxError("MOSOO_SANDBOX_BACKEND=docker but no Docker engine answers")
+    # Imported on use, like the Docker backend: only one of them is ever needed.
     from mosoo_core.runtime.sandbox.process_backend import ProcessBackend
 
     data_dir = settings.data_dir.resolve()

@@ -47,6 +47,7 @@ from mosoo_core.runtime.sandbox._base import (
     remove_read_only_tree,
 )
 from mosoo_core.runtime.sandbox._streams import CappedBuffer, iter_chunks
+from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
 
 log = get_logger("mosoo.sandbox.docker")
 
@@ -181,8 +182,6 @@ class DockerBackend(SandboxBackend):
         """The sandbox image; built from driver/Dockerfile (cached by content) on first use."""
         with self._image_lock:
             if not self._image:
-                from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
-
                 self._image = ensure_sandbox_image(self.client, base_image=self._base_image)
             return self._image
 

@@ -68,6 +68,7 @@ from mosoo_core.runtime.sandbox._cgroups import (
     create_cgroup,
 )
 from mosoo_core.runtime.sandbox._streams import CappedBuffer, drain_in_thread, iter_chunks
+from mosoo_core.runtime.sandbox.image import ensure_process_runtime
 
 log = get_logger("mosoo.sandbox.process")
 
@@ -163,8 +164,6 @@ class ProcessBackend(SandboxBackend):
     def runtime_dir(self) -> Path:
         with self._runtime_lock:
             if self._runtime_dir is None:
-                from mosoo_core.runtime.sandbox.image import ensure_process_runtime
-
                 self._runtime_dir = ensure_process_runtime(self._runtime_parent)
             return self._runtime_dir
 

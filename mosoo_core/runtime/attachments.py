@@ -29,6 +29,7 @@ from mosoo_core.runtime.sandbox import (
     remove_read_only_tree,
 )
 from mosoo_core.tables.files import StoredFile
+from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, SessionRun
 
 log = get_logger(__name__)
 
@@ -46,8 +47,6 @@ def deliver_attachments(
     """Put the run's attachments into the sandbox and return the `input.start` manifest
     [{file_id, name, mime_type, size, path}]. A file deleted since the message was sent is
     left out. SandboxError when a file cannot be delivered or is not readable inside."""
-    from mosoo_core.tables.sessions import SessionRun
-
     with session_scope() as db:
         run = db.get(SessionRun, run_id)
         named = [str(item.get("file_id", "")) for item in (run.attachments if run else [])]
@@ -139,8 +138,6 @@ def remove_stale_attachments(backend: SandboxBackend, ref: SandboxRef) -> int:
     """Take out of a shared (Pet) sandbox the attachments of runs that are over but were never
     cleaned up after (a run failed without its driver, a worker died): they were meant for one
     message only. Attachments of runs still active stay."""
-    from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, SessionRun
-
     try:
         folder = backend.attachments_dir(ref)
     except SandboxError:

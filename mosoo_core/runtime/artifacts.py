@@ -22,7 +22,7 @@ from sqlmodel import select
 
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
-from mosoo_core.files._names import clean_name, media_type_for
+from mosoo_core.files.names import clean_name, media_type_for
 from mosoo_core.files.service import (
     MAX_FILE_BYTES,
     FileView,
@@ -36,6 +36,7 @@ from mosoo_core.files.store import ChunkReader
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox import WORKSPACE, SandboxBackend, SandboxError, SandboxRef
 from mosoo_core.tables.files import StoredFile
+from mosoo_core.tables.sessions import AgentSession, SessionRun
 
 log = get_logger(__name__)
 
@@ -69,8 +70,6 @@ def record_artifacts(backend: SandboxBackend, ref: SandboxRef, run_id: str) -> l
     """Record the run's new or changed outputs for its thread and return them (what the
     caller announces in one `session_files.updated` event, only when something changed).
     Safe to run twice: what is recorded already is not returned again."""
-    from mosoo_core.tables.sessions import AgentSession, SessionRun
-
     with session_scope() as db:
         run = db.get(SessionRun, run_id)
         thread = db.get(AgentSession, run.session_id) if run else None
