@@ -6,6 +6,8 @@ The routes exist only when MOSOO_GOOGLE_CLIENT_ID and MOSOO_GOOGLE_CLIENT_SECRET
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from authlib.common.errors import AuthlibBaseError
 from authlib.integrations.starlette_client import OAuth, StarletteOAuth2App
 from fastapi import APIRouter, FastAPI, Request
@@ -21,10 +23,13 @@ from mosoo_core.logs import get_logger
 from mosoo_core.settings import Settings, get_settings
 from mosoo_web.api.cookies import safe_next, session_token, set_session_cookie
 
-try:  # Authlib's HTTP client is httpx2 when installed, else httpx
+if TYPE_CHECKING:
     from httpx2 import HTTPError
-except ImportError:
-    from httpx import HTTPError
+else:
+    try:  # Authlib's HTTP client is httpx2 when installed, else httpx
+        from httpx2 import HTTPError
+    except ImportError:
+        from httpx import HTTPError
 
 log = get_logger(__name__)
 
@@ -102,7 +107,8 @@ def install(api: FastAPI) -> None:
         """Send the browser to Google; state, nonce and PKCE verifier stay in its session."""
         request.session[_NEXT_KEY] = safe_next(next)
         try:
-            return await client.authorize_redirect(request, redirect_uri)
+            redirect: Response = await client.authorize_redirect(request, redirect_uri)
+            return redirect
         except _FLOW_ERRORS as error:
             log.warning("google.sign_in_unavailable", **_failure_fields(error))
             return _refuse("google_failed")

@@ -5,15 +5,21 @@ prompts, usage lines and run errors. Pages hand in display rows (`ChatItem`) bui
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import reflex as rx
+from reflex.event import EventCallback
+from reflex.vars import ArrayVar, ObjectVar
 
 from mosoo_core.sessions.transcript import TranscriptItem, Usage
 from mosoo_web.components.downloads import download_link
 from mosoo_web.components.icons import icon_tile
+from mosoo_web.reflex_typing import cond_value, match_component
+
+if TYPE_CHECKING:
+    from mosoo_web.state.thread_chat import ThreadChat
 
 OUTPUT_DISPLAY_CHARS = 6_000
 INPUT_DISPLAY_CHARS = 4_000
@@ -141,10 +147,11 @@ def chat_item(item: TranscriptItem) -> ChatItem:
 
 # --- rendering ------------------------------------------------------------------------------
 
-PermissionHandler = Callable[[rx.Var], Any]
+# The handler a permission button sends with the request id (`ThreadChat.allow_once`, ...).
+PermissionHandler = EventCallback[str]
 
 
-def _attachment_names(item: rx.Var[ChatItem]) -> rx.Component:
+def _attachment_names(item: ObjectVar[ChatItem]) -> rx.Component:
     return rx.flex(
         rx.foreach(
             item.attachments,
@@ -164,11 +171,15 @@ def _attachment_names(item: rx.Var[ChatItem]) -> rx.Component:
     )
 
 
-def _user_bubble(item: rx.Var[ChatItem]) -> rx.Component:
+def _user_bubble(item: ObjectVar[ChatItem]) -> rx.Component:
     return rx.hstack(
         rx.box(
             rx.text(item.text, size="2", white_space="pre-wrap", overflow_wrap="anywhere"),
-            rx.cond(item.attachments.length() > 0, _attachment_names(item), rx.fragment()),
+            rx.cond(
+                item.attachments.to(list[str]).length() > 0,
+                _attachment_names(item),
+                rx.fragment(),
+            ),
             background=rx.color("accent", 9),
             color="white",
             padding_x="14px",
@@ -182,7 +193,7 @@ def _user_bubble(item: rx.Var[ChatItem]) -> rx.Component:
     )
 
 
-def _markdown(text: rx.Var | str) -> rx.Component:
+def _markdown(text: rx.Var[str] | str) -> rx.Component:
     return rx.box(
         rx.markdown(text),
         font_size="14px",
@@ -193,7 +204,7 @@ def _markdown(text: rx.Var | str) -> rx.Component:
     )
 
 
-def _assistant_text(text: rx.Var | str, streaming: bool = False) -> rx.Component:
+def _assistant_text(text: rx.Var[str] | str, streaming: bool = False) -> rx.Component:
     return rx.hstack(
         icon_tile("sparkles", 14, "6px", margin_top="2px"),
         rx.box(
@@ -209,7 +220,7 @@ def _assistant_text(text: rx.Var | str, streaming: bool = False) -> rx.Component
     )
 
 
-def _thinking(text: rx.Var | str, streaming: bool = False) -> rx.Component:
+def _thinking(text: rx.Var[str] | str, streaming: bool = False) -> rx.Component:
     return rx.el.details(
         rx.el.summary(
             rx.hstack(
@@ -239,8 +250,8 @@ def _thinking(text: rx.Var | str, streaming: bool = False) -> rx.Component:
     )
 
 
-def _status_chip(item: rx.Var[ChatItem]) -> rx.Component:
-    return rx.match(
+def _status_chip(item: ObjectVar[ChatItem]) -> rx.Component:
+    return match_component(
         item.status,
         (
             "running",
@@ -286,7 +297,7 @@ def _status_chip(item: rx.Var[ChatItem]) -> rx.Component:
 
 
 def _code_block(
-    label: str, text: rx.Var, test_id: str, error: rx.Var | bool = False
+    label: str, text: rx.Var[str], test_id: str, error: rx.Var[bool] | bool = False
 ) -> rx.Component:
     return rx.vstack(
         rx.text(
@@ -312,9 +323,9 @@ def _code_block(
             width="100%",
             padding="8px 10px",
             border_radius="6px",
-            background=rx.cond(error, rx.color("red", 2), rx.color("gray", 2)),
+            background=cond_value(error, rx.color("red", 2), rx.color("gray", 2)),
             border=f"1px solid {rx.color('gray', 4)}",
-            color=rx.cond(error, rx.color("red", 11), rx.color("gray", 12)),
+            color=cond_value(error, rx.color("red", 11), rx.color("gray", 12)),
             data_testid=test_id,
         ),
         spacing="1",
@@ -324,14 +335,14 @@ def _code_block(
 
 def _tool_icon(name: rx.Var[str]) -> rx.Component:
     color = rx.color("accent", 11)
-    return rx.match(
+    return match_component(
         name,
         *[(tool, rx.icon(icon, size=14, color=color)) for tool, icon in TOOL_ICONS.items()],
         rx.icon("wrench", size=14, color=color),
     )
 
 
-def _tool_card(item: rx.Var[ChatItem]) -> rx.Component:
+def _tool_card(item: ObjectVar[ChatItem]) -> rx.Component:
     return rx.box(
         rx.el.details(
             rx.el.summary(
@@ -379,7 +390,7 @@ def _tool_card(item: rx.Var[ChatItem]) -> rx.Component:
                     rx.vstack(
                         _code_block(
                             "Output",
-                            rx.cond(item.output_text != "", item.output_text, "(no output)"),
+                            cond_value(item.output_text != "", item.output_text, "(no output)"),
                             "tool-output",
                             item.is_error,
                         ),
@@ -401,7 +412,7 @@ def _tool_card(item: rx.Var[ChatItem]) -> rx.Component:
             open=item.is_error,
             class_name="mosoo-tool",
         ),
-        border=rx.cond(
+        border=cond_value(
             item.is_error, f"1px solid {rx.color('red', 6)}", f"1px solid {rx.color('gray', 5)}"
         ),
         border_radius="10px",
@@ -413,8 +424,8 @@ def _tool_card(item: rx.Var[ChatItem]) -> rx.Component:
 
 
 def _permission_card(
-    item: rx.Var[ChatItem],
-    answered: rx.Var[list[str]],
+    item: ObjectVar[ChatItem],
+    answered: ArrayVar[Sequence[str]],
     on_allow: PermissionHandler,
     on_reject: PermissionHandler,
 ) -> rx.Component:
@@ -425,7 +436,7 @@ def _permission_card(
             rx.hstack(
                 rx.icon("shield-question", size=16, color=rx.color("amber", 11)),
                 rx.text(
-                    rx.cond(pending, "Approval needed", "Approval"),
+                    cond_value(pending, "Approval needed", "Approval"),
                     size="2",
                     weight="bold",
                 ),
@@ -466,7 +477,7 @@ def _permission_card(
             rx.text(
                 "The agent wants to use ",
                 rx.code(item.name, size="2"),
-                rx.cond(item.summary != "", ": ", "."),
+                cond_value(item.summary != "", ": ", "."),
                 size="2",
             ),
             rx.cond(
@@ -517,17 +528,17 @@ def _permission_card(
         ),
         padding="12px 14px",
         border_radius="10px",
-        border=rx.cond(
+        border=cond_value(
             pending, f"1px solid {rx.color('amber', 7)}", f"1px solid {rx.color('gray', 5)}"
         ),
-        background=rx.cond(pending, rx.color("amber", 2), rx.color("gray", 1)),
+        background=cond_value(pending, rx.color("amber", 2), rx.color("gray", 1)),
         margin_left="38px",
         data_testid="chat-permission",
         data_status=item.status,
     )
 
 
-def _file_line(item: rx.Var[ChatItem]) -> rx.Component:
+def _file_line(item: ObjectVar[ChatItem]) -> rx.Component:
     return rx.hstack(
         rx.icon("file", size=13, color=rx.color("gray", 10)),
         rx.text(item.status, size="1", color=rx.color("gray", 10)),
@@ -539,7 +550,7 @@ def _file_line(item: rx.Var[ChatItem]) -> rx.Component:
     )
 
 
-def _outputs_line(item: rx.Var[ChatItem]) -> rx.Component:
+def _outputs_line(item: ObjectVar[ChatItem]) -> rx.Component:
     """The artifacts a run left in /workspace/outputs, each a download."""
     return rx.hstack(
         rx.icon("folder-output", size=13, color=rx.color("gray", 10)),
@@ -566,7 +577,7 @@ def _outputs_line(item: rx.Var[ChatItem]) -> rx.Component:
     )
 
 
-def _run_end(item: rx.Var[ChatItem]) -> rx.Component:
+def _run_end(item: ObjectVar[ChatItem]) -> rx.Component:
     usage = rx.cond(
         item.usage_text != "",
         rx.hstack(
@@ -579,7 +590,7 @@ def _run_end(item: rx.Var[ChatItem]) -> rx.Component:
         ),
         rx.fragment(),
     )
-    return rx.match(
+    return match_component(
         item.status,
         (
             "failed",
@@ -634,8 +645,8 @@ def _run_end(item: rx.Var[ChatItem]) -> rx.Component:
 
 
 def transcript_item(
-    item: rx.Var[ChatItem],
-    answered: rx.Var[list[str]],
+    item: ObjectVar[ChatItem],
+    answered: ArrayVar[Sequence[str]],
     on_allow: PermissionHandler,
     on_reject: PermissionHandler,
 ) -> rx.Component:
@@ -659,7 +670,7 @@ def transcript_item(
 
 def live_item(kind: rx.Var[str], text: rx.Var[str]) -> rx.Component:
     """The open assistant text or thinking block, updated in batches while it streams."""
-    return rx.match(
+    return match_component(
         kind,
         ("assistant", _assistant_text(text, streaming=True)),
         ("thinking", _thinking(text, streaming=True)),
@@ -703,11 +714,11 @@ def chat_styles() -> rx.Component:
 
 
 def transcript_view(
-    items: rx.Var[list[ChatItem]],
+    items: ArrayVar[Sequence[ChatItem]],
     live_kind: rx.Var[str],
     live_text: rx.Var[str],
     working: rx.Var[bool],
-    answered: rx.Var[list[str]],
+    answered: ArrayVar[Sequence[str]],
     on_allow: PermissionHandler,
     on_reject: PermissionHandler,
 ) -> rx.Component:
@@ -722,7 +733,7 @@ def transcript_view(
     )
 
 
-def thread_transcript(state: Any, empty: rx.Component) -> rx.Component:
+def thread_transcript(state: type[ThreadChat], empty: rx.Component) -> rx.Component:
     """The live transcript of a page's `ThreadChat` state, kept scrolled to the newest, or
     `empty` until the thread has something to show."""
     return rx.auto_scroll(

@@ -7,15 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 import reflex as rx
+from reflex.event import EventType
 from reflex.vars import ArrayVar, ObjectVar
 
 from mosoo_core.files import MAX_FILE_BYTES
 from mosoo_web.components.forms import error_text
+from mosoo_web.state.thread_chat import AttachmentChip, ThreadChat
 
 MAX_FILES_PER_PICK = 20
 
 
-def _chip(state: Any, chip: rx.Var) -> rx.Component:
+def _chip(state: type[ThreadChat], chip: ObjectVar[AttachmentChip]) -> rx.Component:
     return rx.badge(
         rx.icon("paperclip", size=12),
         rx.text(chip.name, max_width="220px", truncate=True, as_="span"),
@@ -26,7 +28,7 @@ def _chip(state: Any, chip: rx.Var) -> rx.Component:
             variant="ghost",
             color_scheme="gray",
             type="button",
-            aria_label="Remove " + chip.name,
+            aria_label="Remove " + chip.name.to(str),
             on_click=state.remove_attachment(chip.id),
             data_testid="attachment-remove",
         ),
@@ -50,7 +52,9 @@ def _rejected_names(rejected: Any) -> Any:
     )
 
 
-def _attach_button(state: Any, upload_id: str, disabled: rx.Var | bool) -> rx.Component:
+def _attach_button(
+    state: type[ThreadChat], upload_id: str, disabled: rx.Var[bool] | bool
+) -> rx.Component:
     return rx.upload.root(
         rx.button(
             rx.icon("paperclip", size=14),
@@ -77,13 +81,13 @@ def _attach_button(state: Any, upload_id: str, disabled: rx.Var | bool) -> rx.Co
 
 
 def chat_composer(
-    state: Any,
+    state: type[ThreadChat],
     *,
     upload_id: str,
-    placeholder: rx.Var | str,
-    can_send: rx.Var,
-    enabled: rx.Var | bool = True,
-    on_submit: Any,
+    placeholder: rx.Var[str] | str,
+    can_send: rx.Var[bool],
+    enabled: rx.Var[bool] | bool = True,
+    on_submit: EventType[dict[str, Any]],
     footer_note: rx.Component | None = None,
 ) -> rx.Component:
     """`state` is the page's ThreadChat state class; `on_submit` receives the form with

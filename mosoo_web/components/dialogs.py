@@ -11,29 +11,32 @@ from __future__ import annotations
 from typing import Any
 
 import reflex as rx
+from reflex.event import EventType
+from reflex_components_radix.themes.base import LiteralSpacing
+from reflex_components_radix.themes.components.button import LiteralButtonSize
 
 
 def _controlled(
-    open: rx.Var[bool] | None, on_open_change: rx.event.EventType | None
+    open: rx.Var[bool] | None, on_open_change: EventType[bool] | None
 ) -> dict[str, Any]:
     if open is None:
         return {}
     return {"open": open, "on_open_change": on_open_change}
 
 
-def _width(max_width: str | None) -> dict[str, str]:
+def _width(max_width: str | None) -> dict[str, Any]:
     return {"max_width": max_width} if max_width else {}
 
 
 def confirm_dialog(
-    title: rx.Var | str,
-    *description: rx.Component | rx.Var | str,
+    title: rx.Var[str] | str,
+    *description: rx.Component | rx.Var[str] | str,
     confirm: str,
-    on_confirm: rx.event.EventType,
+    on_confirm: EventType[()],
     confirm_test_id: str = "",
     trigger: rx.Component | None = None,
     open: rx.Var[bool] | None = None,
-    on_open_change: rx.event.EventType | None = None,
+    on_open_change: EventType[bool] | None = None,
     busy: rx.Var[bool] | None = None,
     max_width: str | None = None,
     description_test_id: str = "",
@@ -48,7 +51,9 @@ def confirm_dialog(
     if confirm_test_id:
         confirm_props["data_testid"] = confirm_test_id
     confirm_button = rx.button(confirm, **confirm_props)
-    description_props = {"data_testid": description_test_id} if description_test_id else {}
+    description_props: dict[str, Any] = (
+        {"data_testid": description_test_id} if description_test_id else {}
+    )
     opener = [rx.alert_dialog.trigger(trigger)] if trigger is not None else []
     return rx.alert_dialog.root(
         *opener,
@@ -68,7 +73,9 @@ def confirm_dialog(
     )
 
 
-def trash_button(label: str, test_id: str, size: str = "1", **props: Any) -> rx.Component:
+def trash_button(
+    label: str, test_id: str, size: LiteralButtonSize = "1", **props: Any
+) -> rx.Component:
     """The red button that asks for a deletion (a `confirm_dialog` confirms it)."""
     return rx.button(
         rx.icon("trash-2", size=14),
@@ -95,10 +102,10 @@ def dialog_buttons(*buttons: rx.Component, cancel: str = "Cancel") -> rx.Compone
 def dialog(
     trigger: rx.Component,
     title: str,
-    description: rx.Var | str,
+    description: rx.Var[str] | str,
     *body: rx.Component,
     open: rx.Var[bool] | None = None,
-    on_open_change: rx.event.EventType | None = None,
+    on_open_change: EventType[bool] | None = None,
     max_width: str = "520px",
 ) -> rx.Component:
     """A dialog opened by `trigger`: its title, one line on what it does, then `body`."""
@@ -117,14 +124,14 @@ def dialog(
 def form_dialog(
     trigger: rx.Component,
     title: str,
-    description: rx.Var | str,
+    description: rx.Var[str] | str,
     *fields: rx.Component,
     submit: rx.Component,
-    on_submit: rx.event.EventType,
+    on_submit: EventType[()] | EventType[dict[str, Any]],
     open: rx.Var[bool] | None = None,
-    on_open_change: rx.event.EventType | None = None,
+    on_open_change: EventType[bool] | None = None,
     reset_on_submit: bool = False,
-    spacing: str = "4",
+    spacing: LiteralSpacing = "4",
     max_width: str = "520px",
 ) -> rx.Component:
     """A dialog holding a form: `fields`, then Cancel and the `submit` button."""

@@ -6,13 +6,13 @@ import reflex as rx
 
 
 def download_link(
-    child: rx.Component, file_id: rx.Var | str, label: rx.Var | str, test_id: str
+    child: rx.Component, file_id: rx.Var[str] | str, label: rx.Var[str] | str, test_id: str
 ) -> rx.Component:
     """A link the browser follows itself: Reflex renders anchors as router links, which would
     navigate inside the app instead of fetching the API (`reloadDocument` lets it through)."""
     return rx.el.a(
         child,
-        href="/api/files/" + file_id + "/content?download=1",
+        href=f"/api/files/{file_id}/content?download=1",
         download="",
         custom_attrs={"reloadDocument": True},
         aria_label=label,

@@ -5,17 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 import reflex as rx
+from reflex.event import EventType
+from reflex_components_radix.themes.base import LiteralSpacing
+from reflex_components_radix.themes.typography.base import LiteralTextSize
 
 
-def error_text(message: rx.Var, test_id: str | None = None, size: str = "2") -> rx.Component:
+def error_text(
+    message: rx.Var[str], test_id: str | None = None, size: LiteralTextSize = "2"
+) -> rx.Component:
     """`message` in red, or nothing while it is empty."""
-    test_props = {"data_testid": test_id} if test_id else {}
+    test_props: dict[str, Any] = {"data_testid": test_id} if test_id else {}
     return rx.cond(
         message != "", rx.text(message, color_scheme="red", size=size, **test_props), rx.fragment()
     )
 
 
-def field_error(message: rx.Var) -> rx.Component:
+def field_error(message: rx.Var[str]) -> rx.Component:
     return error_text(message, "field-error")
 
 
@@ -23,10 +28,10 @@ def labelled(
     label: str,
     control: rx.Component,
     *,
-    error: rx.Var | None = None,
+    error: rx.Var[str] | None = None,
     test_id: str = "",
     hint: rx.Component | None = None,
-    error_size: str = "2",
+    error_size: LiteralTextSize = "2",
     **props: Any,
 ) -> rx.Component:
     """A label over its control, an optional hint, and the field's error (`<test_id>-error`)."""
@@ -45,10 +50,10 @@ def inline_form(
     label: str,
     control: rx.Component,
     button: rx.Component,
-    error: rx.Var,
+    error: rx.Var[str],
     *,
-    on_submit: rx.event.EventType,
-    spacing: str = "2",
+    on_submit: EventType[()] | EventType[dict[str, Any]],
+    spacing: LiteralSpacing = "2",
     reset_on_submit: bool = False,
     **props: Any,
 ) -> rx.Component:
@@ -68,7 +73,7 @@ def inline_form(
     )
 
 
-def name_form(label: str, value: rx.Var, state: Any, test_id: str) -> rx.Component:
+def name_form(label: str, value: rx.Var[str], state: Any, test_id: str) -> rx.Component:
     """The form that renames something: `state` has the `rename` handler, `error` and `saving`."""
     return inline_form(
         label,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import reflex as rx
+from reflex_base.constants.colors import ColorType
 
 
 def icon_tile(
@@ -12,7 +13,7 @@ def icon_tile(
     size: int,
     padding: str,
     *,
-    color: str = "accent",
+    color: ColorType = "accent",
     radius: str = "999px",
     solid: bool = False,
     **props: Any,

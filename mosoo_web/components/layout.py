@@ -5,8 +5,11 @@ with its not-found cards), its header, card sections, back links and the empty s
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import reflex as rx
+from reflex_components_radix.themes.base import LiteralSpacing
+from reflex_components_radix.themes.color_mode import ColorModeIconButton
 
 from mosoo_web.components.icons import icon_tile
 from mosoo_web.state.session import SessionState
@@ -21,7 +24,7 @@ def brand() -> rx.Component:
     )
 
 
-def nav_link(label: str, icon: str, href: rx.Var | str, test_id: str) -> rx.Component:
+def nav_link(label: str, icon: str, href: rx.Var[str] | str, test_id: str) -> rx.Component:
     return rx.link(
         rx.hstack(
             rx.icon(icon, size=16),
@@ -101,7 +104,8 @@ def sidebar() -> rx.Component:
                 overflow="hidden",
             ),
             rx.spacer(),
-            rx.color_mode.button(size="1", variant="ghost"),
+            # What `rx.color_mode.button` is: Reflex's stub types `rx.color_mode` as a plain Var.
+            ColorModeIconButton.create(size="1", variant="ghost"),
             width="100%",
             align="center",
         ),
@@ -155,7 +159,7 @@ def console_shell(content: Callable[[], rx.Component], max_width: str = "880px")
 def missing_card(
     title: str,
     back_label: str,
-    back_href: rx.Var | str,
+    back_href: rx.Var[str] | str,
     test_id: str,
     detail: str = "It does not exist, or it is not yours.",
 ) -> rx.Component:
@@ -177,14 +181,14 @@ def not_found_card() -> rx.Component:
     return missing_card("App not found", "Back to your Apps", "/apps", "app-not-found")
 
 
-def page_column(*children: rx.Component, spacing: str = "4") -> rx.Component:
+def page_column(*children: rx.Component, spacing: LiteralSpacing = "4") -> rx.Component:
     """A page's content, top to bottom."""
     return rx.vstack(*children, width="100%", spacing=spacing)
 
 
 def app_page(
     *children: rx.Component,
-    spacing: str = "4",
+    spacing: LiteralSpacing = "4",
     item_missing: rx.Var[bool] | None = None,
     item_missing_card: rx.Component | None = None,
 ) -> rx.Component:
@@ -212,13 +216,14 @@ def empty_state(icon: str, *children: rx.Component, test_id: str) -> rx.Componen
     )
 
 
-def empty_note(*text: rx.Var | str, max_width: str = "420px") -> rx.Component:
+def empty_note(*text: rx.Var[str] | str, max_width: str = "420px") -> rx.Component:
     """The explanation in an empty state."""
     return rx.text(*text, size="2", color_scheme="gray", text_align="center", max_width=max_width)
 
 
-def back_link(label: str, href: rx.Var | str, test_id: str = "") -> rx.Component:
+def back_link(label: str, href: rx.Var[str] | str, test_id: str = "") -> rx.Component:
     """ "← Agents" over an item's page: back to the list it came from."""
+    test_props: dict[str, Any] = {"data_testid": test_id} if test_id else {}
     return rx.link(
         rx.hstack(
             rx.icon("arrow-left", size=14), rx.text(label, size="2"), align="center", spacing="1"
@@ -226,7 +231,7 @@ def back_link(label: str, href: rx.Var | str, test_id: str = "") -> rx.Component
         href=href,
         color_scheme="gray",
         underline="none",
-        **({"data_testid": test_id} if test_id else {}),
+        **test_props,
     )
 
 
@@ -241,7 +246,7 @@ def side_by_side(*children: rx.Component) -> rx.Component:
     )
 
 
-def page_header(title: rx.Var | str, subtitle: rx.Var | str = "") -> rx.Component:
+def page_header(title: rx.Var[str] | str, subtitle: rx.Var[str] | str = "") -> rx.Component:
     return rx.vstack(
         rx.heading(title, size="7", weight="bold", data_testid="page-title"),
         rx.text(subtitle, color_scheme="gray", size="2"),
@@ -250,7 +255,9 @@ def page_header(title: rx.Var | str, subtitle: rx.Var | str = "") -> rx.Componen
     )
 
 
-def card_section(title: str, description: str, *children: rx.Component) -> rx.Component:
+def card_section(
+    title: rx.Var[str] | str, description: str, *children: rx.Component
+) -> rx.Component:
     return rx.card(
         rx.vstack(
             rx.heading(title, size="4"),

@@ -17,6 +17,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_web.components.dialogs import confirm_dialog, form_dialog
 from mosoo_web.components.forms import error_text
+from mosoo_web.reflex_typing import cond_value, event
 from mosoo_web.state.session import current_app_ids
 
 
@@ -63,13 +64,13 @@ def _unpublish(account_id: str, app_id: str, agent_id: str) -> _Published:
 
 
 class VersionsState(rx.State):
-    agent_id: str = ""
-    status: str = "draft"
-    published_version: int = 0
-    versions: list[VersionRow] = []
-    dialog_open: bool = False
-    summary_error: str = ""
-    busy: bool = False
+    agent_id: rx.Field[str] = rx.field("")
+    status: rx.Field[str] = rx.field("draft")
+    published_version: rx.Field[int] = rx.field(0)
+    versions: rx.Field[list[VersionRow]] = rx.field(default_factory=list)
+    dialog_open: rx.Field[bool] = rx.field(False)
+    summary_error: rx.Field[str] = rx.field("")
+    busy: rx.Field[bool] = rx.field(False)
 
     @rx.var
     def badge_label(self) -> str:
@@ -91,12 +92,12 @@ class VersionsState(rx.State):
     async def _context(self) -> tuple[str, str]:
         return await current_app_ids(self)
 
-    @rx.event
+    @event
     def open_dialog(self, is_open: bool = True) -> None:
         self.dialog_open = is_open
         self.summary_error = ""
 
-    @rx.event
+    @event
     async def publish(self, form: dict[str, Any]) -> Any:
         account_id, app_id = await self._context()
         self.summary_error = ""
@@ -118,7 +119,7 @@ class VersionsState(rx.State):
         self.dialog_open = False
         return rx.toast.success(f"Published version {self.published_version}.")
 
-    @rx.event
+    @event
     async def unpublish(self) -> Any:
         account_id, app_id = await self._context()
         try:
@@ -204,7 +205,7 @@ def _versions_list() -> rx.Component:
                                 "v" + row.number.to_string(), variant="soft", color_scheme="gray"
                             ),
                             rx.text(
-                                rx.cond(row.summary != "", row.summary, "No summary"),
+                                cond_value(row.summary != "", row.summary, "No summary"),
                                 size="2",
                                 flex="1",
                             ),
@@ -235,7 +236,7 @@ def publish_controls(blocked: rx.Var[bool]) -> rx.Component:
         rx.badge(
             VersionsState.badge_label,
             variant="soft",
-            color_scheme=rx.cond(VersionsState.status == "published", "green", "gray"),
+            color_scheme=cond_value(VersionsState.status == "published", "green", "gray"),
             data_testid="agent-publish-status",
         ),
         _versions_list(),

@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import reflex as rx
+from reflex.event import EventSpec
+from reflex.vars import ObjectVar
 
 from mosoo_core import agents
 from mosoo_core.clock import utcnow
@@ -25,6 +28,7 @@ from mosoo_web.components.layout import (
     empty_state,
     page_header,
 )
+from mosoo_web.reflex_typing import cond_value, event
 from mosoo_web.state.session import SessionState, current_account_id, current_app_ids
 
 KIND_LABELS = {"pet": "Assistant", "cattle": "Task"}
@@ -116,29 +120,29 @@ UPLOAD_ID = "agent-package"
 
 
 class AgentsState(rx.State):
-    agents: list[AgentRow] = []
-    loaded: bool = False
-    dialog_open: bool = False
-    runtime: str = "openai"
-    kind: str = "cattle"
-    name_error: str = ""
-    form_error: str = ""
+    agents: rx.Field[list[AgentRow]] = rx.field(default_factory=list)
+    loaded: rx.Field[bool] = rx.field(False)
+    dialog_open: rx.Field[bool] = rx.field(False)
+    runtime: rx.Field[str] = rx.field("openai")
+    kind: rx.Field[str] = rx.field("cattle")
+    name_error: rx.Field[str] = rx.field("")
+    form_error: rx.Field[str] = rx.field("")
     # Delete confirmation
-    delete_open: bool = False
-    delete_id: str = ""
-    delete_name: str = ""
-    delete_threads: int = 0
-    deleting: bool = False
+    delete_open: rx.Field[bool] = rx.field(False)
+    delete_id: rx.Field[str] = rx.field("")
+    delete_name: rx.Field[str] = rx.field("")
+    delete_threads: rx.Field[int] = rx.field(0)
+    deleting: rx.Field[bool] = rx.field(False)
     # Import dialog and its report
-    import_open: bool = False
-    importing: bool = False
-    import_error: str = ""
-    imported_id: str = ""
-    imported_name: str = ""
-    import_reconnect: list[str] = []
-    import_notes: list[str] = []
+    import_open: rx.Field[bool] = rx.field(False)
+    importing: rx.Field[bool] = rx.field(False)
+    import_error: rx.Field[str] = rx.field("")
+    imported_id: rx.Field[str] = rx.field("")
+    imported_name: rx.Field[str] = rx.field("")
+    import_reconnect: rx.Field[list[str]] = rx.field(default_factory=list)
+    import_notes: rx.Field[list[str]] = rx.field(default_factory=list)
 
-    @rx.event
+    @event
     async def load(self) -> None:
         """After the App guard: the App's Agents."""
         session = await self.get_state(SessionState)
@@ -154,26 +158,26 @@ class AgentsState(rx.State):
             self.agents = []
         self.loaded = True
 
-    @rx.event
+    @event
     def open_dialog(self, is_open: bool = True) -> None:
         self.dialog_open = is_open
         if is_open:
             self.runtime, self.kind = "openai", "cattle"
             self.name_error = self.form_error = ""
 
-    @rx.event
+    @event
     def choose_runtime(self, value: str) -> None:
         runtime = agents.RUNTIMES.get(value)
         if runtime is not None and runtime.implemented:
             self.runtime = value
 
-    @rx.event
+    @event
     def choose_kind(self, value: str) -> None:
         if value in KIND_LABELS:
             self.kind = value
 
-    @rx.event
-    async def create(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+    @event
+    async def create(self, form: dict[str, str]) -> EventSpec | None:
         account_id = await current_account_id(self)  # first: a signed-out tab changes nothing
         self.name_error = self.form_error = ""
         session = await self.get_state(SessionState)
@@ -201,8 +205,8 @@ class AgentsState(rx.State):
         account_id, app_id = await self._ids()
         self.agents = await asyncio.to_thread(_rows, account_id, app_id)
 
-    @rx.event
-    async def fork(self, agent_id: str) -> rx.event.EventSpec:
+    @event
+    async def fork(self, agent_id: str) -> EventSpec:
         account_id, app_id = await self._ids()
         try:
             name = await asyncio.to_thread(_fork, account_id, app_id, agent_id)
@@ -211,8 +215,8 @@ class AgentsState(rx.State):
         await self._reload()
         return rx.toast.success(f"Created {name}.")
 
-    @rx.event
-    async def export(self, agent_id: str) -> rx.event.EventSpec:
+    @event
+    async def export(self, agent_id: str) -> EventSpec:
         account_id, app_id = await self._ids()
         try:
             filename, data = await asyncio.to_thread(_export, account_id, app_id, agent_id)
@@ -220,8 +224,8 @@ class AgentsState(rx.State):
             return rx.toast.error(error.message)
         return rx.download(data=data, filename=filename)
 
-    @rx.event
-    async def ask_delete(self, agent_id: str) -> rx.event.EventSpec | None:
+    @event
+    async def ask_delete(self, agent_id: str) -> EventSpec | None:
         account_id, app_id = await self._ids()
         try:
             self.delete_threads = await asyncio.to_thread(
@@ -236,13 +240,13 @@ class AgentsState(rx.State):
         self.delete_open = True
         return None
 
-    @rx.event
+    @event
     def close_delete(self, is_open: bool = False) -> None:
         if not is_open and not self.deleting:
             self.delete_open = False
 
-    @rx.event(background=True)
-    async def confirm_delete(self) -> rx.event.EventSpec | None:
+    @event(background=True)
+    async def confirm_delete(self) -> EventSpec | None:
         # Background: removing sandboxes can take a while; the page stays responsive.
         async with self:
             account_id, app_id = await self._ids()
@@ -262,7 +266,7 @@ class AgentsState(rx.State):
             self.deleting, self.delete_open, self.delete_id = False, False, ""
         return rx.toast.success(f"Deleted {name}.")
 
-    @rx.event
+    @event
     def open_import(self, is_open: bool = True) -> None:
         if self.importing:
             return
@@ -271,11 +275,11 @@ class AgentsState(rx.State):
             self.import_error = self.imported_id = self.imported_name = ""
             self.import_reconnect, self.import_notes = [], []
 
-    @rx.event
-    def reject_package(self, _rejected: list[dict]) -> None:
+    @event
+    def reject_package(self, _rejected: list[dict[str, Any]]) -> None:
         self.import_error = "Choose one .agent file of at most 64 MiB."
 
-    @rx.event
+    @event
     async def import_package(self, files: list[rx.UploadFile]) -> None:
         account_id, app_id = await self._ids()
         self.import_error = ""
@@ -389,7 +393,7 @@ def _create_dialog() -> rx.Component:
     )
 
 
-def _agent_menu(row: rx.Var[AgentRow]) -> rx.Component:
+def _agent_menu(row: ObjectVar[AgentRow]) -> rx.Component:
     return rx.dropdown_menu.root(
         rx.dropdown_menu.trigger(
             rx.icon_button(
@@ -427,7 +431,7 @@ def _agent_menu(row: rx.Var[AgentRow]) -> rx.Component:
     )
 
 
-def _agent_card(row: rx.Var[AgentRow]) -> rx.Component:
+def _agent_card(row: ObjectVar[AgentRow]) -> rx.Component:
     return rx.card(
         rx.hstack(
             rx.link(
@@ -440,7 +444,7 @@ def _agent_card(row: rx.Var[AgentRow]) -> rx.Component:
                             rx.badge(
                                 row.status_label,
                                 variant="soft",
-                                color_scheme=rx.cond(row.published, "green", "gray"),
+                                color_scheme=cond_value(row.published, "green", "gray"),
                                 data_testid="agent-status",
                             ),
                             align="center",
@@ -449,7 +453,7 @@ def _agent_card(row: rx.Var[AgentRow]) -> rx.Component:
                         rx.text(
                             row.runtime_label,
                             " · ",
-                            rx.cond(row.model != "", row.model, "model not set"),
+                            cond_value(row.model != "", row.model, "model not set"),
                             " · ",
                             rx.text(
                                 "Active ",
@@ -484,7 +488,7 @@ def _agent_card(row: rx.Var[AgentRow]) -> rx.Component:
                     spacing="3",
                     width="100%",
                 ),
-                href="/apps/" + SessionState.current_app_id + "/agents/" + row.id,
+                href="/apps/" + SessionState.current_app_id + "/agents/" + row.id.to(str),
                 underline="none",
                 color="inherit",
                 flex="1",
@@ -506,7 +510,7 @@ def _delete_dialog() -> rx.Component:
     return confirm_dialog(
         "Delete " + AgentsState.delete_name + "?",
         "This deletes the agent with its ",
-        rx.cond(
+        cond_value(
             AgentsState.delete_threads == 1,
             "1 thread",
             AgentsState.delete_threads.to_string() + " threads",

@@ -7,12 +7,14 @@ check is what stops someone from phishing an approval for their own CLI.
 from __future__ import annotations
 
 import reflex as rx
+from reflex.event import EventSpec
 
 from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, NotFound
 from mosoo_web.components.forms import inline_form
 from mosoo_web.components.layout import card_section, console_shell, page_column, page_header
+from mosoo_web.reflex_typing import event
 from mosoo_web.state.session import SessionState, current_account_id
 
 STATUS_MESSAGES = {
@@ -24,13 +26,14 @@ STATUS_MESSAGES = {
 
 
 class CliAuthState(rx.State):
-    code: str = ""  # what the form starts with (from ?code=)
-    user_code: str = ""  # the request on screen, formatted XXXX-XXXX
-    client_name: str = ""
-    status: str = ""  # "" (nothing looked up), pending, authorized, denied, expired, consumed
-    outcome: str = ""  # "approved" | "denied" after this page decided
-    error: str = ""
-    form_version: int = 0
+    code: rx.Field[str] = rx.field("")  # what the form starts with (from ?code=)
+    user_code: rx.Field[str] = rx.field("")  # the request on screen, formatted XXXX-XXXX
+    client_name: rx.Field[str] = rx.field("")
+    # "" (nothing looked up), pending, authorized, denied, expired, consumed
+    status: rx.Field[str] = rx.field("")
+    outcome: rx.Field[str] = rx.field("")  # "approved" | "denied" after this page decided
+    error: rx.Field[str] = rx.field("")
+    form_version: rx.Field[int] = rx.field(0)
 
     def _clear(self) -> None:
         self.user_code = self.client_name = self.status = self.outcome = self.error = ""
@@ -53,8 +56,8 @@ class CliAuthState(rx.State):
             view.status,
         )
 
-    @rx.event
-    async def load(self) -> rx.event.EventSpec | None:
+    @event
+    async def load(self) -> EventSpec | None:
         """The console guard (which keeps `?code=` through sign-in), then the code's request."""
         code = self.router.url.query_parameters.get("code", "")
         session = await self.get_state(SessionState)
@@ -69,7 +72,7 @@ class CliAuthState(rx.State):
             self.code = ""
         return None
 
-    @rx.event
+    @event
     async def look_up(self, form: dict[str, str]) -> None:
         await current_account_id(self)  # only a signed-in tab may look requests up
         self._show(form.get("code", ""))
@@ -94,11 +97,11 @@ class CliAuthState(rx.State):
         self.status = view.status
         self.outcome = "approved" if approve else "denied"
 
-    @rx.event
+    @event
     async def approve(self) -> None:
         await self._decide(approve=True)
 
-    @rx.event
+    @event
     async def deny(self) -> None:
         await self._decide(approve=False)
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 import ipaddress
 
 import reflex as rx
+from reflex.vars import ObjectVar
 
 from mosoo_core import mail
 from mosoo_core.db import session_scope
 from mosoo_core.settings import get_settings
 from mosoo_web.client_ip import tab_client_ip
 from mosoo_web.components.layout import brand
+from mosoo_web.reflex_typing import event
 
 
 def is_loopback(address: str) -> bool:
@@ -22,11 +24,11 @@ def is_loopback(address: str) -> bool:
 
 
 class DevMailboxState(rx.State):
-    allowed: bool = False
-    loaded: bool = False
-    messages: list[dict[str, str]] = []
+    allowed: rx.Field[bool] = rx.field(False)
+    loaded: rx.Field[bool] = rx.field(False)
+    messages: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
 
-    @rx.event
+    @event
     def load(self) -> None:
         self.loaded = True
         self.allowed = get_settings().is_development and is_loopback(tab_client_ip(self.router))
@@ -46,7 +48,7 @@ class DevMailboxState(rx.State):
         ]
 
 
-def _message(message: rx.Var) -> rx.Component:
+def _message(message: ObjectVar[dict[str, str]]) -> rx.Component:
     return rx.card(
         rx.vstack(
             rx.hstack(

@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import dataclass
 
 import reflex as rx
+from reflex.vars import ObjectVar
 
 from mosoo_core import files, sessions
 from mosoo_core.clock import utcnow
@@ -22,6 +23,7 @@ from mosoo_web.components.layout import (
     empty_state,
     page_header,
 )
+from mosoo_web.reflex_typing import cond_value, event
 from mosoo_web.state.session import SessionState, current_account_id
 
 ALL = "all"
@@ -145,18 +147,18 @@ def _read_text(account_id: str, file_id: str) -> tuple[str, bool]:
 
 
 class FilesState(rx.State):
-    rows: list[FileRow] = []
-    thread_options: list[ThreadOption] = []
-    query: str = ""
-    thread_filter: str = ALL
-    kind_filter: str = ALL
-    loaded: bool = False
+    rows: rx.Field[list[FileRow]] = rx.field(default_factory=list)
+    thread_options: rx.Field[list[ThreadOption]] = rx.field(default_factory=list)
+    query: rx.Field[str] = rx.field("")
+    thread_filter: rx.Field[str] = rx.field(ALL)
+    kind_filter: rx.Field[str] = rx.field(ALL)
+    loaded: rx.Field[bool] = rx.field(False)
     # The preview panel
-    selected_id: str = ""
-    selected_name: str = ""
-    selected_kind: str = ""  # text | image | ""
-    preview_text: str = ""
-    preview_note: str = ""
+    selected_id: rx.Field[str] = rx.field("")
+    selected_name: rx.Field[str] = rx.field("")
+    selected_kind: rx.Field[str] = rx.field("")  # text | image | ""
+    preview_text: rx.Field[str] = rx.field("")
+    preview_note: rx.Field[str] = rx.field("")
 
     async def _refresh(self) -> None:
         session = await self.get_state(SessionState)
@@ -183,7 +185,7 @@ class FilesState(rx.State):
             self.rows = []
         self.loaded = True
 
-    @rx.event
+    @event
     async def load(self) -> None:
         """After the App guard. `?thread=` opens the list filtered to one thread."""
         self.loaded = False
@@ -192,23 +194,23 @@ class FilesState(rx.State):
         self.thread_filter = str(self.router.url.query_parameters.get("thread", "") or "") or ALL
         await self._refresh()
 
-    @rx.event
+    @event
     async def search(self, form: dict[str, str]) -> None:
         self.query = str(form.get("query", ""))[:200]
         await self._refresh()
 
-    @rx.event
+    @event
     async def choose_thread(self, thread_id: str) -> None:
         self.thread_filter = thread_id or ALL
         await self._refresh()
 
-    @rx.event
+    @event
     async def choose_kind(self, kind: str | list[str]) -> None:
         if isinstance(kind, str) and kind in (ALL, "attachment", "artifact"):
             self.kind_filter = kind
             await self._refresh()
 
-    @rx.event
+    @event
     async def select(self, file_id: str) -> None:
         account_id = await current_account_id(self)
         row = next((r for r in self.rows if r.id == file_id), None)
@@ -231,16 +233,16 @@ class FilesState(rx.State):
             "Showing the first 256 KiB. Download the file for all of it." if clipped else ""
         )
 
-    @rx.event
+    @event
     def close_preview(self) -> None:
         self.selected_id = ""
 
 
-def _file_row(row: rx.Var[FileRow]) -> rx.Component:
+def _file_row(row: ObjectVar[FileRow]) -> rx.Component:
     return rx.table.row(
         rx.table.cell(
             rx.hstack(
-                rx.icon(rx.cond(row.kind == "artifact", "file-output", "paperclip"), size=14),
+                rx.icon(cond_value(row.kind == "artifact", "file-output", "paperclip"), size=14),
                 rx.button(
                     row.name,
                     on_click=FilesState.select(row.id),
@@ -255,8 +257,8 @@ def _file_row(row: rx.Var[FileRow]) -> rx.Component:
         ),
         rx.table.cell(
             rx.badge(
-                rx.cond(row.kind == "artifact", "Artifact", "Attachment"),
-                color_scheme=rx.cond(row.kind == "artifact", "green", "gray"),
+                cond_value(row.kind == "artifact", "Artifact", "Attachment"),
+                color_scheme=cond_value(row.kind == "artifact", "green", "gray"),
                 variant="soft",
                 data_testid="file-kind",
             )
@@ -266,7 +268,10 @@ def _file_row(row: rx.Var[FileRow]) -> rx.Component:
                 row.thread_id != "",
                 rx.link(
                     row.thread_title,
-                    href="/apps/" + SessionState.current_app_id + "/threads/" + row.thread_id,
+                    href="/apps/"
+                    + SessionState.current_app_id
+                    + "/threads/"
+                    + row.thread_id.to(str),
                     size="2",
                     data_testid="file-thread",
                 ),
@@ -278,12 +283,17 @@ def _file_row(row: rx.Var[FileRow]) -> rx.Component:
         rx.table.cell(rx.text(row.time_text, size="2", color_scheme="gray")),
         rx.table.cell(
             download_link(
-                rx.icon("download", size=15), row.id, "Download " + row.name, "file-download"
+                rx.icon("download", size=15),
+                row.id,
+                "Download " + row.name.to(str),
+                "file-download",
             )
         ),
         data_testid="file-row",
         data_name=row.name,
-        background=rx.cond(FilesState.selected_id == row.id, rx.color("accent", 3), "transparent"),
+        background=cond_value(
+            FilesState.selected_id == row.id, rx.color("accent", 3), "transparent"
+        ),
     )
 
 

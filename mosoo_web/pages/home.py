@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import reflex as rx
+from reflex.event import EventSpec
+from reflex.vars import ObjectVar
 
 from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput
 from mosoo_web.components.forms import inline_form
 from mosoo_web.components.layout import console_shell, page_column, page_header
+from mosoo_web.reflex_typing import event
 from mosoo_web.state.session import SessionState, current_account_id
 
 
 class AppsState(rx.State):
-    create_error: str = ""
-    creating: bool = False
+    create_error: rx.Field[str] = rx.field("")
+    creating: rx.Field[bool] = rx.field(False)
 
-    @rx.event
-    async def create_app(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+    @event
+    async def create_app(self, form: dict[str, str]) -> EventSpec | None:
         account_id = await current_account_id(self)
         self.create_error = ""
         try:
@@ -31,7 +34,7 @@ class AppsState(rx.State):
         return rx.redirect(f"/apps/{app.id}")
 
 
-def _app_card(app: rx.Var) -> rx.Component:
+def _app_card(app: ObjectVar[dict[str, str]]) -> rx.Component:
     return rx.link(
         rx.card(
             rx.hstack(

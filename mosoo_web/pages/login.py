@@ -5,6 +5,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import reflex as rx
+from reflex.event import EventSpec
 
 from mosoo_core import identity
 from mosoo_core.db import session_scope
@@ -15,6 +16,7 @@ from mosoo_web.api.google import google_sign_in_enabled
 from mosoo_web.client_ip import tab_client_ip
 from mosoo_web.components.forms import field_error
 from mosoo_web.components.layout import brand
+from mosoo_web.reflex_typing import event
 from mosoo_web.state.session import SessionState, hard_navigate
 
 QUERY_ERRORS = {
@@ -25,31 +27,31 @@ QUERY_ERRORS = {
 
 
 class LoginState(rx.State):
-    step: str = "email"
-    email: str = ""
-    error: str = ""
-    notice: str = ""
-    busy: bool = False
-    google_enabled: bool = False
-    google_href: str = "/api/auth/google/login"
-    dev_mailbox: bool = False
+    step: rx.Field[str] = rx.field("email")
+    email: rx.Field[str] = rx.field("")
+    error: rx.Field[str] = rx.field("")
+    notice: rx.Field[str] = rx.field("")
+    busy: rx.Field[bool] = rx.field(False)
+    google_enabled: rx.Field[bool] = rx.field(False)
+    google_href: rx.Field[str] = rx.field("/api/auth/google/login")
+    dev_mailbox: rx.Field[bool] = rx.field(False)
 
     def _next(self) -> str:
         return safe_next(self.router.url.query_parameters.get("next", "/"))
 
-    @rx.event
-    async def on_load(self) -> rx.event.EventSpec | None:
+    @event
+    async def on_load(self) -> EventSpec | None:
         session = await self.get_state(SessionState)
         if session._refresh():
             return rx.redirect(self._next(), replace=True)
-        self.reset()
+        self.reset()  # type: ignore[no-untyped-call]  # Reflex leaves BaseState.reset unannotated
         self.google_enabled = google_sign_in_enabled()
         self.google_href = f"/api/auth/google/login?next={quote(self._next())}"
         self.dev_mailbox = get_settings().is_development and not get_settings().smtp_enabled
         self.error = QUERY_ERRORS.get(self.router.url.query_parameters.get("error", ""), "")
         return None
 
-    @rx.event
+    @event
     def request_code(self, form: dict[str, str]) -> None:
         self.error = ""
         try:
@@ -63,8 +65,8 @@ class LoginState(rx.State):
         self.step = "code"
         self.notice = requested.notice
 
-    @rx.event
-    def verify_code(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+    @event
+    def verify_code(self, form: dict[str, str]) -> EventSpec | None:
         self.error = ""
         try:
             with session_scope() as db:
@@ -78,7 +80,7 @@ class LoginState(rx.State):
         # The ticket endpoint sets the HttpOnly cookie, which page code cannot do.
         return hard_navigate(f"/api/auth/finish?ticket={quote(ticket)}&next={quote(self._next())}")
 
-    @rx.event
+    @event
     def use_another_address(self) -> None:
         self.step = "email"
         self.error = ""
@@ -105,7 +107,7 @@ def _email_step() -> rx.Component:
                 type="submit",
                 size="3",
                 width="100%",
-                disabled=~rx.State.is_hydrated,
+                disabled=~rx.State.is_hydrated,  # type: ignore[arg-type]  # Reflex types State.is_hydrated as a bool, on the class a Var
                 data_testid="login-send-code",
             ),
             width="100%",
@@ -141,7 +143,7 @@ def _code_step() -> rx.Component:
                     type="submit",
                     size="3",
                     width="100%",
-                    disabled=~rx.State.is_hydrated,
+                    disabled=~rx.State.is_hydrated,  # type: ignore[arg-type]  # Reflex types State.is_hydrated as a bool, on the class a Var
                     data_testid="login-verify",
                 ),
                 width="100%",

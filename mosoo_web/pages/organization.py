@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import reflex as rx
+from reflex.event import EventSpec
 
 from mosoo_core import identity
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput
 from mosoo_web.components.forms import name_form
 from mosoo_web.components.layout import card_section, console_shell, page_column, page_header
+from mosoo_web.reflex_typing import event
 from mosoo_web.state.session import SessionState, current_account_id
 
 
 class OrganizationState(rx.State):
-    error: str = ""
-    saving: bool = False
+    error: rx.Field[str] = rx.field("")
+    saving: rx.Field[bool] = rx.field(False)
 
-    @rx.event
-    async def rename(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+    @event
+    async def rename(self, form: dict[str, str]) -> EventSpec | None:
         account_id = await current_account_id(self)
         self.error = ""
         try:

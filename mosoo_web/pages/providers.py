@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import reflex as rx
+from reflex.event import EventSpec
+from reflex.vars import ObjectVar
 
 from mosoo_core import vault
 from mosoo_core.db import session_scope
@@ -19,6 +22,7 @@ from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_web.components.dialogs import confirm_dialog, trash_button
 from mosoo_web.components.forms import error_text, labelled
 from mosoo_web.components.layout import app_page, card_section, console_shell, page_header
+from mosoo_web.reflex_typing import cond_value, event
 from mosoo_web.state.session import SessionState, current_app_ids
 
 FORM_FIELDS = ("name", "provider", "base_url", "api_key", "models")
@@ -74,23 +78,23 @@ def _test_connection(account_id: str, app_id: str, credential_id: str) -> vault.
 
 
 class ProvidersState(rx.State):
-    providers: list[ProviderRow] = []
-    preset: str = DEFAULT_PRESET
+    providers: rx.Field[list[ProviderRow]] = rx.field(default_factory=list)
+    preset: rx.Field[str] = rx.field(DEFAULT_PRESET)
     # Bumped after a save: the add form is re-mounted empty, so the typed key is gone.
-    form_version: int = 0
+    form_version: rx.Field[int] = rx.field(0)
     # The credential being edited ("" while adding) and the values its form starts with.
-    editing_id: str = ""
-    editing_name: str = ""
-    editing_provider: str = ""
-    form_name: str = ""
-    form_base_url: str = ""
-    form_models: str = ""
-    form_is_default: bool = False
-    name_error: str = ""
-    provider_error: str = ""
-    base_url_error: str = ""
-    api_key_error: str = ""
-    models_error: str = ""
+    editing_id: rx.Field[str] = rx.field("")
+    editing_name: rx.Field[str] = rx.field("")
+    editing_provider: rx.Field[str] = rx.field("")
+    form_name: rx.Field[str] = rx.field("")
+    form_base_url: rx.Field[str] = rx.field("")
+    form_models: rx.Field[str] = rx.field("")
+    form_is_default: rx.Field[bool] = rx.field(False)
+    name_error: rx.Field[str] = rx.field("")
+    provider_error: rx.Field[str] = rx.field("")
+    base_url_error: rx.Field[str] = rx.field("")
+    api_key_error: rx.Field[str] = rx.field("")
+    models_error: rx.Field[str] = rx.field("")
 
     @rx.var
     def preset_base_url(self) -> str:
@@ -120,9 +124,9 @@ class ProvidersState(rx.State):
             views = vault.list_provider_credentials(db, account_id, app_id)
         self.providers = [_row(view) for view in views]
 
-    def _update_row(self, credential_id: str, **changes: object) -> None:
+    def _update_row(self, credential_id: str, **changes: Any) -> None:
         self.providers = [
-            dataclasses.replace(row, **changes) if row.id == credential_id else row  # type: ignore[arg-type]
+            dataclasses.replace(row, **changes) if row.id == credential_id else row
             for row in self.providers
         ]
 
@@ -135,7 +139,7 @@ class ProvidersState(rx.State):
         self.form_is_default = False
         self.form_version += 1
 
-    @rx.event
+    @event
     async def load(self) -> None:
         """After the App guard: the App's providers, and a fresh add form."""
         self._reset_form()
@@ -150,15 +154,15 @@ class ProvidersState(rx.State):
             session.app_missing = True
             self.providers = []
 
-    @rx.event
+    @event
     def choose_preset(self, value: str) -> None:
         if value in PRESET_BASE_URLS:
             self.preset = value
             self.provider_error = ""
             self.api_key_error = ""
 
-    @rx.event
-    async def edit(self, credential_id: str) -> rx.event.EventSpec | None:
+    @event
+    async def edit(self, credential_id: str) -> EventSpec | None:
         """Fill the form with a saved provider (never its key)."""
         account_id, app_id, session = await self._app()
         try:
@@ -180,12 +184,12 @@ class ProvidersState(rx.State):
         self.form_is_default = view.is_default
         return rx.scroll_to("provider-form")
 
-    @rx.event
+    @event
     def cancel_edit(self) -> None:
         self._reset_form()
 
-    @rx.event
-    async def save(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+    @event
+    async def save(self, form: dict[str, str]) -> EventSpec | None:
         """Add a provider, or save the one being edited (a blank key keeps the saved one).
         The key in `form` goes to the vault and nowhere else."""
         account_id, app_id, session = await self._app()
@@ -223,8 +227,8 @@ class ProvidersState(rx.State):
         self._list(account_id, app_id)
         return rx.toast.success(f"{saved.name} {verb}.")
 
-    @rx.event
-    async def make_default(self, credential_id: str) -> rx.event.EventSpec | None:
+    @event
+    async def make_default(self, credential_id: str) -> EventSpec | None:
         account_id, app_id, session = await self._app()
         try:
             with session_scope() as db:
@@ -234,8 +238,8 @@ class ProvidersState(rx.State):
         self._list(account_id, app_id)
         return rx.toast.success(f"{made.name} is now the default.")
 
-    @rx.event
-    async def delete(self, credential_id: str) -> rx.event.EventSpec | None:
+    @event
+    async def delete(self, credential_id: str) -> EventSpec | None:
         account_id, app_id, session = await self._app()
         try:
             with session_scope() as db:
@@ -250,8 +254,8 @@ class ProvidersState(rx.State):
         self._list(account_id, app_id)
         return rx.toast.success("Provider deleted.")
 
-    @rx.event(background=True)
-    async def test_connection(self, credential_id: str) -> rx.event.EventSpec | None:
+    @event(background=True)
+    async def test_connection(self, credential_id: str) -> EventSpec | None:
         """Call the provider with the stored key (up to 10 s) and show the outcome on its row."""
         async with self:
             account_id, app_id, _session = await self._app()
@@ -274,7 +278,7 @@ class ProvidersState(rx.State):
             )
         return None
 
-    def _gone(self, account_id: str, app_id: str, session: SessionState) -> rx.event.EventSpec:
+    def _gone(self, account_id: str, app_id: str, session: SessionState) -> EventSpec:
         try:
             self._list(account_id, app_id)
         except NotFound:
@@ -282,9 +286,9 @@ class ProvidersState(rx.State):
         return rx.toast.error("That provider no longer exists.")
 
 
-def _delete_button(row: rx.Var[ProviderRow]) -> rx.Component:
+def _delete_button(row: ObjectVar[ProviderRow]) -> rx.Component:
     return confirm_dialog(
-        "Delete " + row.name + "?",
+        "Delete " + row.name.to(str) + "?",
         "Its key is destroyed. Agents that use this provider stop working until you choose another.",
         confirm="Delete",
         on_confirm=ProvidersState.delete(row.id),
@@ -293,7 +297,7 @@ def _delete_button(row: rx.Var[ProviderRow]) -> rx.Component:
     )
 
 
-def _provider_card(row: rx.Var[ProviderRow]) -> rx.Component:
+def _provider_card(row: ObjectVar[ProviderRow]) -> rx.Component:
     return rx.card(
         rx.vstack(
             rx.hstack(
@@ -352,7 +356,7 @@ def _provider_card(row: rx.Var[ProviderRow]) -> rx.Component:
             rx.hstack(
                 rx.text("Models", size="1", color_scheme="gray", width="72px"),
                 rx.text(
-                    rx.cond(row.models != "", row.models, "none listed"),
+                    cond_value(row.models != "", row.models, "none listed"),
                     size="2",
                     data_testid="provider-models",
                 ),
@@ -365,13 +369,13 @@ def _provider_card(row: rx.Var[ProviderRow]) -> rx.Component:
                     rx.text(
                         row.test_message,
                         size="2",
-                        color_scheme=rx.cond(row.test_ok, "green", "red"),
+                        color_scheme=cond_value(row.test_ok, "green", "red"),
                         data_testid="provider-test-result",
                     ),
                     rx.cond(
                         row.test_models != "",
                         rx.text(
-                            "Offered: " + row.test_models,
+                            "Offered: " + row.test_models.to(str),
                             size="1",
                             color_scheme="gray",
                             data_testid="provider-test-models",
@@ -463,10 +467,10 @@ def _provider_form() -> rx.Component:
                     name="api_key",
                     type="password",
                     auto_complete="new-password",
-                    placeholder=rx.cond(
+                    placeholder=cond_value(
                         ProvidersState.editing_id != "",
                         "Leave blank to keep the saved key",
-                        rx.cond(ProvidersState.key_optional, "Optional", "Paste the key"),
+                        cond_value(ProvidersState.key_optional, "Optional", "Paste the key"),
                     ),
                     width="100%",
                     data_testid="provider-key-input",
@@ -534,7 +538,7 @@ def _content() -> rx.Component:
             ),
         ),
         card_section(
-            ProvidersState.form_title,  # type: ignore[arg-type]
+            ProvidersState.form_title,
             "Pick a preset or any OpenAI-compatible endpoint.",
             _provider_form(),
         ),

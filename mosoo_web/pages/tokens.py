@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import reflex as rx
+from reflex.event import EventSpec
+from reflex.vars import ObjectVar
 
 from mosoo_core import identity
 from mosoo_core.clock import utcnow
@@ -18,6 +20,7 @@ from mosoo_web.components.dialogs import confirm_dialog, trash_button
 from mosoo_web.components.formatting import relative_time
 from mosoo_web.components.forms import inline_form
 from mosoo_web.components.layout import card_section, console_shell, page_column, page_header
+from mosoo_web.reflex_typing import event
 from mosoo_web.state.session import SessionState, current_account_id
 
 SOURCE_LABELS = {"console": "Console", "cli": "CLI sign-in"}
@@ -49,18 +52,18 @@ def _rows(views: list[identity.AccessTokenView]) -> list[TokenRow]:
 
 
 class TokensState(rx.State):
-    tokens: list[TokenRow] = []
-    label_error: str = ""
+    tokens: rx.Field[list[TokenRow]] = rx.field(default_factory=list)
+    label_error: rx.Field[str] = rx.field("")
     # The secret of the token just created; cleared on dismiss and on every page load.
-    new_secret: str = ""
-    new_label: str = ""
-    form_version: int = 0
+    new_secret: rx.Field[str] = rx.field("")
+    new_label: rx.Field[str] = rx.field("")
+    form_version: rx.Field[int] = rx.field(0)
 
     def _list(self, account_id: str) -> None:
         with session_scope() as db:
             self.tokens = _rows(identity.list_access_tokens(db, account_id))
 
-    @rx.event
+    @event
     async def load(self) -> None:
         self.new_secret = self.new_label = self.label_error = ""
         if not (await self.get_state(SessionState)).signed_in:
@@ -68,8 +71,8 @@ class TokensState(rx.State):
             return
         self._list(await current_account_id(self))
 
-    @rx.event
-    async def create(self, form: dict[str, str]) -> rx.event.EventSpec | None:
+    @event
+    async def create(self, form: dict[str, str]) -> EventSpec | None:
         account_id = await current_account_id(self)
         self.label_error = ""
         try:
@@ -84,16 +87,16 @@ class TokensState(rx.State):
         self._list(account_id)
         return None
 
-    @rx.event
+    @event
     def dismiss_secret(self) -> None:
         self.new_secret = self.new_label = ""
 
-    @rx.event
-    def copy_secret(self) -> list[rx.event.EventSpec]:
+    @event
+    def copy_secret(self) -> list[EventSpec]:
         return [rx.set_clipboard(self.new_secret), rx.toast.success("Token copied.")]
 
-    @rx.event
-    async def revoke(self, token_id: str) -> rx.event.EventSpec:
+    @event
+    async def revoke(self, token_id: str) -> EventSpec:
         account_id = await current_account_id(self)
         try:
             with session_scope() as db:
@@ -179,9 +182,9 @@ def _create_form() -> rx.Component:
     )
 
 
-def _revoke_button(row: rx.Var[TokenRow]) -> rx.Component:
+def _revoke_button(row: ObjectVar[TokenRow]) -> rx.Component:
     return confirm_dialog(
-        "Revoke “" + row.label + "”?",
+        "Revoke “" + row.label.to(str) + "”?",
         "It stops working at once. Scripts and CLIs using it will have to sign in again.",
         confirm="Revoke",
         on_confirm=TokensState.revoke(row.id),
@@ -190,7 +193,7 @@ def _revoke_button(row: rx.Var[TokenRow]) -> rx.Component:
     )
 
 
-def _token_row(row: rx.Var[TokenRow]) -> rx.Component:
+def _token_row(row: ObjectVar[TokenRow]) -> rx.Component:
     return rx.table.row(
         rx.table.cell(rx.text(row.label, weight="medium", data_testid="token-label")),
         rx.table.cell(rx.code(row.suffix, size="1", data_testid="token-suffix")),

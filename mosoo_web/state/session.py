@@ -35,6 +35,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import NotFound
 from mosoo_core.logs import get_logger
 from mosoo_core.settings import get_settings
+from mosoo_web.reflex_typing import event
 
 log = get_logger(__name__)
 
@@ -53,7 +54,7 @@ def cookie_value(raw_cookie_header: str, name: str) -> str | None:
     return morsel.value if morsel else None
 
 
-def hard_navigate(path: str) -> rx.event.EventSpec:
+def hard_navigate(path: str) -> EventSpec:
     """A full page load (needed to pick up a new or cleared cookie)."""
     return rx.call_script(f"window.location.assign({json.dumps(path)})")
 
@@ -141,14 +142,14 @@ class SessionState(rx.State):
     """Who is signed in. The account id stays on the server (a backend var)."""
 
     _account_id: str = ""
-    signed_in: bool = False
-    email: str = ""
-    name: str = ""
-    organization_name: str = ""
-    apps: list[dict[str, str]] = []
-    current_app_id: str = ""
-    current_app_name: str = ""
-    app_missing: bool = False
+    signed_in: rx.Field[bool] = rx.field(False)
+    email: rx.Field[str] = rx.field("")
+    name: rx.Field[str] = rx.field("")
+    organization_name: rx.Field[str] = rx.field("")
+    apps: rx.Field[list[dict[str, str]]] = rx.field(default_factory=list)
+    current_app_id: rx.Field[str] = rx.field("")
+    current_app_name: rx.Field[str] = rx.field("")
+    app_missing: rx.Field[bool] = rx.field(False)
 
     def _token(self) -> str | None:
         return cookie_value(self.router.headers.cookie, get_settings().session_cookie)
@@ -183,31 +184,31 @@ class SessionState(rx.State):
     def _forget(self) -> None:
         # Reflex keeps a tab's state across reloads: leave nothing of the account behind.
         OPEN_TABS.drop(self._tab())
-        self.reset()
+        self.reset()  # type: ignore[no-untyped-call]  # Reflex leaves BaseState.reset unannotated
         self._account_id = ""
 
     def _return_path(self) -> str:
         url = self.router.url
         return (url.path or "/") + (f"?{url.query}" if url.query else "")
 
-    def _sign_in_redirect(self) -> rx.event.EventSpec:
+    def _sign_in_redirect(self) -> EventSpec:
         """To /login, coming back to this very page afterwards (query string included, so a
         link such as `/cli-auth?code=…` still works after signing in)."""
         self._forget()
         return rx.redirect(f"/login?next={quote(self._return_path(), safe='')}", replace=True)
 
-    def guard(self) -> rx.event.EventSpec | None:
+    def guard(self) -> EventSpec | None:
         """None when someone is signed in (and loaded), else the redirect to /login. For page
         states whose own `on_load` must run the guard first."""
         return None if self._refresh() else self._sign_in_redirect()
 
-    @rx.event
-    def require_account(self) -> rx.event.EventSpec | None:
+    @event
+    def require_account(self) -> EventSpec | None:
         """The one guard of console pages: no valid session, go to /login."""
         return self.guard()
 
-    @rx.event
-    def require_app(self) -> rx.event.EventSpec | None:
+    @event
+    def require_app(self) -> EventSpec | None:
         """Guard for `/apps/[app_id]/...`: the App must be the account's own."""
         if not self._refresh():
             return self._sign_in_redirect()
@@ -225,8 +226,8 @@ class SessionState(rx.State):
         self.current_app_name = app.name
         return None
 
-    @rx.event
-    def enter_console(self) -> rx.event.EventSpec:
+    @event
+    def enter_console(self) -> EventSpec:
         """`/`: straight into the only App, or the picker when there are several."""
         if not self._refresh():
             return self._sign_in_redirect()
@@ -234,12 +235,12 @@ class SessionState(rx.State):
             return rx.redirect(f"/apps/{self.apps[0]['id']}", replace=True)
         return rx.redirect("/apps", replace=True)
 
-    @rx.event
-    def switch_app(self, app_id: str) -> rx.event.EventSpec:
+    @event
+    def switch_app(self, app_id: str) -> EventSpec:
         return rx.redirect(f"/apps/{app_id}")
 
-    @rx.event
-    async def sign_out(self) -> rx.event.EventSpec:
+    @event
+    async def sign_out(self) -> EventSpec:
         """Revoke the session on the server (which announces it, so the other open tabs of
         this browser leave too), then clear the cookie and leave."""
         token = self._token()
@@ -252,8 +253,8 @@ class SessionState(rx.State):
             ".finally(() => window.location.assign('/login'))"
         )
 
-    @rx.event
-    def leave_signed_out(self) -> rx.event.EventSpec:
+    @event
+    def leave_signed_out(self) -> EventSpec:
         """Where a tab whose session has ended goes: its account forgotten, /login loaded in
         full (which also closes this websocket), coming back to this page after signing in.
         Sent by `handle_backend_exception` and by the push in `signed_out_tabs`."""
@@ -316,5 +317,6 @@ def handle_backend_exception(exception: Exception) -> EventSpec:
     else goes to Reflex's default handler (logged, and a toast)."""
     if isinstance(exception, SignedOut):
         log.info("console.signed_out_tab_refused")
+        # Reflex types a handler called on its class as an EventCallback; it is an EventSpec.
         return SessionState.leave_signed_out()  # type: ignore[return-value]
     return default_backend_exception_handler(exception)

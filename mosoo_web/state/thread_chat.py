@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import reflex as rx
+from reflex.event import EventSpec
 
 from mosoo_core import files
 from mosoo_core.db import session_scope
@@ -32,6 +33,7 @@ from mosoo_core.sessions import actions
 from mosoo_core.sessions.transcript import Transcript
 from mosoo_web.components.chat import ChatItem, chat_item, usage_text
 from mosoo_web.components.formatting import size_text
+from mosoo_web.reflex_typing import event
 from mosoo_web.state.session import SessionState, SignedOut, current_account_id, tab_signed_out
 
 log = get_logger(__name__)
@@ -134,7 +136,7 @@ async def client_connected(token: str) -> bool:
         return True
 
 
-def thread_url_script(thread_id: str) -> rx.event.EventSpec:
+def thread_url_script(thread_id: str) -> EventSpec:
     change = (
         f"u.searchParams.set('thread', {json.dumps(thread_id)});"
         if thread_id
@@ -149,24 +151,26 @@ def thread_url_script(thread_id: str) -> rx.event.EventSpec:
 class ThreadChat(rx.State, mixin=True):
     """Chat vars and the handlers every thread view shares (Stop, permissions, the watcher)."""
 
-    thread_id: str = ""
-    thread_missing: bool = False
-    items: list[ChatItem] = []
-    live_kind: str = ""
-    live_text: str = ""
-    session_status: str = "idle"
-    run_active: bool = False
-    needs_approval: bool = False
-    last_run_status: str = ""
-    usage_total: str = ""
-    answered_requests: list[str] = []
-    sending: bool = False
-    composer_error: str = ""
-    composer_version: int = 0  # bumped after a message is stored: the composer re-mounts empty
-    attachments: list[AttachmentChip] = []  # uploaded, sent with the next message
-    attach_error: str = ""
+    thread_id: rx.Field[str] = rx.field("")
+    thread_missing: rx.Field[bool] = rx.field(False)
+    items: rx.Field[list[ChatItem]] = rx.field(default_factory=list)
+    live_kind: rx.Field[str] = rx.field("")
+    live_text: rx.Field[str] = rx.field("")
+    session_status: rx.Field[str] = rx.field("idle")
+    run_active: rx.Field[bool] = rx.field(False)
+    needs_approval: rx.Field[bool] = rx.field(False)
+    last_run_status: rx.Field[str] = rx.field("")
+    usage_total: rx.Field[str] = rx.field("")
+    answered_requests: rx.Field[list[str]] = rx.field(default_factory=list)
+    sending: rx.Field[bool] = rx.field(False)
+    composer_error: rx.Field[str] = rx.field("")
+    # Bumped after a message is stored: the composer re-mounts empty.
+    composer_version: rx.Field[int] = rx.field(0)
+    # Uploaded, sent with the next message.
+    attachments: rx.Field[list[AttachmentChip]] = rx.field(default_factory=list)
+    attach_error: rx.Field[str] = rx.field("")
     # Bumped when the thread's files may have changed; pages re-read their file list then.
-    files_version: int = 0
+    files_version: rx.Field[int] = rx.field(0)
     # Each open/reload/thread change starts a new watcher; older ones see the bump and end.
     _watch_generation: int = 0
     _chat_agent_id: str = ""  # the Agent attachments are uploaded for (set by the page)
@@ -196,7 +200,7 @@ class ThreadChat(rx.State, mixin=True):
     def _take_attachment_ids(self) -> list[str]:
         return [chip.id for chip in self.attachments]
 
-    @rx.event
+    @event
     async def attach_files(self, uploads: list[rx.UploadFile]) -> None:
         """Store the chosen files; each becomes a removable chip until the message goes out."""
         account_id = await current_account_id(self)
@@ -223,7 +227,7 @@ class ThreadChat(rx.State, mixin=True):
             self.attachments = [*self.attachments, chip]
         self.attach_error = " ".join(refused)
 
-    @rx.event
+    @event
     def reject_files(self, names: list[str]) -> None:
         """Files the widget refused before uploading (over 64 MiB, or too many at once)."""
         shown = _base_names(names) or ["A file"]
@@ -233,7 +237,7 @@ class ThreadChat(rx.State, mixin=True):
             f"files are at most 64 MiB each, {MAX_PENDING_ATTACHMENTS} at a time."
         )
 
-    @rx.event
+    @event
     async def remove_attachment(self, file_id: str) -> Any:
         account_id = await current_account_id(self)
         if not any(chip.id == file_id for chip in self.attachments):
@@ -245,7 +249,7 @@ class ThreadChat(rx.State, mixin=True):
             await asyncio.to_thread(_discard_upload, account_id, file_id)
         return None
 
-    @rx.event(background=True)
+    @event(background=True)
     async def stop(self) -> Any:
         async with self:
             account_id = await current_account_id(self)
@@ -258,15 +262,15 @@ class ThreadChat(rx.State, mixin=True):
             return rx.toast.error(error.message)
         return None
 
-    @rx.event(background=True)
+    @event(background=True)
     async def allow_once(self, request_id: str) -> Any:
         return await _answer_permission(self, request_id, "allow_once")
 
-    @rx.event(background=True)
+    @event(background=True)
     async def reject(self, request_id: str) -> Any:
         return await _answer_permission(self, request_id, "reject_once")
 
-    @rx.event(background=True)
+    @event(background=True)
     async def watch(self) -> None:
         """Follow the open thread until the page moves on (see the module docstring)."""
         async with self:

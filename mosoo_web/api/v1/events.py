@@ -106,7 +106,7 @@ async def post_event(
     thread_id: ThreadId,
     request: Request,
     caller: CallerDep,
-    body: Annotated[PostEvent, Body(openapi_examples=_POST_EXAMPLES)],  # type: ignore[arg-type]
+    body: Annotated[PostEvent, Body(openapi_examples=_POST_EXAMPLES)],
     idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     def work() -> PostedEvent:

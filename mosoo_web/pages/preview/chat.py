@@ -4,13 +4,15 @@ do before the first message), and the composer with attachments, Stop and Send."
 from __future__ import annotations
 
 import reflex as rx
+from reflex_components_radix.themes.base import LiteralAccentColor
 
 from mosoo_web.components.chat import chat_card, thread_transcript
 from mosoo_web.components.composer import chat_composer
 from mosoo_web.components.icons import icon_tile
 from mosoo_web.pages.preview.state import PreviewState
+from mosoo_web.reflex_typing import cond_value, match_component
 
-STATUS_COLORS = {
+STATUS_COLORS: dict[str, LiteralAccentColor] = {
     "Setup required": "amber",
     "Ready": "green",
     "Working": "blue",
@@ -20,7 +22,7 @@ STATUS_COLORS = {
 
 
 def _status_pill() -> rx.Component:
-    return rx.match(
+    return match_component(
         PreviewState.status,
         *[
             (
@@ -37,7 +39,7 @@ def _status_pill() -> rx.Component:
                         ),
                     ),
                     label,
-                    color_scheme=color,  # type: ignore[arg-type]
+                    color_scheme=color,
                     variant="soft",
                     radius="full",
                     size="2",
@@ -98,7 +100,7 @@ def _composer() -> rx.Component:
     return chat_composer(
         PreviewState,
         upload_id="preview-attachments",
-        placeholder=rx.cond(
+        placeholder=cond_value(
             PreviewState.ready,
             "Message " + PreviewState.agent_name + "…  (Enter to send, Shift+Enter for a new line)",
             "Finish the setup on the left to send messages.",

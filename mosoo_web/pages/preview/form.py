@@ -4,9 +4,12 @@ to its field (`PreviewState.field_errors`) and the last good value stays."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import reflex as rx
+from reflex.event import EventCallback
+from reflex.vars import ArrayVar
 
 from mosoo_core import agents
 from mosoo_web.components.forms import labelled
@@ -20,6 +23,7 @@ from mosoo_web.pages.preview.fields import (
 )
 from mosoo_web.pages.preview.readiness import pending_changes, readiness_callouts
 from mosoo_web.pages.preview.state import PreviewState
+from mosoo_web.reflex_typing import cond_value, match_component
 from mosoo_web.state.session import SessionState
 
 
@@ -35,7 +39,7 @@ def _field(
     return labelled(
         label,
         control,
-        error=PreviewState.field_errors.get(field_name, ""),
+        error=PreviewState.field_errors.to(dict[str, str]).get(field_name, ""),
         test_id=test_id,
         hint=hint,
         error_size="1",
@@ -45,7 +49,7 @@ def _field(
 
 
 def _save_indicator() -> rx.Component:
-    return rx.match(
+    return match_component(
         PreviewState.save_label,
         ("", rx.fragment()),
         (
@@ -131,7 +135,7 @@ def _provider_select() -> rx.Component:
                 rx.foreach(
                     PreviewState.providers,
                     lambda option: rx.select.item(
-                        rx.cond(option.is_default, option.name + " (default)", option.name),
+                        cond_value(option.is_default, option.name + " (default)", option.name),
                         value=option.id,
                     ),
                 ),
@@ -173,8 +177,8 @@ def _model_field() -> rx.Component:
                     PreviewState.provider_models,
                     lambda name: rx.badge(
                         name,
-                        variant=rx.cond(PreviewState.model == name, "solid", "soft"),
-                        color_scheme=rx.cond(PreviewState.model == name, "iris", "gray"),
+                        variant=cond_value(PreviewState.model == name, "solid", "soft"),
+                        color_scheme=cond_value(PreviewState.model == name, "iris", "gray"),
                         cursor="pointer",
                         on_click=PreviewState.set_model(name),
                         data_testid="agent-model-choice",
@@ -199,7 +203,7 @@ def _policy_control(tool: str, with_ask: bool) -> rx.Component:
         items.append(rx.segmented_control.item("Ask", value="ask"))
     return rx.segmented_control.root(
         *items,
-        value=PreviewState.tools[tool].to(str),
+        value=PreviewState.tools.to(dict[str, str])[tool],
         on_change=lambda value: PreviewState.set_tool_policy(tool, value),
         size="1",
         data_testid=f"tool-{tool}",
@@ -319,7 +323,9 @@ def _environment_select() -> rx.Component:
     )
 
 
-def _bound_list(items: rx.Var, remove: Any, empty: str, test_id: str) -> rx.Component:
+def _bound_list(
+    items: ArrayVar[Sequence[str]], remove: EventCallback[str], empty: str, test_id: str
+) -> rx.Component:
     return rx.vstack(
         rx.foreach(
             items,
@@ -375,7 +381,7 @@ def _bindings() -> rx.Component:
     )
 
 
-def _autosaved(value: rx.Var, handler: Any, test_id: str) -> dict[str, Any]:
+def _autosaved(value: rx.Var[str], handler: EventCallback[str], test_id: str) -> dict[str, Any]:
     """A text field's saved value and its saves: a moment after typing stops, and on leaving it."""
     return {
         "default_value": value,
@@ -386,11 +392,15 @@ def _autosaved(value: rx.Var, handler: Any, test_id: str) -> dict[str, Any]:
     }
 
 
-def _text_input(value: rx.Var, handler: Any, test_id: str, **props: Any) -> rx.Component:
+def _text_input(
+    value: rx.Var[str], handler: EventCallback[str], test_id: str, **props: Any
+) -> rx.Component:
     return rx.input(**_autosaved(value, handler, test_id), **props)
 
 
-def _text_area(value: rx.Var, handler: Any, test_id: str, **props: Any) -> rx.Component:
+def _text_area(
+    value: rx.Var[str], handler: EventCallback[str], test_id: str, **props: Any
+) -> rx.Component:
     return rx.text_area(**_autosaved(value, handler, test_id), resize="vertical", **props)
 
 
@@ -454,7 +464,7 @@ def agent_form() -> rx.Component:
                 ),
                 "agent-kind",
                 rx.text(
-                    rx.cond(
+                    cond_value(
                         PreviewState.kind == "pet",
                         "One long-lived sandbox shared by all its threads.",
                         "A fresh sandbox for every run.",

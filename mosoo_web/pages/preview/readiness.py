@@ -4,14 +4,18 @@ Assistant (Pet) sandbox does not have yet, with Apply."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import reflex as rx
+from reflex.vars import ArrayVar, ObjectVar
+from reflex_components_radix.themes.base import LiteralAccentColor
 
 from mosoo_web.components.forms import error_text
 from mosoo_web.pages.preview.services import BlockerRow
 from mosoo_web.pages.preview.state import PreviewState
 
 
-def _readiness_row(row: BlockerRow, test_id: str) -> rx.Component:
+def _readiness_row(row: ObjectVar[BlockerRow], test_id: str) -> rx.Component:
     return rx.hstack(
         rx.text(row.label, size="2", weight="medium", min_width="96px", flex_shrink="0"),
         rx.text(row.message, size="2", flex="1", min_width="0", overflow_wrap="anywhere"),
@@ -36,10 +40,10 @@ def _readiness_row(row: BlockerRow, test_id: str) -> rx.Component:
 
 
 def _readiness_callout(
-    rows: rx.Var[list[BlockerRow]],
+    rows: ArrayVar[Sequence[BlockerRow]],
     title: str,
     icon: str,
-    color: str,
+    color: LiteralAccentColor,
     row_test_id: str,
     test_id: str,
 ) -> rx.Component:

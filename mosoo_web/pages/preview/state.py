@@ -39,6 +39,7 @@ from mosoo_web.pages.preview.services import (
     send_message,
     thread_of_agent,
 )
+from mosoo_web.reflex_typing import event
 from mosoo_web.state.session import SessionState, current_app_ids
 from mosoo_web.state.thread_chat import ThreadChat, thread_url_script
 
@@ -47,38 +48,40 @@ _AGENT_PATH = re.compile(r"/apps/([^/]+)/agents/([^/?#]+)")
 
 class PreviewState(ThreadChat, rx.State):
     # --- the agent form ---
-    current_agent_id: str = ""
-    agent_missing: bool = False
-    agent_name: str = ""
-    runtime_label: str = ""
-    form_version: int = 0  # bumped on load: uncontrolled fields re-mount with saved values
-    form_name: str = ""
-    form_system_prompt: str = ""
-    form_description: str = ""
-    form_temperature: str = ""
-    form_max_tokens: str = ""
-    reasoning_effort: str = DEFAULT_EFFORT
-    provider_id: str = NO_PROVIDER
-    model: str = ""
-    kind: str = "cattle"
-    tools: dict[str, str] = {}
-    providers: list[ProviderOption] = []
-    blockers: list[BlockerRow] = []
-    warnings: list[BlockerRow] = []
-    runtime: str = ""
-    capabilities: list[str] = []
-    environment_id: str = DEFAULT_ENVIRONMENT
-    skills: list[str] = []
-    mcp_servers: list[str] = []
-    model_version: int = 0  # bumped when a model is picked from the list: the model field re-mounts
-    save_state: str = ""  # "" (nothing saved yet), "saving", "saved"
+    current_agent_id: rx.Field[str] = rx.field("")
+    agent_missing: rx.Field[bool] = rx.field(False)
+    agent_name: rx.Field[str] = rx.field("")
+    runtime_label: rx.Field[str] = rx.field("")
+    # Bumped on load: uncontrolled fields re-mount with saved values.
+    form_version: rx.Field[int] = rx.field(0)
+    form_name: rx.Field[str] = rx.field("")
+    form_system_prompt: rx.Field[str] = rx.field("")
+    form_description: rx.Field[str] = rx.field("")
+    form_temperature: rx.Field[str] = rx.field("")
+    form_max_tokens: rx.Field[str] = rx.field("")
+    reasoning_effort: rx.Field[str] = rx.field(DEFAULT_EFFORT)
+    provider_id: rx.Field[str] = rx.field(NO_PROVIDER)
+    model: rx.Field[str] = rx.field("")
+    kind: rx.Field[str] = rx.field("cattle")
+    tools: rx.Field[dict[str, str]] = rx.field(default_factory=dict)
+    providers: rx.Field[list[ProviderOption]] = rx.field(default_factory=list)
+    blockers: rx.Field[list[BlockerRow]] = rx.field(default_factory=list)
+    warnings: rx.Field[list[BlockerRow]] = rx.field(default_factory=list)
+    runtime: rx.Field[str] = rx.field("")
+    capabilities: rx.Field[list[str]] = rx.field(default_factory=list)
+    environment_id: rx.Field[str] = rx.field(DEFAULT_ENVIRONMENT)
+    skills: rx.Field[list[str]] = rx.field(default_factory=list)
+    mcp_servers: rx.Field[list[str]] = rx.field(default_factory=list)
+    # Bumped when a model is picked from the list: the model field re-mounts.
+    model_version: rx.Field[int] = rx.field(0)
+    save_state: rx.Field[str] = rx.field("")  # "" (nothing saved yet), "saving", "saved"
     # The Pet sandbox: whether there is one, the changes waiting for Apply, Apply's progress.
-    has_pet_sandbox: bool = False
-    pending_changes: list[str] = []
-    applying: bool = False
-    apply_error: str = ""
+    has_pet_sandbox: rx.Field[bool] = rx.field(False)
+    pending_changes: rx.Field[list[str]] = rx.field(default_factory=list)
+    applying: rx.Field[bool] = rx.field(False)
+    apply_error: rx.Field[str] = rx.field("")
     # Why the last change of a field was refused, by field (`ERROR_FIELDS`); no key: saved.
-    field_errors: dict[str, str] = {}
+    field_errors: rx.Field[dict[str, str]] = rx.field(default_factory=dict)
 
     @rx.var
     def ready(self) -> bool:
@@ -174,7 +177,7 @@ class PreviewState(ThreadChat, rx.State):
         if errors != self.field_errors:
             self.field_errors = errors
 
-    @rx.event
+    @event
     async def load(self) -> Any:
         """After the App guard: the agent's form, then the thread named in the URL (if any)."""
         self._reset_chat()
@@ -251,31 +254,32 @@ class PreviewState(ThreadChat, rx.State):
     async def _save_text(self, field_name: str, value: str) -> Any:
         self.save_state = "saving"
         yield
-        await self._persist(field_name, save_fields, agents.AgentChanges(**{field_name: value}))
+        change: dict[str, Any] = {field_name: value}  # the field is named at run time
+        await self._persist(field_name, save_fields, agents.AgentChanges(**change))
 
-    @rx.event
+    @event
     async def save_name(self, value: str) -> Any:
         async for update in self._save_text("name", value):
             yield update
 
-    @rx.event
+    @event
     async def save_description(self, value: str) -> Any:
         async for update in self._save_text("description", value):
             yield update
 
-    @rx.event
+    @event
     async def save_system_prompt(self, value: str) -> Any:
         async for update in self._save_text("system_prompt", value):
             yield update
 
-    @rx.event
+    @event
     async def save_model(self, value: str) -> Any:
         self.save_state = "saving"
         yield
         if await self._persist("model", save_fields, agents.AgentChanges(model=value)):
             self.model = value.strip()
 
-    @rx.event
+    @event
     async def set_model(self, value: str) -> Any:
         """A model picked from the provider's list: saved at once, the field shows it."""
         previous = self.model
@@ -297,17 +301,17 @@ class PreviewState(ThreadChat, rx.State):
         if await self._persist(key, save_options, changes):
             setattr(self, "form_" + key, (raw or "").strip())
 
-    @rx.event
+    @event
     async def save_temperature(self, value: str) -> Any:
         async for update in self._save_option_text("temperature", value):
             yield update
 
-    @rx.event
+    @event
     async def save_max_tokens(self, value: str) -> Any:
         async for update in self._save_option_text("max_tokens", value):
             yield update
 
-    @rx.event
+    @event
     async def set_reasoning_effort(self, value: str) -> Any:
         if value != DEFAULT_EFFORT and value not in agents.REASONING_EFFORTS:
             return
@@ -321,7 +325,7 @@ class PreviewState(ThreadChat, rx.State):
         if not await self._persist("reasoning_effort", save_options, changes):
             self.reasoning_effort = previous
 
-    @rx.event
+    @event
     async def choose_provider(self, value: str) -> Any:
         previous_provider, previous_model = self.provider_id, self.model
         self.provider_id = value
@@ -347,18 +351,17 @@ class PreviewState(ThreadChat, rx.State):
         self.save_state = "saving"
         yield
         stored = None if field_name == "environment_id" and value == DEFAULT_ENVIRONMENT else value
-        if not await self._persist(
-            field_name, save_fields, agents.AgentChanges(**{field_name: stored})
-        ):
+        change: dict[str, Any] = {field_name: stored}  # the field is named at run time
+        if not await self._persist(field_name, save_fields, agents.AgentChanges(**change)):
             setattr(self, field_name, previous)
 
-    @rx.event
+    @event
     async def set_kind(self, value: str | list[str]) -> Any:
         if isinstance(value, str) and value in ("pet", "cattle") and value != self.kind:
             async for update in self._save_choice("kind", value, self.kind):
                 yield update
 
-    @rx.event
+    @event
     async def set_runtime(self, value: str) -> Any:
         runtime = agents.RUNTIMES.get(value)
         if runtime is None or value == self.runtime:
@@ -369,7 +372,7 @@ class PreviewState(ThreadChat, rx.State):
             self.runtime_label = runtime.label
             self.capabilities = sorted(runtime.capabilities)
 
-    @rx.event
+    @event
     async def set_tool_policy(self, tool: str, value: str | list[str]) -> Any:
         if (
             tool not in TOOL_DESCRIPTIONS
@@ -385,26 +388,26 @@ class PreviewState(ThreadChat, rx.State):
         if not await self._persist("tools", save_fields, agents.AgentChanges(tools=enabled)):
             self.tools = previous
 
-    @rx.event
+    @event
     async def choose_environment(self, value: str) -> Any:
         if value != self.environment_id:
             async for update in self._save_choice("environment_id", value, self.environment_id):
                 yield update
 
-    @rx.event
+    @event
     async def remove_skill(self, skill_id: str) -> Any:
         async for update in self._save_choice(
             "skills", [s for s in self.skills if s != skill_id], self.skills
         ):
             yield update
 
-    @rx.event
+    @event
     async def remove_mcp_server(self, server_id: str) -> Any:
         remaining = [s for s in self.mcp_servers if s != server_id]
         async for update in self._save_choice("mcp_servers", remaining, self.mcp_servers):
             yield update
 
-    @rx.event
+    @event
     def focus_field(self, target: str) -> Any:
         """Scroll to the field a blocker names and put the cursor in it."""
         if target not in FIELD_TARGETS.values():
@@ -416,7 +419,7 @@ class PreviewState(ThreadChat, rx.State):
             " if (control) control.focus({preventScroll: true}); })()"
         )
 
-    @rx.event(background=True)
+    @event(background=True)
     async def apply_pending(self) -> Any:
         """Recreate the Pet sandbox so the pending changes take effect (runtime.pets)."""
         async with self:
@@ -444,13 +447,13 @@ class PreviewState(ThreadChat, rx.State):
 
     # --- the chat ---
 
-    @rx.event
+    @event
     def new_chat(self) -> Any:
         self._reset_chat()
         self.thread_id = ""
         return thread_url_script("")
 
-    @rx.event(background=True)
+    @event(background=True)
     async def send(self, form: dict[str, Any]) -> Any:
         text = str(form.get("message", ""))
         async with self:

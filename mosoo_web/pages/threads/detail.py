@@ -20,6 +20,7 @@ from mosoo_web.components.layout import (
 )
 from mosoo_web.pages.threads.detail_state import ThreadDetailState
 from mosoo_web.pages.threads.labels import status_badge
+from mosoo_web.reflex_typing import cond_value
 from mosoo_web.state.session import SessionState
 
 
@@ -180,11 +181,11 @@ def _detail_header() -> rx.Component:
 
 def _files_panel() -> rx.Component:
     file_row = lambda f: rx.hstack(  # noqa: E731
-        rx.icon(rx.cond(f.kind == "artifact", "file-output", "paperclip"), size=14),
+        rx.icon(cond_value(f.kind == "artifact", "file-output", "paperclip"), size=14),
         rx.vstack(
             rx.text(f.name, size="2", weight="medium", truncate=True, max_width="220px"),
             rx.text(
-                rx.cond(f.kind == "artifact", "Artifact", "Attachment"),
+                cond_value(f.kind == "artifact", "Artifact", "Attachment"),
                 " · ",
                 f.size_text,
                 " · ",

@@ -18,6 +18,7 @@ from mosoo_core.runtime.threads import delete_thread_everywhere
 from mosoo_core.sessions import actions
 from mosoo_web.components.formatting import relative_time, size_text
 from mosoo_web.pages.threads.labels import PURPOSE_LABELS
+from mosoo_web.reflex_typing import event
 from mosoo_web.state.session import SessionState, current_app_ids
 from mosoo_web.state.thread_chat import ThreadChat
 
@@ -92,20 +93,20 @@ def _change(account_id: str, thread_id: str, action: str, title: str = "") -> _H
 class ThreadDetailState(ThreadChat, rx.State):
     """One thread: header, live transcript, composer, files."""
 
-    title: str = ""
-    display_title: str = ""
-    agent_id: str = ""
-    agent_name: str = ""
-    version_text: str = ""
-    archived: bool = False
-    purpose: str = ""
-    end_user_id: str = ""
-    renaming: bool = False
-    title_error: str = ""
-    thread_files: list[ThreadFileRow] = []
-    delete_open: bool = False
-    deleting: bool = False
-    changing: bool = False
+    title: rx.Field[str] = rx.field("")
+    display_title: rx.Field[str] = rx.field("")
+    agent_id: rx.Field[str] = rx.field("")
+    agent_name: rx.Field[str] = rx.field("")
+    version_text: rx.Field[str] = rx.field("")
+    archived: rx.Field[bool] = rx.field(False)
+    purpose: rx.Field[str] = rx.field("")
+    end_user_id: rx.Field[str] = rx.field("")
+    renaming: rx.Field[bool] = rx.field(False)
+    title_error: rx.Field[str] = rx.field("")
+    thread_files: rx.Field[list[ThreadFileRow]] = rx.field(default_factory=list)
+    delete_open: rx.Field[bool] = rx.field(False)
+    deleting: rx.Field[bool] = rx.field(False)
+    changing: rx.Field[bool] = rx.field(False)
 
     @rx.var
     def can_send(self) -> bool:
@@ -126,7 +127,7 @@ class ThreadDetailState(ThreadChat, rx.State):
     async def _ids(self) -> tuple[str, str]:
         return await current_app_ids(self)
 
-    @rx.event
+    @event
     async def load(self) -> Any:
         """After the App guard: the thread named in the URL, then its live history."""
         self._reset_chat()
@@ -147,7 +148,7 @@ class ThreadDetailState(ThreadChat, rx.State):
         self.thread_id = thread_id
         return ThreadDetailState.watch
 
-    @rx.event
+    @event
     async def load_files(self) -> None:
         """Re-read the thread's files (the page re-mounts a marker when they may have changed)."""
         if not self.thread_id:
@@ -158,15 +159,15 @@ class ThreadDetailState(ThreadChat, rx.State):
         except NotFound:
             self.thread_files = []
 
-    @rx.event
+    @event
     def start_rename(self) -> None:
         self.renaming, self.title_error = True, ""
 
-    @rx.event
+    @event
     def cancel_rename(self) -> None:
         self.renaming, self.title_error = False, ""
 
-    @rx.event
+    @event
     async def rename(self, form: dict[str, Any]) -> Any:
         account_id, _app_id = await self._ids()
         self.title_error = ""
@@ -194,20 +195,20 @@ class ThreadDetailState(ThreadChat, rx.State):
         self._apply(header)
         return None
 
-    @rx.event
+    @event
     async def archive(self) -> Any:
         return await self._set_archived("archive")
 
-    @rx.event
+    @event
     async def unarchive(self) -> Any:
         return await self._set_archived("unarchive")
 
-    @rx.event
+    @event
     def open_delete(self, is_open: bool = True) -> None:
         if not self.deleting:
             self.delete_open = is_open
 
-    @rx.event(background=True)
+    @event(background=True)
     async def confirm_delete(self) -> Any:
         # Background: stopping a run and removing a sandbox can take a while.
         async with self:
@@ -228,7 +229,7 @@ class ThreadDetailState(ThreadChat, rx.State):
             self.deleting, self.delete_open = False, False
         return [rx.redirect(f"/apps/{app_id}/threads"), rx.toast.success(f"Deleted “{name}”.")]
 
-    @rx.event(background=True)
+    @event(background=True)
     async def send(self, form: dict[str, Any]) -> Any:
         """A follow-up message (with its attachments). An archived thread is unarchived."""
         text = str(form.get("message", ""))

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import reflex as rx
+from reflex.vars import ObjectVar
 
 from mosoo_core import agents, sessions
 from mosoo_core.clock import utcnow
@@ -24,6 +25,7 @@ from mosoo_web.components.layout import (
     page_header,
 )
 from mosoo_web.pages.threads.labels import PURPOSE_LABELS, status_badge
+from mosoo_web.reflex_typing import event, match_value
 from mosoo_web.state.session import SessionState, current_account_id, tab_signed_out
 from mosoo_web.state.thread_chat import DISCONNECTED_GRACE_SECONDS, client_connected
 
@@ -110,14 +112,17 @@ def _load_list(
 class ThreadsState(rx.State):
     """The list page."""
 
-    section: str = "working"
-    agent_filter: str = ALL
-    failed_only: bool = False
-    rows: list[ThreadListRow] = []
-    counts: dict[str, int] = {"working": 0, "completed": 0, "archived": 0}
-    agent_options: list[AgentOption] = []
-    loaded: bool = False
-    shown: int = LIST_PAGE  # how many rows of the section the list holds ("Show more" adds a page)
+    section: rx.Field[str] = rx.field("working")
+    agent_filter: rx.Field[str] = rx.field(ALL)
+    failed_only: rx.Field[bool] = rx.field(False)
+    rows: rx.Field[list[ThreadListRow]] = rx.field(default_factory=list)
+    counts: rx.Field[dict[str, int]] = rx.field(
+        default_factory=lambda: {"working": 0, "completed": 0, "archived": 0}
+    )
+    agent_options: rx.Field[list[AgentOption]] = rx.field(default_factory=list)
+    loaded: rx.Field[bool] = rx.field(False)
+    # How many rows of the section the list holds ("Show more" adds a page).
+    shown: rx.Field[int] = rx.field(LIST_PAGE)
     _follow_generation: int = 0
 
     @rx.var
@@ -145,7 +150,7 @@ class ThreadsState(rx.State):
             self.rows = []
         self.loaded = True
 
-    @rx.event
+    @event
     async def load(self) -> None:
         """After the App guard. Opens on Working when something is running, else Completed."""
         self.loaded = False
@@ -160,34 +165,34 @@ class ThreadsState(rx.State):
             self.section = "completed"
             await self._refresh()
 
-    @rx.event
+    @event
     async def choose_section(self, section: str | list[str]) -> None:
         if isinstance(section, str) and section in SECTION_LABELS:
             self.section = section
             self.shown = LIST_PAGE
             await self._refresh()
 
-    @rx.event
+    @event
     async def choose_agent(self, agent_id: str) -> None:
         self.agent_filter = agent_id or ALL
         await self._refresh()
 
-    @rx.event
+    @event
     async def set_failed_only(self, value: bool) -> None:
         self.failed_only = bool(value)
         await self._refresh()
 
-    @rx.event
+    @event
     async def show_more(self) -> None:
         self.shown += LIST_PAGE
         await self._refresh()
 
-    @rx.event
+    @event
     async def clear_filters(self) -> None:
         self.agent_filter, self.failed_only = ALL, False
         await self._refresh()
 
-    @rx.event(background=True)
+    @event(background=True)
     async def follow(self) -> None:
         """Keep the open list current: a run starting or ending moves its thread between
         Working and Completed without a reload. Ends when the tab leaves the page, opens it
@@ -221,7 +226,7 @@ class ThreadsState(rx.State):
 # --- the page -----------------------------------------------------------------------------
 
 
-def _thread_row(row: rx.Var[ThreadListRow]) -> rx.Component:
+def _thread_row(row: ObjectVar[ThreadListRow]) -> rx.Component:
     return rx.link(
         rx.card(
             rx.hstack(
@@ -274,7 +279,7 @@ def _thread_row(row: rx.Var[ThreadListRow]) -> rx.Component:
             width="100%",
             _hover={"background": rx.color("gray", 3)},
         ),
-        href="/apps/" + SessionState.current_app_id + "/threads/" + row.id,
+        href="/apps/" + SessionState.current_app_id + "/threads/" + row.id.to(str),
         underline="none",
         color="inherit",
         width="100%",
@@ -290,7 +295,10 @@ def _section_tabs() -> rx.Component:
                 rx.hstack(
                     rx.text(label),
                     rx.badge(
-                        ThreadsState.counts[key].to(int), variant="soft", radius="full", size="1"
+                        ThreadsState.counts.to(dict[str, int])[key],
+                        variant="soft",
+                        radius="full",
+                        size="1",
                     ),
                     align="center",
                     spacing="2",
@@ -358,7 +366,7 @@ def _list_empty() -> rx.Component:
             ),
             rx.vstack(
                 empty_note(
-                    rx.match(
+                    match_value(
                         ThreadsState.section,
                         *[(key, EMPTY_TEXT[key]) for key in SECTION_LABELS],
                         EMPTY_TEXT["completed"],
