@@ -18,7 +18,6 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.runtime.runs import delete_agent_everywhere
 from mosoo_web.components.dialogs import confirm_dialog, dialog, dialog_buttons, form_dialog
-from mosoo_web.components.formatting import relative_time
 from mosoo_web.components.forms import error_text, labelled
 from mosoo_web.components.icons import icon_tile
 from mosoo_web.components.layout import (
@@ -28,6 +27,7 @@ from mosoo_web.components.layout import (
     empty_state,
     page_header,
 )
+from mosoo_web.formatting import relative_time
 from mosoo_web.reflex_typing import cond_value, event
 from mosoo_web.state.session import SessionState, current_account_id, current_app_ids
 

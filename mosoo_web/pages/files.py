@@ -15,7 +15,6 @@ from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_web.components.downloads import download_link
-from mosoo_web.components.formatting import relative_time, size_text
 from mosoo_web.components.layout import (
     app_page,
     console_shell,
@@ -23,6 +22,7 @@ from mosoo_web.components.layout import (
     empty_state,
     page_header,
 )
+from mosoo_web.formatting import relative_time, size_text
 from mosoo_web.reflex_typing import cond_value, event
 from mosoo_web.state.session import SessionState, current_account_id
 

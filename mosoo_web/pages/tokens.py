@@ -17,9 +17,9 @@ from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_web.components.dialogs import confirm_dialog, trash_button
-from mosoo_web.components.formatting import relative_time
 from mosoo_web.components.forms import inline_form
 from mosoo_web.components.layout import card_section, console_shell, page_column, page_header
+from mosoo_web.formatting import relative_time
 from mosoo_web.reflex_typing import event
 from mosoo_web.state.session import SessionState, current_account_id
 

@@ -31,9 +31,9 @@ from mosoo_core.event_feed import ThreadFeed
 from mosoo_core.logs import get_logger
 from mosoo_core.sessions import actions
 from mosoo_core.sessions.transcript import Transcript
-from mosoo_web.components.chat import ChatItem, chat_item, usage_text
-from mosoo_web.components.formatting import size_text
+from mosoo_web.formatting import size_text
 from mosoo_web.reflex_typing import event
+from mosoo_web.state.chat_items import ChatItem, chat_item, usage_text
 from mosoo_web.state.session import SessionState, SignedOut, current_account_id, tab_signed_out
 
 log = get_logger(__name__)

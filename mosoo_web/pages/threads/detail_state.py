@@ -16,7 +16,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError, NotFound
 from mosoo_core.runtime.threads import delete_thread_everywhere
 from mosoo_core.sessions import actions
-from mosoo_web.components.formatting import relative_time, size_text
+from mosoo_web.formatting import relative_time, size_text
 from mosoo_web.pages.threads.labels import PURPOSE_LABELS
 from mosoo_web.reflex_typing import event
 from mosoo_web.state.session import SessionState, current_app_ids

@@ -16,7 +16,6 @@ from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.errors import NotFound
 from mosoo_core.sessions.threads import MAX_LIST_LIMIT
-from mosoo_web.components.formatting import relative_time
 from mosoo_web.components.layout import (
     app_page,
     console_shell,
@@ -24,6 +23,7 @@ from mosoo_web.components.layout import (
     empty_state,
     page_header,
 )
+from mosoo_web.formatting import relative_time
 from mosoo_web.pages.threads.labels import PURPOSE_LABELS, status_badge
 from mosoo_web.reflex_typing import event, match_value
 from mosoo_web.state.session import SessionState, current_account_id, tab_signed_out
