@@ -114,6 +114,8 @@ class Tool(abc.ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     parameters: ClassVar[dict[str, Any]]
+    # `run` cuts a longer output (its middle); a tool that bounds its own output may raise it.
+    max_output_chars: ClassVar[int] = MAX_TOOL_OUTPUT_CHARS
 
     def schema(self) -> dict[str, Any]:
         """The Chat Completions `tools[]` entry."""
@@ -155,5 +157,5 @@ class Tool(abc.ABC):
             return ToolResult(
                 f"{self.name} failed unexpectedly: {type(error).__name__}: {error}", is_error=True
             )
-        result.output = cap_output(result.output)
+        result.output = cap_output(result.output, self.max_output_chars)
         return result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BUILTIN_TOOLS = ("bash", "read", "write", "edit", "glob", "grep")
+BUILTIN_TOOLS = ("bash", "read", "write", "edit", "glob", "grep", "web_fetch")
 TOOL_POLICIES = ("allow", "ask")
 
 

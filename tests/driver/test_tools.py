@@ -29,7 +29,7 @@ async def run(name: str, context: ToolContext, **arguments: object) -> tuple[str
 
 
 def test_every_tool_has_a_function_schema() -> None:
-    assert sorted(TOOLS) == ["bash", "edit", "glob", "grep", "read", "write"]
+    assert sorted(TOOLS) == ["bash", "edit", "glob", "grep", "read", "web_fetch", "write"]
     for tool in TOOLS.values():
         schema = tool.schema()
         assert schema["type"] == "function"

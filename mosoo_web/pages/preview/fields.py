@@ -14,6 +14,7 @@ TOOL_DESCRIPTIONS = {
     "edit": "Change parts of files",
     "glob": "Find files by name",
     "grep": "Search inside files",
+    "web_fetch": "Fetch web pages through the environment's network policy",
 }
 FIELD_LABELS = {
     "runtime": "Runtime",
