@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import random
@@ -99,6 +100,9 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+SECRET_MASK = "••••"
+
+
 def new_source_event_id() -> str:
     return uuid.uuid4().hex
 
@@ -116,6 +120,7 @@ class ControlConnection:
         capabilities: Sequence[str] = (),
         on_command: Callable[[Command], Awaitable[None]] | None = None,
         on_first_welcome: Callable[[], Awaitable[None]] | None = None,
+        secrets: Sequence[str] = (),
         initial_backoff: float = INITIAL_BACKOFF_SECONDS,
         max_backoff: float = MAX_RECONNECT_BACKOFF_SECONDS,
         give_up_after: float = GIVE_UP_AFTER_SECONDS,
@@ -136,6 +141,11 @@ class ControlConnection:
         self.handshake_timeout = handshake_timeout
 
         self._boot_token = boot_token
+        # The values of the environment's secret variables, masked in every event sent: a
+        # command that prints one shows it to the model, never to the thread's log.
+        self._masks = sorted(
+            {json.dumps(value)[1:-1] for value in secrets if value}, key=len, reverse=True
+        )
         self._resume_token: str | None = None
         self._last_acked: str | None = None
         self._backend_started = False
@@ -161,6 +171,8 @@ class ControlConnection:
             payload=payload or {},
         )
         encoded = event.model_dump_json()
+        for mask in self._masks:
+            encoded = encoded.replace(mask, SECRET_MASK)
         if len(encoded.encode("utf-8")) > MAX_EVENT_BYTES:
             encoded = _shrunk(event)
             log.warning("event_truncated", extra={"kind": kind, "run_id": run_id})

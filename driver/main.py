@@ -116,6 +116,9 @@ async def run_driver(payload: BootPayload, *, install_signal_handlers: bool = Tr
         driver_instance_id=payload.driver_instance_id,
         boot_token=payload.boot_token,
         runtime=payload.runtime,
+        secrets=[
+            spec.environment[name] for name in spec.secret_variables if name in spec.environment
+        ],
     )
     backend = create_backend(payload.runtime, spec, connection, gateway_url=forwarder.gateway_url)
     connection.capabilities = list(backend.capabilities)

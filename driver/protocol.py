@@ -192,6 +192,8 @@ class ExecutionSpec(_Message):
     skills: list[dict[str, Any]] = Field(default_factory=list)
     mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
     environment: dict[str, str] = Field(default_factory=dict)
+    # Which of `environment` are secrets: their values are masked in the events sent.
+    secret_variables: list[str] = Field(default_factory=list)
 
 
 class BootPayload(_Message):

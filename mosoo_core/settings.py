@@ -90,10 +90,28 @@ class Settings(BaseSettings):
     sandbox_pids_limit: int = 256
     driver_heartbeat_interval_ms: int = 10_000
 
+    # Environments: where packages are installed from (private mirrors welcome). A
+    # revision's packages are built from these; changing them makes new builds.
+    pip_index_url: str = "https://pypi.org/simple"
+    npm_registry: str = "https://registry.npmjs.org"
+    # Test-only: lets a `limited` allowlist name 127.0.0.1:<port> (or localhost:<port>) and
+    # lets DNS answers on loopback through. Refused outside development (see the validator).
+    egress_allow_loopback: bool = False
+    # How long an environment's setup script may run in a new sandbox.
+    setup_timeout_seconds: float = 600.0
+
     # Public API v1: requests a minute per access token, and how often an idle event
     # stream sends a keep-alive comment (proxies close connections that stay silent).
     api_rate_limit_per_minute: int = 120
     api_sse_keepalive_seconds: float = 15.0
+
+    @model_validator(mode="after")
+    def _loopback_egress_only_in_development(self) -> Settings:
+        if self.egress_allow_loopback and self.env != "development":
+            raise ValueError(
+                "MOSOO_EGRESS_ALLOW_LOOPBACK is for tests: it is refused with MOSOO_ENV=production"
+            )
+        return self
 
     @model_validator(mode="after")
     def _default_public_url(self) -> Settings:

@@ -1,32 +1,15 @@
 """The change shapes the Agent service takes (`AgentChanges`, `ProviderOptionChanges`):
-typed, frozen, with UNSET for "keep what is stored"."""
+typed, frozen, with UNSET (mosoo_core.changes) for "keep what is stored"."""
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any
 
+from mosoo_core.changes import UNSET, Unset, set_fields
 
-class Unset(enum.Enum):
-    """The value of a change field left out: "keep what is stored" (None may mean "clear")."""
-
-    UNSET = "unset"
-
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-UNSET: Final = Unset.UNSET
-
-
-def _set_fields(changes: Any) -> dict[str, Any]:
-    return {
-        f.name: getattr(changes, f.name)
-        for f in fields(changes)
-        if getattr(changes, f.name) is not UNSET
-    }
+__all__ = ["UNSET", "AgentChanges", "ProviderOptionChanges", "Unset"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +33,7 @@ class AgentChanges:
 
     def set_fields(self) -> dict[str, Any]:
         """The fields given (not UNSET), by name."""
-        return _set_fields(self)
+        return set_fields(self)
 
 
 @dataclass(frozen=True)
@@ -64,4 +47,4 @@ class ProviderOptionChanges:
 
     def set_fields(self) -> dict[str, Any]:
         """The options given (not UNSET), by key."""
-        return _set_fields(self)
+        return set_fields(self)

@@ -16,6 +16,7 @@ from sqlmodel import Session, col, func, or_, select
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, TOOL_POLICIES
 from mosoo_core.agents.changes import AgentChanges, ProviderOptionChanges
 from mosoo_core.clock import utcnow
+from mosoo_core.environments import environment_exists
 from mosoo_core.errors import InvalidInput
 from mosoo_core.identity import get_app
 from mosoo_core.ownership import owned_agent
@@ -372,11 +373,6 @@ def existing_mcp_servers(db: Session, app_id: str, server_ids: list[str]) -> lis
     """The bound MCP servers that exist in the App and are usable (none until the MCP issue
     brings their table)."""
     return []
-
-
-def environment_exists(db: Session, app_id: str, environment_id: str) -> bool:
-    """Whether the bound environment exists in the App (none until the Environments issue)."""
-    return False
 
 
 def readiness(db: Session, agent: AgentView) -> Readiness:

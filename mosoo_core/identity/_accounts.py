@@ -8,6 +8,7 @@ from email_validator import EmailNotValidError, validate_email
 from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
+from mosoo_core.environments import create_default_environment
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.identity.views import AccountView, AppView, OrganizationView
 from mosoo_core.ownership import organization_of, owned_app
@@ -80,9 +81,12 @@ def sign_in_identity(
         )
         db.add(organization)
         db.flush()
-        db.add(
-            App(organization_id=organization.id, name="Default App", created_at=now, updated_at=now)
+        first = App(
+            organization_id=organization.id, name="Default App", created_at=now, updated_at=now
         )
+        db.add(first)
+        db.flush()
+        create_default_environment(db, first.id)
     db.add(
         AuthIdentity(
             account_id=account.id, provider=provider, subject=subject, email=email, created_at=now
@@ -169,6 +173,7 @@ def create_app(db: Session, account_id: str, *, name: str) -> AppView:
     )
     db.add(app)
     db.flush()
+    create_default_environment(db, app.id)
     return _app_view(app)
 
 

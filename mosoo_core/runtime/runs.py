@@ -20,7 +20,7 @@ import hashlib
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import IO, Any, Literal, cast
 
@@ -28,7 +28,7 @@ import redis
 from sqlmodel import Session, col, select
 
 from driver.protocol import BootPayload, ExecutionSpec, GatewayGrant
-from mosoo_core import agents, files, sessions, streams
+from mosoo_core import agents, environments, files, sessions, streams
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.files import get_store, iter_chunks
@@ -48,9 +48,11 @@ from mosoo_core.runtime.sandbox import (
     SandboxSpec,
     get_backend,
 )
+from mosoo_core.runtime.setup import run_setup
 from mosoo_core.sessions import driver_plane
 from mosoo_core.settings import get_settings
 from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.environments import EnvironmentRevision
 from mosoo_core.tables.files import StoredFile
 from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
 from mosoo_core.tables.vault import ProviderCredential
@@ -78,6 +80,12 @@ class BootPlan:
     instance_id: str
     payload_json: str  # holds the boot token and grant: written into the sandbox, never logged
     built_from: str = ""  # agents.sandbox_fingerprint of the profile, labelled on a new Pet sandbox
+    # The environment's setup script, run in a new sandbox before the driver, with every
+    # variable of the revision (setup-only ones too); the secret values, to mask its output.
+    network_policy: str = "none"  # the frozen revision's: none, limited or full
+    setup_script: str = ""
+    setup_env: dict[str, str] = field(default_factory=dict, repr=False)
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
 
 LABEL_INSTALLATION = "mosoo.installation"
@@ -211,6 +219,8 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
     # pass with a warning); the snapshot records what was bound, found or not.
     skills = agents.existing_skills(db, run.app_id, profile.skills)
     mcp_servers = agents.existing_mcp_servers(db, run.app_id, profile.mcp_servers)
+    revision = _frozen_revision(db, session, profile.environment_id)
+    variables = environments.run_variables(db, revision.id)
     spec = ExecutionSpec(
         app_id=run.app_id,
         agent_id=agent.id,
@@ -225,10 +235,22 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         ),
         skills=[{"id": skill_id} for skill_id in skills],
         mcp_servers=[{"id": server_id} for server_id in mcp_servers],
+        # The agent's processes get the variables that are not setup-only; secrets among them
+        # travel in the boot payload (read and deleted by the driver), never the container's env.
+        environment={v.name: v.value for v in variables if not v.setup_only},
+        secret_variables=[v.name for v in variables if v.secret and not v.setup_only],
     )
-    # The stored snapshot never holds the grant.
+    # The stored snapshot never holds the grant, nor any variable's value.
     run.snapshot = {
-        **spec.model_dump(exclude={"gateway"}),
+        **spec.model_dump(exclude={"gateway", "environment", "secret_variables"}),
+        "environment": {
+            "environment_id": revision.environment_id,
+            "revision_id": revision.id,
+            "revision": revision.number,
+            "network_policy": revision.network_policy,
+            "allowed_hosts": list(revision.allowed_hosts or []),
+            "variables": [v.name for v in variables],
+        },
         "kind": profile.kind,
         "credential_id": profile.provider_credential_id,
         "agent_version": session.agent_version,
@@ -258,17 +280,39 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         instance_id=driver.instance_id,
         payload_json=payload.model_dump_json(),
         built_from=agents.sandbox_fingerprint(profile),
+        network_policy=revision.network_policy,
+        setup_script=revision.setup_script,
+        setup_env={v.name: v.value for v in variables},
+        secrets=tuple(v.value for v in variables if v.secret),
     )
     return plan, []
 
 
-def _sandbox_for(backend: SandboxBackend, plan: BootPlan) -> SandboxRef:
+def _frozen_revision(
+    db: Session, session: AgentSession, environment_id: str | None
+) -> EnvironmentRevision:
+    """The environment revision the thread froze; a thread from before environments existed
+    freezes the current one of its environment now, and keeps it."""
+    revision = (
+        db.get(EnvironmentRevision, session.environment_revision_id)
+        if session.environment_revision_id
+        else None
+    )
+    if revision is None:
+        revision = environments.revision_for_thread(db, session.app_id, environment_id)
+        session.environment_revision_id = revision.id
+        db.add(session)
+    return revision
+
+
+def _sandbox_for(backend: SandboxBackend, plan: BootPlan) -> tuple[SandboxRef, bool]:
+    """The run's sandbox, and whether it is new (a new one runs the setup script)."""
     settings = get_settings()
     if plan.kind == "pet":
         for ref in backend.list_by_label({LABEL_SUBJECT: plan.subject, **installation_label()}):
             if ref.state != "running":
                 backend.start(ref)
-            return ref
+            return ref, False
     labels = installation_label()
     if plan.kind == "pet":
         labels[LABEL_BUILT_FROM] = plan.built_from
@@ -278,6 +322,8 @@ def _sandbox_for(backend: SandboxBackend, plan: BootPlan) -> SandboxRef:
         driver_instance_id=plan.instance_id,
         control_socket=settings.resolved_control_socket,
         labels=labels,
+        # `limited` stays on no network at all: its only way out is control's egress proxy.
+        network="full" if plan.network_policy == "full" else "none",
     )
     ref = backend.create(spec)
     if plan.kind == "pet":
@@ -289,7 +335,7 @@ def _sandbox_for(backend: SandboxBackend, plan: BootPlan) -> SandboxRef:
         key = checkpoint_key(plan.app_id, plan.session_id)
         if store.exists(key) and _still_wanted(plan.run_id):  # a stopped run needs no workspace
             backend.put_archive(ref, WORKSPACE, iter_chunks(store.open(key)))
-    return ref
+    return ref, True
 
 
 def _restore_pet_workspace(backend: SandboxBackend, ref: SandboxRef, plan: BootPlan) -> None:
@@ -426,9 +472,14 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
     ref = None
     attachments: list[dict[str, Any]] = []
     try:
-        ref = _sandbox_for(backend, plan)
+        ref, created = _sandbox_for(backend, plan)
         # Looked at between the steps: once the run is stopped, nothing more goes in.
         stopped = not _still_wanted(run_id)
+        if created and plan.setup_script and not stopped:
+            failure = _set_up(backend, ref, plan)
+            if failure:
+                return failure
+            stopped = not _still_wanted(run_id)
         if not stopped:
             if plan.kind == "pet":
                 delivery.remove_stale_attachments(backend, ref)
@@ -507,6 +558,24 @@ def _attachment_ids(run_id: str) -> list[str]:
     with session_scope() as db:
         run = db.get(SessionRun, run_id)
         return [str(item.get("file_id", "")) for item in (run.attachments if run else [])]
+
+
+def _set_up(backend: SandboxBackend, ref: SandboxRef, plan: BootPlan) -> str:
+    """Run the setup script in the new sandbox; "" when it succeeded. A failure fails the run
+    with `setup_failed` and the log's tail, and removes the sandbox (Pet or Cattle)."""
+    result = run_setup(backend, ref, plan.setup_script, plan.setup_env, plan.secrets)
+    with session_scope() as db:
+        run = db.get(SessionRun, plan.run_id)
+        if run is not None:
+            run.setup_log = result.log
+            db.add(run)
+    if result.ok:
+        return ""
+    log.info("run.setup_failed", run_id=plan.run_id)
+    backend.remove(ref)
+    with session_scope() as db:
+        _stop_driver(db, plan.instance_id, "setup failed")
+    return _fail_by_id(plan.run_id, "setup_failed", result.message, False)
 
 
 def _fail_by_id(run_id: str, code: str, message: str, retryable: bool) -> str:

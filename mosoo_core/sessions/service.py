@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
+from mosoo_core.environments import revision_for_thread
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.files import bind_attachments
 from mosoo_core.identity import get_app
@@ -18,7 +19,7 @@ from mosoo_core.sessions._events import NewEvent, append_events, read_events
 from mosoo_core.sessions._runs import finish_run, set_session_status
 from mosoo_core.sessions.titles import title_untitled_thread
 from mosoo_core.streams import StoredEvent
-from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.agents import Agent, AgentVersion
 from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, SessionRun
 
 MAX_MESSAGE_CHARS = 100_000
@@ -108,6 +109,7 @@ def create_session(
     if end_user_id is not None and not (0 < len(end_user_id) <= 200):
         raise InvalidInput("end_user_id must be 1 to 200 characters.", field="end_user_id")
     agent_version: int | None = None
+    environment_id = agent.environment_id
     if purpose != "preview":
         if agent.status != "published" or agent.published_version is None:
             raise Conflict(
@@ -115,12 +117,21 @@ def create_session(
                 code="agent_not_published",
             )
         agent_version = agent.published_version
+        version = db.exec(
+            select(AgentVersion).where(
+                AgentVersion.agent_id == agent.id, AgentVersion.number == agent_version
+            )
+        ).one()
+        environment_id = (version.profile or {}).get("environment_id")
+    # The thread keeps the environment revision current now: later edits reach later threads.
+    revision = revision_for_thread(db, app_id, environment_id)
     row = AgentSession(
         app_id=app_id,
         agent_id=agent_id,
         purpose=purpose,
         end_user_id=end_user_id,
         agent_version=agent_version,
+        environment_revision_id=revision.id,
     )
     db.add(row)
     db.flush()

@@ -11,8 +11,27 @@ vocabulary; the table keeps its first name.
 
 from sqlmodel import SQLModel
 
-from mosoo_core.tables import agents, files, identity, mail, sessions, usage, vault
+from mosoo_core.tables import (
+    agents,
+    environments,
+    files,
+    identity,
+    mail,
+    sessions,
+    usage,
+    vault,
+)
 
 metadata = SQLModel.metadata
 
-__all__ = ["agents", "files", "identity", "mail", "metadata", "sessions", "usage", "vault"]
+__all__ = [
+    "agents",
+    "environments",
+    "files",
+    "identity",
+    "mail",
+    "metadata",
+    "sessions",
+    "usage",
+    "vault",
+]

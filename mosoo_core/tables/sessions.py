@@ -39,6 +39,10 @@ class AgentSession(SQLModel, table=True):
     agent_version: int | None = (
         None  # the published version this thread runs; None = the draft (Preview)
     )
+    # The environment revision the thread froze when it started (None: none existed).
+    environment_revision_id: str | None = Field(
+        default=None, foreign_key="environment_revision.id", ondelete="SET NULL", max_length=26
+    )
     last_seq: int = 0
     archived_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     created_at: datetime = _now()
@@ -61,6 +65,9 @@ class SessionRun(SQLModel, table=True):
     driver_instance_id: str | None = Field(default=None, max_length=26, index=True)
     error_code: str | None = Field(default=None, max_length=64)
     error_message: str | None = Field(default=None, max_length=2000)
+    # The output of the environment's setup script when this run made a new sandbox (its
+    # secrets masked, the last 64 KiB): the run's diagnostics.
+    setup_log: str = Field(default="", sa_type=sa.Text)
     error_retryable: bool | None = None
     created_at: datetime = _now()
     started_at: datetime | None = Field(default=None, sa_type=UTCDateTime)

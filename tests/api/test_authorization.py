@@ -30,6 +30,10 @@ def _request(
         kwargs["files"] = {"file": ("x.txt", b"x", "text/plain")}
     elif (method, path) == ("POST", "/threads/{thread_id}/events"):
         kwargs["json"] = {"type": "user_message", "text": "hello"}
+    elif (method, path) == ("PATCH", "/environments/{environment_id}"):
+        kwargs["json"] = {"setup_script": "echo changed"}
+    elif (method, path) == ("PATCH", "/agents/{agent_id}"):
+        kwargs["json"] = {"system_prompt": "changed"}
     elif method == "POST":
         kwargs["json"] = {}
     return client.request(method, url, **kwargs)
@@ -47,10 +51,16 @@ def first_owner_ids(client: TestClient, owner: ApiOwner) -> dict[str, str]:
         headers=owner.headers,
         json={"message": "mine", "file_ids": [uploaded["id"]]},
     ).json()
+    environment = client.post(
+        "/api/v1/environments",
+        headers=owner.headers,
+        json={"name": "Mine", "setup_script": "echo mine"},
+    ).json()
     return {
         "agent_id": owner.agent_id,
         "thread_id": created["thread"]["id"],
         "file_id": uploaded["id"],
+        "environment_id": environment["id"],
     }
 
 
@@ -58,7 +68,17 @@ def test_the_matrix_covers_every_endpoint_of_the_product_contract() -> None:
     assert sorted(OPERATIONS) == sorted(
         [
             ("GET", "/agents"),
+            ("POST", "/agents"),
             ("GET", "/agents/{agent_id}"),  # added for the CLI
+            ("PATCH", "/agents/{agent_id}"),
+            ("GET", "/agents/{agent_id}/readiness"),
+            ("POST", "/agents/{agent_id}/publish"),
+            ("GET", "/environments"),
+            ("POST", "/environments"),
+            ("GET", "/environments/{environment_id}"),
+            ("PATCH", "/environments/{environment_id}"),
+            ("DELETE", "/environments/{environment_id}"),
+            ("GET", "/environments/{environment_id}/revisions"),
             ("POST", "/agents/{agent_id}/files"),
             ("POST", "/agents/{agent_id}/threads"),
             ("GET", "/agents/{agent_id}/threads"),
@@ -103,6 +123,15 @@ def test_another_owners_ids_are_not_found(
         client.get(f"/api/v1/files/{first_owner_ids['file_id']}", headers=owner.headers).status_code
         == 200
     )
+    environment = client.get(
+        f"/api/v1/environments/{first_owner_ids['environment_id']}", headers=owner.headers
+    ).json()
+    assert (environment["current_revision"], environment["revision"]["setup_script"]) == (
+        1,
+        "echo mine",
+    )
+    agent = client.get(f"/api/v1/agents/{owner.agent_id}", headers=owner.headers).json()
+    assert agent["status"] == "published" and agent["published_version"] == 1
 
 
 def test_agents_list_is_scoped(client: TestClient, owner: ApiOwner, other: ApiOwner) -> None:

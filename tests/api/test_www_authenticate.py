@@ -21,7 +21,12 @@ OPERATIONS = [
     for method in item
 ]
 # Ids that look real: the token is checked before any id is looked up.
-IDS = {"agent_id": "0" * 26, "thread_id": "0" * 26, "file_id": "0" * 26}
+IDS = {
+    "agent_id": "0" * 26,
+    "thread_id": "0" * 26,
+    "file_id": "0" * 26,
+    "environment_id": "0" * 26,
+}
 
 REFUSED_TOKENS = {
     "none": ({}, "Bearer"),

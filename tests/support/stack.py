@@ -22,7 +22,7 @@ import redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from mosoo_core import agents, identity, sessions, streams, vault
+from mosoo_core import agents, environments, identity, sessions, streams, vault
 from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.sessions import SessionRun
@@ -169,8 +169,10 @@ def make_agent(
     email: str = "e2e@example.com",
     kind: str = "cattle",
     tools: dict[str, str] | None = None,
+    environment: environments.EnvironmentChanges | None = None,
 ) -> Owner:
-    """An account whose App has a provider key (pointing at base_url) and a ready Agent."""
+    """An account whose App has a provider key (pointing at base_url) and a ready Agent,
+    bound to a new environment "E2E" with `environment` when it is given."""
     with Session(engine) as db:
         account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
         app_id = identity.list_apps(db, account.id)[0].id
@@ -197,6 +199,11 @@ def make_agent(
                 model="test-model",
                 system_prompt="You are a test agent.",
                 tools=tools if tools is not None else {"bash": "allow"},
+                environment_id=(
+                    environments.create_environment(db, account.id, app_id, "E2E", environment).id
+                    if environment is not None
+                    else None
+                ),
             ),
         )
         db.commit()

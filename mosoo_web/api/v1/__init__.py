@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.routing import compile_path
 
-from mosoo_web.api.v1 import agents, events, files, threads
+from mosoo_web.api.v1 import agents, environments, events, files, threads
 from mosoo_web.api.v1._body_limit import BodyLimit
 from mosoo_web.api.v1._errors import install_v1_error_handlers
 from mosoo_web.api.v1.schemas import ErrorBody, ErrorResponse
@@ -38,7 +38,15 @@ with `Idempotency-Replayed: true`.
 """
 
 TAGS = [
-    {"name": "Agents", "description": "The agents a token can start threads with."},
+    {
+        "name": "Agents",
+        "description": "The agents a token can start threads with, and configuring them from code.",
+    },
+    {
+        "name": "Environments",
+        "description": "What sandboxes are built from: setup script, variables and secrets, network "
+        "policy; every change a new revision.",
+    },
     {
         "name": "Threads",
         "description": "Conversations with an agent, pinned to a published version.",
@@ -61,7 +69,7 @@ def build_v1() -> FastAPI:
     install_v1_error_handlers(api)
     api.add_exception_handler(405, _method_not_allowed)
     api.add_middleware(BodyLimit)
-    for module in (agents, threads, events, files):
+    for module in (agents, environments, threads, events, files):
         api.include_router(module.router)
     generate = api.openapi
 

@@ -38,14 +38,19 @@ DESCRIPTIONS = {
 }
 
 
-def error_responses(*statuses: int, conflicts: str = "") -> dict[int | str, dict[str, Any]]:
+def error_responses(
+    *statuses: int, conflicts: str = "", invalid: str = ""
+) -> dict[int | str, dict[str, Any]]:
     """The documented error answers of an operation: 400, 401, 429 and 500 always, plus
-    `statuses`, plus 409 described by `conflicts` (its codes) when given."""
+    `statuses`, plus 409 described by `conflicts` (its codes) when given; `invalid` replaces
+    the 400 description (which fields the service refuses, and how)."""
     documented: dict[int | str, dict[str, Any]] = {}
     for status in sorted({400, 401, 429, 500, *statuses, *([409] if conflicts else [])}):
         description = DESCRIPTIONS[status]
         if status == 409 and conflicts:
             description = conflicts
+        if status == 400 and invalid:
+            description = invalid
         entry: dict[str, Any] = {"model": ErrorResponse, "description": description}
         if status == 401:
             entry["headers"] = {

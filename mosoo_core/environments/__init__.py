@@ -1,0 +1,52 @@
+"""Environments: what an App's sandboxes are built from, in immutable numbered revisions
+(packages, setup script, variables and secrets, network policy)."""
+
+from mosoo_core.environments.service import (
+    MASK,
+    EnvironmentChanges,
+    EnvironmentView,
+    RevisionView,
+    RunVariable,
+    VariableView,
+    create_default_environment,
+    create_environment,
+    default_environment,
+    delete_environment,
+    environment_app_id,
+    environment_exists,
+    fork_environment,
+    get_environment,
+    list_environments,
+    list_revisions,
+    rename_environment,
+    revision_for_thread,
+    revision_view,
+    run_variables,
+    update_environment,
+)
+from mosoo_core.environments.validation import VariableInput
+
+__all__ = [
+    "MASK",
+    "EnvironmentChanges",
+    "EnvironmentView",
+    "RevisionView",
+    "RunVariable",
+    "VariableInput",
+    "VariableView",
+    "create_default_environment",
+    "create_environment",
+    "default_environment",
+    "delete_environment",
+    "environment_app_id",
+    "environment_exists",
+    "fork_environment",
+    "get_environment",
+    "list_environments",
+    "list_revisions",
+    "rename_environment",
+    "revision_for_thread",
+    "revision_view",
+    "run_variables",
+    "update_environment",
+]

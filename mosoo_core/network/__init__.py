@@ -1,0 +1,42 @@
+"""Egress for sandboxes under a `limited` network policy: the allowlist and address rules
+(`policy`) and the forward proxy that enforces them (`proxy`)."""
+
+from mosoo_core.network.policy import (
+    DEFAULT_PORTS,
+    MAX_ALLOWED_HOSTS,
+    AllowedHost,
+    Decision,
+    EgressPolicy,
+    address_allowed,
+    is_ip_literal,
+    normalize_host,
+    parse_allowed_host,
+    parse_allowlist,
+)
+from mosoo_core.network.proxy import (
+    FAILURE_REASONS,
+    PREAMBLE_PREFIX,
+    REFUSAL_REASONS,
+    EgressContext,
+    EgressProxy,
+    NetworkDecision,
+)
+
+__all__ = [
+    "DEFAULT_PORTS",
+    "FAILURE_REASONS",
+    "MAX_ALLOWED_HOSTS",
+    "PREAMBLE_PREFIX",
+    "REFUSAL_REASONS",
+    "AllowedHost",
+    "Decision",
+    "EgressContext",
+    "EgressPolicy",
+    "EgressProxy",
+    "NetworkDecision",
+    "address_allowed",
+    "is_ip_literal",
+    "normalize_host",
+    "parse_allowed_host",
+    "parse_allowlist",
+]

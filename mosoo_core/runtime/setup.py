@@ -1,0 +1,58 @@
+"""An environment's setup script, run in a new sandbox before its driver starts.
+
+It runs as the sandbox user with every variable of the revision, the *setup only* ones
+included (the agent's processes never get those: they are not in the driver's spec), under
+a time limit. Its output is kept for the run's diagnostics with every secret value masked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from mosoo_core.runtime.sandbox import SandboxBackend, SandboxRef
+from mosoo_core.settings import get_settings
+
+LOG_TAIL_CHARS = 64 * 1024  # kept with the run
+ERROR_TAIL_CHARS = 1500  # quoted in the run's error message (its column holds 2,000)
+MASK = "••••"
+
+
+@dataclass(frozen=True)
+class SetupResult:
+    ok: bool
+    log: str  # secrets masked, at most LOG_TAIL_CHARS (the end)
+    message: str  # why it failed, with the log's tail; "" when ok
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    """Every secret value masked; longer values first, so one that contains another is
+    masked whole."""
+    for value in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = text.replace(value, MASK)
+    return text
+
+
+def run_setup(
+    backend: SandboxBackend,
+    ref: SandboxRef,
+    script: str,
+    env: dict[str, str],
+    secrets: Iterable[str],
+) -> SetupResult:
+    timeout = get_settings().setup_timeout_seconds
+    # The script goes in on stdin, so it is in no process's argv and no file of the sandbox;
+    # its two streams are one, so the log keeps their order.
+    result = backend.exec(
+        ref, ["sh", "-c", "exec bash -s 2>&1"], env=env, stdin=script.encode(), timeout=timeout
+    )
+    output = result.stdout_text
+    log = redact(output, secrets)[-LOG_TAIL_CHARS:]
+    if result.timed_out:
+        reason = f"The setup script did not finish within {timeout:g} seconds."
+    elif result.exit_code != 0:
+        reason = f"The setup script exited with status {result.exit_code}."
+    else:
+        return SetupResult(ok=True, log=log, message="")
+    tail = log[-ERROR_TAIL_CHARS:].strip()
+    return SetupResult(ok=False, log=log, message=f"{reason}\n{tail}" if tail else reason)
