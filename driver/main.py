@@ -22,7 +22,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from driver import __version__
-from driver.protocol import BootPayload
+from driver.egress import EgressForwarder, egress_socket_for, proxy_environment
+from driver.protocol import BootPayload, ExecutionSpec
 
 BOOT_PAYLOAD_ENV = "MOSOO_DRIVER_BOOT_PAYLOAD_FILE"
 LOG_LEVEL_ENV = "MOSOO_DRIVER_LOG_LEVEL"
@@ -92,6 +93,22 @@ def read_boot_payload(path: Path) -> BootPayload:
     return BootPayload.model_validate_json(raw)
 
 
+async def _open_network(
+    control_url: str, spec: ExecutionSpec
+) -> tuple[EgressForwarder | None, ExecutionSpec]:
+    """The run's network, as its tools see it: under `limited` a listener that tunnels to
+    control's egress proxy, with the proxy variables pointing at it; under `full` only the
+    policy's name (the sandbox has its own route); under `none` nothing at all."""
+    extra: dict[str, str] = {"MOSOO_NETWORK_POLICY": spec.network_policy}
+    egress: EgressForwarder | None = None
+    socket_path = egress_socket_for(control_url)
+    if spec.network_policy == "limited" and socket_path is not None:
+        egress = EgressForwarder(socket_path, spec.gateway.grant)
+        await egress.start()
+        extra.update(proxy_environment(egress.url))
+    return egress, spec.model_copy(update={"environment": {**spec.environment, **extra}})
+
+
 async def run_driver(payload: BootPayload, *, install_signal_handlers: bool = True) -> int:
     from driver.backends import create_backend
     from driver.connection import (
@@ -111,6 +128,7 @@ async def run_driver(payload: BootPayload, *, install_signal_handlers: bool = Tr
         )
     forwarder = Forwarder(payload.control_url, traceparent=payload.traceparent)
     await forwarder.start()
+    egress, spec = await _open_network(payload.control_url, spec)
     connection = ControlConnection(
         control_url=payload.control_url,
         driver_instance_id=payload.driver_instance_id,
@@ -170,6 +188,8 @@ async def run_driver(payload: BootPayload, *, install_signal_handlers: bool = Tr
         with contextlib.suppress(Exception):
             await backend.close()
         await forwarder.close()
+        if egress is not None:
+            await egress.close()
         logging.getLogger("driver").removeHandler(log_handler)
         if install_signal_handlers:
             for signum in (signal.SIGTERM, signal.SIGINT):

@@ -194,6 +194,9 @@ class ExecutionSpec(_Message):
     environment: dict[str, str] = Field(default_factory=dict)
     # Which of `environment` are secrets: their values are masked in the events sent.
     secret_variables: list[str] = Field(default_factory=list)
+    # The environment revision's network: none, limited (through control's egress proxy)
+    # or full.
+    network_policy: Literal["none", "limited", "full"] = "none"
 
 
 class BootPayload(_Message):

@@ -56,6 +56,9 @@ USER_AGENT = "Mosoo-web_fetch/1.0"
 ACCEPT = "text/html,application/xhtml+xml,text/*;q=0.9,application/json;q=0.9,*/*;q=0.5"
 
 NO_NETWORK = 'This sandbox has no network access (environment network policy "none").'
+# Set by the driver from the run's network policy: under `full` the sandbox has its own
+# route out, and there is no proxy to go through.
+NETWORK_POLICY_ENV = "MOSOO_NETWORK_POLICY"
 POLICY_HINT = "Allowed hosts are set on the Agent's environment."
 
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
@@ -469,8 +472,11 @@ class WebFetchTool(Tool):
             optional_int(arguments, "max_chars", minimum=1) or DEFAULT_MAX_CHARS, MAX_CHARS_LIMIT
         )
         env = command_environment(context.environment)
+        direct = env.get(NETWORK_POLICY_ENV) == "full"
         proxies = {scheme: proxy_for(scheme, env) for scheme in ("http", "https")}
-        if proxies[urlsplit(url).scheme.lower()] is None:
+        if direct:
+            proxies = {"http": None, "https": None}
+        elif proxies[urlsplit(url).scheme.lower()] is None:
             return ToolResult(NO_NETWORK, is_error=True)
         for proxy in proxies.values():
             if proxy is not None and not _is_http_proxy(proxy):
@@ -490,7 +496,7 @@ class WebFetchTool(Tool):
         fetch = _Fetch(url)
         try:
             async with asyncio.timeout(self.total_timeout):
-                return await self._fetch(fetch, max_chars, proxies, tls)
+                return await self._fetch(fetch, max_chars, proxies, tls, direct=direct)
         except TimeoutError:
             return ToolResult(
                 f"Fetching {fetch.url} timed out after {self.total_timeout:g} s.", is_error=True
@@ -515,6 +521,8 @@ class WebFetchTool(Tool):
         max_chars: int,
         proxies: dict[str, str | None],
         tls: ssl.SSLContext,
+        *,
+        direct: bool = False,
     ) -> ToolResult:
         mounts: dict[str, httpx.AsyncBaseTransport] = {}
         if proxies["http"]:
@@ -534,7 +542,7 @@ class WebFetchTool(Tool):
             while True:
                 fetch.hops.append(fetch.url)
                 # Checked per hop: a redirect may change the scheme.
-                if proxies[urlsplit(fetch.url).scheme.lower()] is None:
+                if not direct and proxies[urlsplit(fetch.url).scheme.lower()] is None:
                     return ToolResult(NO_NETWORK, is_error=True)
                 async with client.stream("GET", fetch.url) as response:
                     if response.has_redirect_location:

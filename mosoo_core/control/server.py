@@ -23,6 +23,7 @@ from starlette.websockets import WebSocket
 from driver.protocol import MAX_FRAME_BYTES
 from mosoo_core import streams
 from mosoo_core.control.driver_socket import DriverConnection, request_teardown
+from mosoo_core.control.egress import egress_socket_path, serving_egress
 from mosoo_core.control.gateway import Upstream
 from mosoo_core.control.gateway import build_routes as gateway_routes
 from mosoo_core.db import session_scope
@@ -139,20 +140,22 @@ async def _serve_all() -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
-    tasks = [asyncio.create_task(server.serve()) for server in servers]
-    while not all(server.started for server in servers):
-        if any(task.done() for task in tasks):
-            break
-        await asyncio.sleep(0.05)
-    if all(server.started for server in servers):
-        os.chmod(socket_path, 0o666)  # sandbox users (non-root) must be able to dial it
-        log.info(
-            "control.ready",
-            socket=str(socket_path),
-            host=settings.control_host,
-            port=settings.control_port,
-        )
-    await asyncio.gather(*tasks)
+    # The egress proxy of `limited` sandboxes, on its socket beside control.sock.
+    async with serving_egress(egress_socket_path()):
+        tasks = [asyncio.create_task(server.serve()) for server in servers]
+        while not all(server.started for server in servers):
+            if any(task.done() for task in tasks):
+                break
+            await asyncio.sleep(0.05)
+        if all(server.started for server in servers):
+            os.chmod(socket_path, 0o666)  # sandbox users (non-root) must be able to dial it
+            log.info(
+                "control.ready",
+                socket=str(socket_path),
+                host=settings.control_host,
+                port=settings.control_port,
+            )
+        await asyncio.gather(*tasks)
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()
     log.info("control.stopped")

@@ -239,16 +239,18 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         # travel in the boot payload (read and deleted by the driver), never the container's env.
         environment={v.name: v.value for v in variables if not v.setup_only},
         secret_variables=[v.name for v in variables if v.secret and not v.setup_only],
+        network_policy=revision.network_policy,
     )
     # The stored snapshot never holds the grant, nor any variable's value.
     run.snapshot = {
-        **spec.model_dump(exclude={"gateway", "environment", "secret_variables"}),
+        **spec.model_dump(exclude={"gateway", "environment", "secret_variables", "network_policy"}),
         "environment": {
             "environment_id": revision.environment_id,
             "revision_id": revision.id,
             "revision": revision.number,
             "network_policy": revision.network_policy,
             "allowed_hosts": list(revision.allowed_hosts or []),
+            "allow_package_indexes": revision.allow_package_indexes,
             "variables": [v.name for v in variables],
         },
         "kind": profile.kind,

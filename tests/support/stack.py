@@ -91,8 +91,9 @@ def runtime_stack(
     *,
     redis_db: int,
     start_control: bool = True,
+    extra_env: dict[str, str] | None = None,
 ) -> Iterator[RuntimeStack]:
-    env = runtime_env(tmp_path / "data", database_url, redis_db, monkeypatch)
+    env = runtime_env(tmp_path / "data", database_url, redis_db, monkeypatch, **(extra_env or {}))
     with contextlib.ExitStack() as processes, ScriptedOpenAIServer(models=["test-model"]) as model:
         stack = RuntimeStack(engine, model, tmp_path / "data", tmp_path / "logs", env, processes)
         try:
