@@ -432,18 +432,27 @@ def readiness(db: Session, agent: AgentView) -> Readiness:
     return Readiness(ready=not blockers, blockers=blockers, warnings=warnings)
 
 
-def sandbox_fingerprint(agent: AgentView) -> str:
+def sandbox_fingerprint(agent: AgentView, environment_revision_id: str = "") -> str:
     """What a Pet sandbox is built from, one short hash per field of SANDBOX_FIELDS
     ("kind:1a2b3c4d,environment_id:..."): set as a label when the sandbox is created, so the
-    fields changed since are computed, not guessed (`pending_sandbox_fields`)."""
-    return ",".join(f"{name}:{_short_hash(getattr(agent, name))}" for name in SANDBOX_FIELDS)
+    fields changed since are computed, not guessed (`pending_sandbox_fields`). The
+    environment counts with its revision: a new revision of the same environment is a change
+    to apply too (its setup script and network are the sandbox's)."""
+    values = {name: getattr(agent, name) for name in SANDBOX_FIELDS}
+    values["environment_id"] = [agent.environment_id, environment_revision_id]
+    return ",".join(f"{name}:{_short_hash(values[name])}" for name in SANDBOX_FIELDS)
 
 
-def pending_sandbox_fields(agent: AgentView, built_from: str | None) -> list[str]:
+def pending_sandbox_fields(
+    agent: AgentView, built_from: str | None, environment_revision_id: str = ""
+) -> list[str]:
     """The SANDBOX_FIELDS whose values differ from what a sandbox labelled `built_from` was
     built with. A sandbox without the label (made before it existed) counts as all changed."""
     built = dict(part.split(":", 1) for part in (built_from or "").split(",") if ":" in part)
-    current = dict(part.split(":", 1) for part in sandbox_fingerprint(agent).split(","))
+    current = dict(
+        part.split(":", 1)
+        for part in sandbox_fingerprint(agent, environment_revision_id).split(",")
+    )
     return [name for name in SANDBOX_FIELDS if built.get(name) != current[name]]
 
 

@@ -15,7 +15,7 @@ from typing import IO, cast
 
 from sqlmodel import Session, col, select
 
-from mosoo_core import agents
+from mosoo_core import agents, environments
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict
 from mosoo_core.files import get_store
@@ -85,6 +85,8 @@ def pet_sandbox_status(
         agent = agents.get_agent(db, account_id, app_id, agent_id)
         if not _ever_had_driver(db, agent_id):
             return PetSandbox(exists=False)  # no run ever made one: no backend to ask
+        # The revision a new thread would freeze now: what Apply would build from.
+        revision_id = environments.revision_for_thread(db, app_id, agent.environment_id).id
     backend = backend or get_backend()
     refs = backend.list_by_label({LABEL_SUBJECT: _subject(agent_id), **installation_label()})
     if not refs:
@@ -93,7 +95,7 @@ def pet_sandbox_status(
     return PetSandbox(
         exists=True,
         state=ref.state,
-        pending=agents.pending_sandbox_fields(agent, ref.labels.get(LABEL_BUILT_FROM)),
+        pending=agents.pending_sandbox_fields(agent, ref.labels.get(LABEL_BUILT_FROM), revision_id),
     )
 
 

@@ -219,7 +219,14 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
     # pass with a warning); the snapshot records what was bound, found or not.
     skills = agents.existing_skills(db, run.app_id, profile.skills)
     mcp_servers = agents.existing_mcp_servers(db, run.app_id, profile.mcp_servers)
-    revision = _frozen_revision(db, session, profile.environment_id)
+    # A Task (Cattle) thread runs the revision it froze. An Assistant (Pet) is one sandbox its
+    # threads share: it runs its environment's current revision, and what needs a new sandbox
+    # (the setup script, none/full) shows as pending until Apply.
+    revision = (
+        environments.revision_for_thread(db, session.app_id, profile.environment_id)
+        if profile.kind == "pet"
+        else _frozen_revision(db, session, profile.environment_id)
+    )
     variables = environments.run_variables(db, revision.id)
     spec = ExecutionSpec(
         app_id=run.app_id,
@@ -281,7 +288,7 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         subject=subject,
         instance_id=driver.instance_id,
         payload_json=payload.model_dump_json(),
-        built_from=agents.sandbox_fingerprint(profile),
+        built_from=agents.sandbox_fingerprint(profile, revision.id),
         network_policy=revision.network_policy,
         setup_script=revision.setup_script,
         setup_env={v.name: v.value for v in variables},

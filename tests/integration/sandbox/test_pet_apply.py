@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from mosoo_core import agents, sessions
+from mosoo_core import agents, environments, sessions
 from mosoo_core.errors import Conflict
 from mosoo_core.files import get_store
 from mosoo_core.identity import list_apps, sign_in_identity
@@ -49,11 +49,23 @@ def _profile(engine: Engine, pet: tuple[str, str, str]) -> agents.AgentView:
         return agents.get_agent(db, *pet)
 
 
+def _pet_sandbox_fingerprint(engine: Engine, pet: tuple[str, str, str]) -> str:
+    """What a run labels a new Pet sandbox with: the profile and its environment's current
+    revision."""
+    profile = _profile(engine, pet)
+    with Session(engine) as db:
+        revision_id = environments.revision_for_thread(
+            db, profile.app_id, profile.environment_id
+        ).id
+        db.commit()
+    return agents.sandbox_fingerprint(profile, revision_id)
+
+
 def _pet_sandbox(
     make_sandbox: MakeSandbox, engine: Engine, pet: tuple[str, str, str]
 ) -> SandboxRef:
     """The Pet sandbox as a run creates it: labelled with what it was built from."""
-    built_from = agents.sandbox_fingerprint(_profile(engine, pet))
+    built_from = _pet_sandbox_fingerprint(engine, pet)
     return make_sandbox(
         subject=f"agent:{pet[2]}",
         labels={**runs.installation_label(), runs.LABEL_BUILT_FROM: built_from},
@@ -102,9 +114,10 @@ def test_apply_recreates_the_sandbox_with_the_workspace_restored(
         subject=f"agent:{agent_id}",
         instance_id="01NEWDRIVER000000000000000",
         payload_json="{}",
-        built_from=agents.sandbox_fingerprint(_profile(engine, pet)),
+        built_from=_pet_sandbox_fingerprint(engine, pet),
     )
-    fresh = runs._sandbox_for(backend, plan)
+    fresh, created = runs._sandbox_for(backend, plan)
+    assert created
     try:
         assert fresh.id != old.id
         result = backend.exec(fresh, ["cat", f"{WORKSPACE}/notes.md"])
@@ -160,3 +173,25 @@ def test_without_a_sandbox_there_is_nothing_pending_and_nothing_to_apply(
 ) -> None:
     assert pet_sandbox_status(*pet, backend=backend).exists is False
     assert apply_pet_changes(*pet, backend=backend) == "none"
+
+
+def test_a_new_revision_of_the_environment_is_pending_until_apply(
+    backend: SandboxBackend,
+    make_sandbox: MakeSandbox,
+    engine: Engine,
+    pet: tuple[str, str, str],
+) -> None:
+    account_id, app_id, _ = pet
+    _pet_sandbox(make_sandbox, engine, pet)
+    assert pet_sandbox_status(*pet, backend=backend).pending == []
+    with Session(engine) as db:
+        default = environments.default_environment(db, app_id)
+        environments.update_environment(
+            db,
+            account_id,
+            app_id,
+            default.id,
+            environments.EnvironmentChanges(setup_script="echo new tools"),
+        )
+        db.commit()
+    assert pet_sandbox_status(*pet, backend=backend).pending == ["environment_id"]
