@@ -51,6 +51,8 @@ class TranscriptItem:
       `status` pending | allow_once | reject_once | expired
     - `file`: `name` (the path), `status` (the change: created, modified, deleted ...)
     - `outputs`: `files` ({id, name, path} of the artifacts a run recorded)
+    - `network`: `name` (host:port), `code` (the method), `status` allowed | refused |
+      failed, `text` (the egress proxy's reason)
     - `run_end`: `status` completed | failed | cancelled, `code`, `text` (the error
       message), `retryable`, `usage` (the run's summed token usage)
     """
@@ -342,6 +344,20 @@ class Transcript:
             )
         )
 
+    def _on_network_request(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        # Made while a tool runs: appended without closing it (the tool completes later).
+        self._append(
+            TranscriptItem(
+                key=key,
+                kind="network",
+                run_id=run_id,
+                name=f"{payload.get('host', '')}:{payload.get('port', '')}",
+                code=str(payload.get("method", "")),
+                status=str(payload.get("outcome", "")),
+                text=str(payload.get("reason", "")),
+            )
+        )
+
     def _on_session_files(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
         listed = payload.get("files")
         found = [
@@ -433,6 +449,7 @@ _HANDLERS: dict[str, Any] = {
     "tool.confirmation.resolved": Transcript._on_confirmation_resolved,
     "file.changed": Transcript._on_file_changed,
     "session_files.updated": Transcript._on_session_files,
+    "network.request": Transcript._on_network_request,
     "usage.updated": Transcript._on_usage,
     "session.status": Transcript._on_session_status,
     **{event_type: _run_end(status) for event_type, status in RUN_END_TYPES.items()},

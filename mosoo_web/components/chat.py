@@ -437,6 +437,37 @@ def _file_line(item: ObjectVar[ChatItem]) -> rx.Component:
     )
 
 
+def _network_line(item: ObjectVar[ChatItem]) -> rx.Component:
+    """One decision of the egress proxy: "Refused evil.com:443 (not_allowed)"."""
+    refused = item.status != "allowed"
+    return rx.hstack(
+        rx.icon(
+            "globe", size=13, color=cond_value(refused, rx.color("red", 10), rx.color("gray", 10))
+        ),
+        rx.text(
+            cond_value(
+                item.status == "allowed",
+                "Allowed",
+                cond_value(item.status == "refused", "Refused", "Failed"),
+            ),
+            size="1",
+            weight="medium",
+            color=cond_value(refused, rx.color("red", 11), rx.color("gray", 10)),
+        ),
+        rx.code(item.code.to(str) + " " + item.name.to(str), size="1", variant="ghost"),
+        rx.cond(
+            refused,
+            rx.text("(" + item.text.to(str) + ")", size="1", color=rx.color("gray", 10)),
+            rx.fragment(),
+        ),
+        align="center",
+        spacing="2",
+        margin_left="38px",
+        data_testid="chat-network",
+        data_status=item.status,
+    )
+
+
 def _outputs_line(item: ObjectVar[ChatItem]) -> rx.Component:
     """The artifacts a run left in /workspace/outputs, each a download."""
     return rx.hstack(
@@ -546,6 +577,7 @@ def transcript_item(
             ("tool", _tool_card(item)),
             ("permission", _permission_card(item, answered, on_allow, on_reject)),
             ("file", _file_line(item)),
+            ("network", _network_line(item)),
             ("outputs", _outputs_line(item)),
             ("run_end", _run_end(item)),
             rx.fragment(),

@@ -115,6 +115,8 @@ def chat_item(item: TranscriptItem) -> ChatItem:
         row.output_text, row.output_note = _clip(item.output, OUTPUT_DISPLAY_CHARS)
         row.is_error = item.is_error
         row.duration_text = duration_text(item.duration_ms)
+    if item.kind == "network":
+        row.code = item.code  # the method
     if item.kind == "run_end":
         row.code = item.code
         row.retryable = item.retryable

@@ -328,3 +328,29 @@ def test_recorded_outputs_become_one_line_after_the_run() -> None:
     assert _kinds(transcript)[-1] == "outputs"
     assert transcript.items[-1].files == [{"id": "f1", "name": "summary.md", "path": "summary.md"}]
     assert _kinds(transcript).count("outputs") == 1
+
+
+def test_egress_decisions_are_lines_and_leave_the_running_tool_open() -> None:
+    log = Log()
+    log.add("tool.use.started", tool_call_id="c1", name="web_fetch", input={"url": "https://x"})
+    log.add(
+        "network.request",
+        host="evil.example",
+        port=443,
+        method="CONNECT",
+        outcome="refused",
+        reason="not_allowed",
+    )
+    log.add("tool.use.completed", tool_call_id="c1", output="refused", is_error=True)
+
+    transcript = build_transcript(log.events)
+
+    tool, network = transcript.items
+    assert (tool.kind, tool.status) == ("tool", "error")  # completed after the decision
+    assert (network.kind, network.name, network.code, network.status, network.text) == (
+        "network",
+        "evil.example:443",
+        "CONNECT",
+        "refused",
+        "not_allowed",
+    )
