@@ -7,8 +7,6 @@ no test traffic ever leaves the machine."""
 from __future__ import annotations
 
 import contextlib
-import datetime
-import ipaddress
 import json
 import socket
 import socketserver
@@ -22,15 +20,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from driver.backends.openai import OpenAIBackend
 from driver.tools import ToolContext, builtin_tools
 from driver.tools.web_fetch import MAX_CHARS_LIMIT, NO_NETWORK, WebFetchTool, html_to_markdown
 from tests.driver.conftest import RecordingSink, command, make_spec, wait_for
+from tests.support.certificates import self_signed
 from tests.support.openai_server import ScriptedOpenAIServer, TextTurn, ToolCall, ToolCallsTurn
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
@@ -235,36 +230,11 @@ def _serve(server: socketserver.BaseServer) -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1 and localhost: (cert.pem, key.pem)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mosoo web_fetch test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
+    made = self_signed("localhost", "127.0.0.1")
     folder = tmp_path_factory.mktemp("tls")
     cert_path, key_path = folder / "cert.pem", folder / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    cert_path.write_bytes(made.cert_pem)
+    key_path.write_bytes(made.key_pem)
     return cert_path, key_path
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import ipaddress
 import socket
 import ssl
@@ -23,10 +22,6 @@ from urllib.parse import parse_qs
 import h11
 import httpx
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from mosoo_core.network import (
     EgressContext,
@@ -34,6 +29,7 @@ from mosoo_core.network import (
     EgressProxy,
     NetworkDecision,
 )
+from tests.support.certificates import Certificate, self_signed
 
 TOKEN = "run-token-for-tests"
 RUN_ID, THREAD_ID = "run_1", "thread_1"
@@ -164,48 +160,6 @@ class ByteSink:
         while data := await reader.read(65536):
             self.received += len(data)
         writer.close()
-
-
-@dataclass
-class Certificate:
-    cert_pem: bytes
-    key_pem: bytes
-
-    def server_context(self, directory: Path) -> ssl.SSLContext:
-        (directory / "cert.pem").write_bytes(self.cert_pem)
-        (directory / "key.pem").write_bytes(self.key_pem)
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(directory / "cert.pem", directory / "key.pem")
-        return context
-
-    def client_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cadata=self.cert_pem.decode())
-
-
-def _self_signed(*names: str) -> Certificate:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    return Certificate(
-        cert.public_bytes(serialization.Encoding.PEM),
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
-    )
 
 
 class TlsUpstream:
@@ -339,7 +293,7 @@ async def other_upstream() -> AsyncIterator[HttpUpstream]:
 
 @pytest.fixture(scope="module")
 def certificate() -> Certificate:
-    return _self_signed("localhost", "alt.test")
+    return self_signed("localhost", "alt.test")
 
 
 @pytest.fixture
