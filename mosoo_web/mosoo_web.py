@@ -11,6 +11,12 @@ from mosoo_web.pages.agents import AgentsState, agents_page
 from mosoo_web.pages.app_settings import app_settings_page
 from mosoo_web.pages.cli_auth import CliAuthState, cli_auth_page
 from mosoo_web.pages.dev_mailbox import DevMailboxState, dev_mailbox_page
+from mosoo_web.pages.environments import (
+    EnvironmentEditorState,
+    EnvironmentsState,
+    environment_page,
+    environments_page,
+)
 from mosoo_web.pages.files import FilesState, files_page
 from mosoo_web.pages.home import apps_page, index_page
 from mosoo_web.pages.login import LoginState, login_page
@@ -78,6 +84,18 @@ app.add_page(
     route="/apps/[app_id]/files",
     title="Files · Mosoo",
     on_load=[SessionState.require_app, FilesState.load],
+)
+app.add_page(
+    environments_page,
+    route="/apps/[app_id]/environments",
+    title="Environments · Mosoo",
+    on_load=[SessionState.require_app, EnvironmentsState.load],
+)
+app.add_page(
+    environment_page,
+    route="/apps/[app_id]/environments/[environment_id]",
+    title="Environment · Mosoo",
+    on_load=[SessionState.require_app, EnvironmentEditorState.load],
 )
 app.add_page(
     organization_page,

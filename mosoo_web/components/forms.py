@@ -1,11 +1,14 @@
-"""Form pieces every page uses: an error under a field, a labelled field, a one-field form."""
+"""Form pieces every page uses: an error under a field, a labelled field, a one-field form,
+and a choice between a few described options (`choice_cards`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import reflex as rx
 from reflex.event import EventType
+from reflex_base.breakpoints import Breakpoints
 from reflex_components_radix.themes.base import LiteralSpacing
 from reflex_components_radix.themes.typography.base import LiteralTextSize
 
@@ -91,4 +94,37 @@ def name_form(label: str, value: rx.Var[str], state: Any, test_id: str) -> rx.Co
         ),
         state.error,
         on_submit=state.rename,
+    )
+
+
+def choice_cards(
+    choices: Sequence[tuple[str, str, str]],
+    value: rx.Var[str],
+    on_change: EventType[str],
+    test_prefix: str,
+    columns: Literal["1", "2", "3"] | Breakpoints[str, str] = "2",
+) -> rx.Component:
+    """One radio card per `(value, label, description)`, the label in bold over its
+    description; a card's test id is `<test_prefix>-<value>`."""
+    return rx.radio_cards.root(
+        *[
+            rx.radio_cards.item(
+                rx.vstack(
+                    rx.text(label, size="2", weight="bold"),
+                    rx.text(description, size="1", color_scheme="gray"),
+                    spacing="1",
+                    align="start",
+                ),
+                value=choice,
+                justify_content="flex-start",
+                align_items="start",
+                data_testid=f"{test_prefix}-{choice}",
+            )
+            for choice, label, description in choices
+        ],
+        value=value,
+        on_value_change=on_change,
+        columns=columns,
+        size="1",
+        width="100%",
     )

@@ -18,7 +18,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.runtime.runs import delete_agent_everywhere
 from mosoo_web.components.dialogs import confirm_dialog, dialog, dialog_buttons, form_dialog
-from mosoo_web.components.forms import error_text, labelled
+from mosoo_web.components.forms import choice_cards, error_text, labelled
 from mosoo_web.components.icons import icon_tile
 from mosoo_web.components.layout import (
     app_page,
@@ -340,28 +340,7 @@ def _runtime_choices() -> rx.Component:
 
 
 def _kind_choices() -> rx.Component:
-    return rx.radio_cards.root(
-        *[
-            rx.radio_cards.item(
-                rx.vstack(
-                    rx.text(label, size="2", weight="bold"),
-                    rx.text(description, size="1", color_scheme="gray"),
-                    spacing="1",
-                    align="start",
-                ),
-                value=value,
-                justify_content="flex-start",
-                align_items="start",
-                data_testid=f"kind-{value}",
-            )
-            for value, label, description in KINDS
-        ],
-        value=AgentsState.kind,
-        on_value_change=AgentsState.choose_kind,
-        columns="2",
-        size="1",
-        width="100%",
-    )
+    return choice_cards(KINDS, AgentsState.kind, AgentsState.choose_kind, "kind")
 
 
 def _create_dialog() -> rx.Component:

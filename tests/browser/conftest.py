@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
 
 from mosoo_core import migrations
 from tests.support.processes import free_port, mosoo_env, page_served, running, wait_for
@@ -71,3 +71,20 @@ def page(browser: Browser) -> Iterator[Page]:
     page = context.new_page()
     yield page
     context.close()
+
+
+def received_frames(page: Page) -> list[str]:
+    """Every websocket frame the server sends `page` from now on (for asserting that a
+    secret never comes back to the browser in any state update)."""
+    received: list[str] = []
+
+    def watch(socket: WebSocket) -> None:
+        socket.on(
+            "framereceived",
+            lambda payload: received.append(
+                payload if isinstance(payload, str) else payload.decode(errors="replace")
+            ),
+        )
+
+    page.on("websocket", watch)
+    return received

@@ -127,9 +127,7 @@ def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_mov
         expect(page.get_by_test_id("chat-send")).to_be_disabled()
         expect(page.get_by_test_id("publish-agent")).to_be_disabled()
         expect(page.get_by_test_id("agent-save")).to_have_count(0)
-        expect(page.get_by_test_id("agent-environment-empty")).to_contain_text(
-            "No environments yet — the default environment is used"
-        )
+        expect(page.get_by_test_id("agent-environment")).to_have_text("Default environment")
 
         # 1. The model: "Fix" puts the cursor in its field; typing saves after a pause.
         _blocker(page, "Model").get_by_test_id("readiness-fix").click()

@@ -13,7 +13,7 @@ import docker
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from mosoo_core import agents, vault
+from mosoo_core import agents, environments, vault
 from mosoo_core.db import session_scope
 from mosoo_core.runtime import runs
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT, WORKSPACE, SandboxSpec
@@ -91,7 +91,9 @@ def test_a_kind_change_is_pending_until_apply_recreates_the_assistant_sandbox(
         driver_plane.register_driver(
             db, app_id=app_id, subject=f"agent:{agent_id}", runtime="openai"
         )
-        built_from = agents.sandbox_fingerprint(agents.get_agent(db, account_id, app_id, agent_id))
+        agent = agents.get_agent(db, account_id, app_id, agent_id)
+        revision_id = environments.revision_for_thread(db, app_id, agent.environment_id).id
+        built_from = agents.sandbox_fingerprint(agent, revision_id)
     labels = {**runs.installation_label(), runs.LABEL_BUILT_FROM: built_from, "mosoo.test": "1"}
     sandbox = docker_backend.create(
         SandboxSpec(subject=f"agent:{agent_id}", app_id=app_id, labels=labels)

@@ -6,12 +6,12 @@ import re
 import uuid
 
 import pytest
-from playwright.sync_api import Browser, Locator, Page, WebSocket, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 from sqlmodel import Session, create_engine, select
 
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.vault import ProviderCredential
-from tests.browser.conftest import WebServer
+from tests.browser.conftest import WebServer, received_frames
 from tests.browser.test_console_journey import _sign_in
 from tests.support.openai_server import ScriptedOpenAIServer
 
@@ -34,17 +34,7 @@ def _choose_preset(page: Page, label: str) -> None:
 def test_owner_adds_a_key_sees_it_masked_and_the_full_key_never_comes_back(
     page: Page, browser: Browser, web_server: WebServer
 ) -> None:
-    received: list[str] = []
-
-    def watch(socket: WebSocket) -> None:
-        socket.on(
-            "framereceived",
-            lambda payload: received.append(
-                payload if isinstance(payload, str) else payload.decode(errors="replace")
-            ),
-        )
-
-    page.on("websocket", watch)
+    received = received_frames(page)
     page.goto(f"{web_server.url}/login")
     _sign_in(page, browser, web_server, f"providers-{uuid.uuid4().hex[:8]}@example.com")
     page.wait_for_url(re.compile(r"/apps/[0-9A-Z]{26}$"))

@@ -299,10 +299,14 @@ def _environment_select() -> rx.Component:
             rx.select.trigger(width="100%", data_testid="agent-environment"),
             rx.select.content(
                 rx.select.item("Default environment", value=DEFAULT_ENVIRONMENT),
+                rx.foreach(
+                    PreviewState.environments,
+                    lambda option: rx.select.item(option.label, value=option.id),
+                ),
                 # A bound environment that does not exist (readiness blocks it) stays visible
                 # so the owner sees what is bound and can switch back to the default.
                 rx.cond(
-                    PreviewState.environment_id != DEFAULT_ENVIRONMENT,
+                    PreviewState.environment_missing,
                     rx.select.item(
                         "Missing: " + PreviewState.environment_id, value=PreviewState.environment_id
                     ),
@@ -313,10 +317,16 @@ def _environment_select() -> rx.Component:
             on_change=PreviewState.choose_environment,
         ),
         rx.text(
-            "No environments yet — the default environment is used.",
+            "Default environment is the App's default (",
+            PreviewState.default_environment,
+            "). ",
+            rx.link(
+                "Manage environments",
+                href="/apps/" + SessionState.current_app_id + "/environments",
+                data_testid="agent-environment-manage",
+            ),
             size="1",
             color_scheme="gray",
-            data_testid="agent-environment-empty",
         ),
         spacing="1",
         width="100%",

@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mosoo_core import agents, sessions, vault
+from mosoo_core import agents, environments, sessions, vault
 from mosoo_core.db import session_scope
 from mosoo_core.errors import NotFound
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime import pets
 from mosoo_core.runtime.sandbox import SandboxError
 from mosoo_core.sessions import actions
+from mosoo_web.pages.environments.labels import policy_label
 from mosoo_web.pages.preview.fields import (
     DEFAULT_EFFORT,
     DEFAULT_ENVIRONMENT,
@@ -30,6 +31,12 @@ class ProviderOption:
     name: str = ""
     models: list[str] = field(default_factory=list)
     is_default: bool = False
+
+
+@dataclass
+class EnvironmentOption:
+    id: str = ""
+    label: str = ""  # "Tools · Limited: 2 hosts"
 
 
 @dataclass
@@ -61,6 +68,8 @@ class AgentForm:
     runtime: str
     capabilities: list[str]
     environment_id: str
+    environments: list[EnvironmentOption]
+    default_environment: str  # the policy of the App's default, for the picker's hint
     skills: list[str]
     mcp_servers: list[str]
 
@@ -91,6 +100,7 @@ def load_agent_form(account_id: str, app_id: str, agent_id: str) -> AgentForm:
         agent = agents.get_agent(db, account_id, app_id, agent_id)
         credentials = vault.list_provider_credentials(db, account_id, app_id)
         readiness = agents.readiness(db, agent)
+        app_environments = environments.list_environments(db, account_id, app_id)
     runtime = agents.RUNTIMES.get(agent.runtime)
     options = agent.provider_options
     effort = options.get("reasoning_effort")
@@ -115,6 +125,15 @@ def load_agent_form(account_id: str, app_id: str, agent_id: str) -> AgentForm:
         runtime=agent.runtime,
         capabilities=sorted(runtime.capabilities) if runtime else [],
         environment_id=agent.environment_id or DEFAULT_ENVIRONMENT,
+        # The App's default is the "Default environment" choice, listed apart only when bound.
+        environments=[
+            EnvironmentOption(id=e.id, label=f"{e.name} · {policy_label(e.revision)}")
+            for e in app_environments
+            if not e.is_default or e.id == agent.environment_id
+        ],
+        default_environment=next(
+            (policy_label(e.revision) for e in app_environments if e.is_default), ""
+        ),
         skills=list(agent.skills),
         mcp_servers=list(agent.mcp_servers),
     )

@@ -30,6 +30,7 @@ from mosoo_web.pages.preview.fields import (
 from mosoo_web.pages.preview.services import (
     AgentForm,
     BlockerRow,
+    EnvironmentOption,
     ProviderOption,
     Saved,
     load_agent_form,
@@ -70,6 +71,8 @@ class PreviewState(ThreadChat, rx.State):
     runtime: rx.Field[str] = rx.field("")
     capabilities: rx.Field[list[str]] = rx.field(default_factory=list)
     environment_id: rx.Field[str] = rx.field(DEFAULT_ENVIRONMENT)
+    environments: rx.Field[list[EnvironmentOption]] = rx.field(default_factory=list)
+    default_environment: rx.Field[str] = rx.field("")
     skills: rx.Field[list[str]] = rx.field(default_factory=list)
     mcp_servers: rx.Field[list[str]] = rx.field(default_factory=list)
     # Bumped when a model is picked from the list: the model field re-mounts.
@@ -129,6 +132,13 @@ class PreviewState(ThreadChat, rx.State):
         return "Saved" if self.save_state == "saved" else ""
 
     @rx.var
+    def environment_missing(self) -> bool:
+        """An environment is bound that is not (any longer) one of the App's."""
+        return self.environment_id != DEFAULT_ENVIRONMENT and all(
+            option.id != self.environment_id for option in self.environments
+        )
+
+    @rx.var
     def provider_models(self) -> list[str]:
         for option in self.providers:
             if option.id == self.provider_id:
@@ -160,6 +170,8 @@ class PreviewState(ThreadChat, rx.State):
         self.runtime = form.runtime
         self.capabilities = form.capabilities
         self.environment_id = form.environment_id
+        self.environments = form.environments
+        self.default_environment = form.default_environment
         self.skills = form.skills
         self.mcp_servers = form.mcp_servers
         self.save_state = ""
