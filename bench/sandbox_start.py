@@ -6,8 +6,9 @@
 exec `true`, remove; (c) for comparison, the process backend doing the same; (d) Mosoo's
 request-to-driver-ready against a real `mosoo control`: freeze the run, create the
 sandbox (cold Cattle) or reuse the Agent's (warm Pet), write the boot payload, start the
-driver, until it has said hello and ready. Each series gets one unmeasured warm-up run.
-Everything created is removed.
+driver, until it has said hello and ready; (f) the same cold Cattle bound to an environment
+(a setup script, a secret variable, the `limited` network with its egress listener), as a
+ratio to (d). Each series gets one unmeasured warm-up run. Everything created is removed.
 """
 
 from __future__ import annotations
@@ -105,15 +106,21 @@ def main() -> None:
     ratio = statistics.median(ours) / statistics.median(bare_samples)
     print(f"{'    ratio of medians (b) / (a)':<48} {ratio:.2f}x")
     print(_line("(c) process backend: create + exec true + remove", process_samples))
-    cattle, pet = _driver_ready_series(runs, backend)
+    cattle, pet, with_environment = _driver_ready_series(runs, backend)
     print(_line("(d) request to driver ready, cold Cattle", cattle))
     print(
         f"{'    ratio to bare docker run (a)':<48} {statistics.median(cattle) / statistics.median(bare_samples):.2f}x"
     )
     print(_line("(e) request to driver ready, warm Pet", pet))
+    print(_line("(f) (d) with an environment: setup + limited", with_environment))
+    print(
+        f"{'    ratio to (d)':<48} {statistics.median(with_environment) / statistics.median(cattle):.2f}x"
+    )
 
 
-def _driver_ready_series(runs: int, backend: DockerBackend) -> tuple[list[float], list[float]]:
+def _driver_ready_series(
+    runs: int, backend: DockerBackend
+) -> tuple[list[float], list[float], list[float]]:
     """Boot real drivers against a real control process (SQLite, Redis db 7, temp data dir)."""
     import base64
     import os
@@ -132,7 +139,7 @@ def _driver_ready_series(runs: int, backend: DockerBackend) -> tuple[list[float]
         "MOSOO_SANDBOX_IMAGE": backend.image,
     }
     os.environ.update(env)
-    from mosoo_core import agents, identity, sessions, vault
+    from mosoo_core import agents, environments, identity, sessions, vault
     from mosoo_core.db import session_scope
     from mosoo_core.migrations import upgrade
     from mosoo_core.runtime import runs as run_module
@@ -169,18 +176,33 @@ def _driver_ready_series(runs: int, backend: DockerBackend) -> tuple[list[float]
                     models=["m"],
                 ),
             )
+            bound = environments.create_environment(
+                db,
+                account.id,
+                app_id,
+                "Bench",
+                environments.EnvironmentChanges(
+                    setup_script="mkdir -p /workspace/tools",
+                    variables=[environments.VariableInput("TOKEN", "bench-secret", secret=True)],
+                    network_policy="limited",
+                    allowed_hosts=["example.com"],
+                ),
+            )
             agent_ids = {}
-            for kind in ("cattle", "pet"):
-                agent = agents.create_agent(db, account.id, app_id, name=f"bench {kind}", kind=kind)
+            for name, kind in (("cattle", "cattle"), ("pet", "pet"), ("env", "cattle")):
+                agent = agents.create_agent(db, account.id, app_id, name=f"bench {name}", kind=kind)
                 agents.update_agent(
                     db,
                     account.id,
                     app_id,
                     agent.id,
-                    provider_credential_id=credential.id,
-                    model="m",
+                    agents.AgentChanges(
+                        provider_credential_id=credential.id,
+                        model="m",
+                        environment_id=bound.id if name == "env" else None,
+                    ),
                 )
-                agent_ids[kind] = agent.id
+                agent_ids[name] = agent.id
 
         def ready_once(kind: str) -> None:
             with session_scope() as db:
@@ -189,24 +211,27 @@ def _driver_ready_series(runs: int, backend: DockerBackend) -> tuple[list[float]
             with session_scope() as db:
                 plan, _ = run_module.plan_boot(db, run_id)
             assert plan is not None
-            ref = run_module._sandbox_for(backend, plan)
+            ref, created = run_module._sandbox_for(backend, plan)
             made.append(ref.id)
+            if created and plan.setup_script and run_module._set_up(backend, ref, plan):
+                raise RuntimeError("the setup script failed")
             backend.put_file(ref, run_module.BOOT_PAYLOAD, plan.payload_json.encode(), mode=0o600)
             backend.start_driver(ref)
-            if not run_module._wait_ready(plan.instance_id, 60):
+            if run_module._wait_ready(run_id, plan.instance_id, 60) != "ready":
                 raise RuntimeError("the driver did not become ready")
-            if kind == "cattle":
+            if kind != "pet":
                 backend.remove(ref)
 
         cattle = _series(runs, lambda: ready_once("cattle"))
         pet = _series(runs, lambda: ready_once("pet"))
+        with_environment = _series(runs, lambda: ready_once("env"))
     finally:
         for ref in backend.list_by_label(run_module.installation_label()):
             backend.remove(ref)
         control.terminate()
         control.wait(20)
         redis.Redis(db=7).flushdb()
-    return cattle, pet
+    return cattle, pet, with_environment
 
 
 if __name__ == "__main__":

@@ -35,6 +35,17 @@ class InvalidInput(MosooError):
         self.field = field
 
 
+class FieldConflict(Conflict, InvalidInput):
+    """A well-formed value that what is stored refuses (a name already taken, a field locked
+    since the first publish): a conflict (409) that names its field like an input error, so
+    a form shows it next to the input and an API caller knows the request itself was fine."""
+
+    def __init__(self, message: str, field: str, code: str = "conflict") -> None:
+        MosooError.__init__(self, message)
+        self.field = field
+        self.code = code
+
+
 class Forbidden(MosooError):
     code = "forbidden"
 

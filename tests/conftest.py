@@ -14,6 +14,8 @@ from sqlmodel import Session
 from mosoo_core import db as db_module
 from mosoo_core import migrations
 from mosoo_core.settings import reset_settings_cache
+from tests.support.redis_db import OFFSET as REDIS_DB_OFFSET
+from tests.support.redis_db import redis_url
 
 # `make test` sets MOSOO_TEST_DATABASES=sqlite,postgresql; a bare `pytest` uses SQLite only.
 BACKENDS = [
@@ -31,6 +33,10 @@ def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
         if key.startswith("MOSOO_") and not key.startswith("MOSOO_TEST_"):
             monkeypatch.delenv(key, raising=False)
     data_dir = tmp_path / "data"
+    if (
+        REDIS_DB_OFFSET
+    ):  # the default database too is this run's own (see tests/support/redis_db.py)
+        monkeypatch.setenv("MOSOO_REDIS_URL", redis_url(0))
     monkeypatch.setenv("MOSOO_DATA_DIR", str(data_dir))
     monkeypatch.setenv("MOSOO_SECRET_KEY", "test-secret-key")
     monkeypatch.setenv("MOSOO_LOG_JSON", "false")

@@ -17,7 +17,7 @@ from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, TOOL_POLICIES
 from mosoo_core.agents.changes import AgentChanges, ProviderOptionChanges
 from mosoo_core.clock import utcnow
 from mosoo_core.environments import environment_exists
-from mosoo_core.errors import InvalidInput
+from mosoo_core.errors import FieldConflict, InvalidInput
 from mosoo_core.identity import get_app
 from mosoo_core.ownership import owned_agent
 from mosoo_core.tables.agents import Agent, AgentVersion
@@ -289,7 +289,7 @@ def update_agent(
             and values[locked] != getattr(agent, locked)
             and _ever_published(db, agent.id)
         ):
-            raise InvalidInput(
+            raise FieldConflict(
                 "Kind and runtime are locked after the first publish; fork the agent to change them.",
                 field=locked,
             )
@@ -321,7 +321,7 @@ def update_agent(
     if values.get("provider_credential_id") and not credential_belongs_to_app(
         db, app_id, values["provider_credential_id"]
     ):
-        raise InvalidInput(
+        raise FieldConflict(  # a well-formed id the App has no key for
             "That provider key does not exist in this App.", field="provider_credential_id"
         )
     return _save(db, agent, values)

@@ -29,7 +29,7 @@ from mosoo_core.environments.validation import (
     clean_variable_name,
     packages_hash,
 )
-from mosoo_core.errors import Conflict, InvalidInput, NotFound
+from mosoo_core.errors import Conflict, FieldConflict, InvalidInput, NotFound
 from mosoo_core.ownership import owned_app
 from mosoo_core.settings import get_settings
 from mosoo_core.tables.agents import Agent, AgentVersion
@@ -250,7 +250,9 @@ def _check_name_free(db: Session, app_id: str, name: str, keep_id: str = "") -> 
         _live(app_id).where(func.lower(Environment.name) == name.lower(), Environment.id != keep_id)
     ).first()
     if taken is not None:
-        raise InvalidInput(f"An environment named {name} already exists.", field="name")
+        raise FieldConflict(
+            f"An environment named {name} already exists.", field="name", code="name_taken"
+        )
 
 
 def index_urls() -> list[str]:
@@ -279,22 +281,36 @@ def _seal_variables(
             "secret": bool(variable.secret),
             "setup_only": bool(variable.setup_only),
         }
-        if variable.value is None:
-            stored = kept.get(name)
-            if stored is None or not stored.get("secret") or not variable.secret:
-                raise InvalidInput(f"Give {name} a value.", field="variables")
-            item["secret_id"] = stored["secret_id"]
-        elif variable.secret:
-            check_variable_value(name, variable.value)
+        value = variable.value
+        stored = kept.get(name)
+        if value is None:
+            # Keep the stored value: a secret is never sent back, so a form leaves it empty.
+            if stored is None:
+                raise FieldConflict(
+                    f"Give {name} a value: there is no stored value to keep.", field="variables"
+                )
+            if bool(stored.get("secret")) == bool(variable.secret):
+                item.update({k: stored[k] for k in ("secret_id", "value") if k in stored})
+                out.append(item)
+                continue
+            # The Secret switch changed: the stored value moves to its new form.
+            value = (
+                reveal_secret(
+                    db,
+                    stored["secret_id"],
+                    app_id=environment.app_id,
+                    owner_ref=_owner_ref(environment),
+                )
+                if stored.get("secret")
+                else str(stored.get("value", ""))
+            )
+        check_variable_value(name, value)
+        if variable.secret:
             item["secret_id"] = store_secret(
-                db,
-                app_id=environment.app_id,
-                owner_ref=_owner_ref(environment),
-                value=variable.value,
+                db, app_id=environment.app_id, owner_ref=_owner_ref(environment), value=value
             )
         else:
-            check_variable_value(name, variable.value)
-            item["value"] = variable.value
+            item["value"] = value
         out.append(item)
     return out
 
@@ -368,6 +384,12 @@ def _new_revision(
         and ("allowed_hosts" not in values)
     ):
         hosts = []  # leaving `limited` drops its list rather than refusing the save
+    if "network_policy" not in values and policy != "limited" and values.get("allowed_hosts"):
+        raise FieldConflict(
+            f"Allowed hosts apply to the limited policy; this environment's is {policy}: "
+            "set network_policy to limited with them.",
+            field="allowed_hosts",
+        )
     allowed = clean_network(policy, hosts, indexes)
     previous_variables = list(before.variables or []) if before else []
     if "variables" in values:

@@ -21,8 +21,8 @@ from mosoo_core.tables.environments import NETWORK_POLICIES
 MAX_PACKAGES = 100  # per manager
 MAX_VARIABLES = 100
 MAX_VARIABLE_NAME = 128
-MAX_VARIABLE_VALUE = 32 * 1024
-MAX_SETUP_SCRIPT = 64 * 1024
+MAX_VARIABLE_VALUE = 32 * 1024  # characters
+MAX_SETUP_SCRIPT = 64 * 1024  # characters
 
 # PEP 508 names (PEP 503-normalized below), optional extras, one exact PEP 440 public version.
 _PIP = re.compile(
@@ -116,9 +116,10 @@ def clean_setup_script(raw: str) -> str:
     script = (raw or "").replace("\r\n", "\n")
     if "\x00" in script:
         raise InvalidInput("The setup script cannot contain NUL characters.", field="setup_script")
-    if len(script.encode()) > MAX_SETUP_SCRIPT:
+    if len(script) > MAX_SETUP_SCRIPT:
         raise InvalidInput(
-            f"The setup script is limited to {MAX_SETUP_SCRIPT // 1024} KiB.", field="setup_script"
+            f"The setup script is limited to {MAX_SETUP_SCRIPT:,} characters.",
+            field="setup_script",
         )
     return script if script.strip() else ""
 
@@ -140,9 +141,9 @@ def clean_variable_name(raw: str) -> str:
 def check_variable_value(name: str, value: str) -> None:
     if "\x00" in value:
         raise InvalidInput(f"{name} cannot contain NUL characters.", field="variables")
-    if len(value.encode()) > MAX_VARIABLE_VALUE:
+    if len(value) > MAX_VARIABLE_VALUE:
         raise InvalidInput(
-            f"{name} is limited to {MAX_VARIABLE_VALUE // 1024} KiB.", field="variables"
+            f"{name} is limited to {MAX_VARIABLE_VALUE:,} characters.", field="variables"
         )
 
 
@@ -163,11 +164,6 @@ def clean_network(policy: str, hosts: Sequence[str], allow_package_indexes: bool
     if policy != "limited" and canonical:
         raise InvalidInput(
             "Allowed hosts apply to the limited policy only: choose limited, or clear them.",
-            field="allowed_hosts",
-        )
-    if policy == "limited" and not canonical and not allow_package_indexes:
-        raise InvalidInput(
-            "A limited network needs at least one allowed host (or the package indexes).",
             field="allowed_hosts",
         )
     return canonical

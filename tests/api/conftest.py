@@ -21,8 +21,9 @@ from mosoo_core import agents, identity, vault
 from mosoo_core.settings import reset_settings_cache
 from mosoo_web.api import build_api
 from tests.support.processes import free_port, wait_for
+from tests.support.redis_db import db_number
 
-REDIS_DB = 5
+REDIS_DB = db_number(5)
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 
 

@@ -25,10 +25,11 @@ from tests.browser.test_preview_chat import _account_id
 from tests.support.browser_stack import RunStack, browser_run_stack
 from tests.support.openai_server import TextTurn
 from tests.support.processes import wait_for
+from tests.support.redis_db import db_number
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
-REDIS_DB = 7  # this module's own Redis database, flushed before the stack starts
+REDIS_DB = db_number(7)  # this module's own Redis database, flushed before the stack starts
 PROVIDER_KEY = "sk-journey-SECRET-" + uuid.uuid4().hex
 AGENT_URL = re.compile(r"/apps/([0-9A-Z]{26})/agents/([0-9A-Z]{26})$")
 BOOT_TIMEOUT_MS = 90_000

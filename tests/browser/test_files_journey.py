@@ -19,10 +19,11 @@ from playwright.sync_api import Browser, Page, expect
 from tests.browser.test_console_journey import _sign_in
 from tests.support.browser_stack import RunStack, browser_run_stack
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
+from tests.support.redis_db import db_number
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
-REDIS_DB = 6  # this module's own Redis database, flushed before the stack starts
+REDIS_DB = db_number(6)  # this module's own Redis database, flushed before the stack starts
 PROVIDER_KEY = "sk-files-SECRET-" + uuid.uuid4().hex
 AGENT_URL = re.compile(r"/apps/([0-9A-Z]{26})/agents/([0-9A-Z]{26})$")
 THREAD_URL = re.compile(r"/threads/([0-9A-Z]{26})$")

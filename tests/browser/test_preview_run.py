@@ -17,10 +17,11 @@ from tests.browser.test_console_journey import _sign_in
 from tests.support.browser_stack import RunStack, browser_run_stack
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import wait_for
+from tests.support.redis_db import db_number
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
-REDIS_DB = 10  # this module's own Redis database, flushed before the stack starts
+REDIS_DB = db_number(10)  # this module's own Redis database, flushed before the stack starts
 PROVIDER_KEY = "sk-browser-SECRET-" + uuid.uuid4().hex
 AGENT_URL = re.compile(r"/apps/([0-9A-Z]{26})/agents/([0-9A-Z]{26})$")
 BOOT_TIMEOUT_MS = 90_000  # a fresh (Task) sandbox boots for every run; the first can be slow

@@ -24,8 +24,9 @@ from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import SessionRun
 from tests.support.processes import wait_for
+from tests.support.redis_db import db_number
 
-TEST_REDIS_DB = 12
+TEST_REDIS_DB = db_number(12)
 
 
 @dataclass

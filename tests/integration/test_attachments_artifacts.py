@@ -41,10 +41,11 @@ from mosoo_core.tables.sessions import SessionRun
 from mosoo_core.tasks_client import enqueue_run_dispatch
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import free_port, wait_for
+from tests.support.redis_db import db_number
 from tests.support.stack import make_agent, new_thread, runtime_stack, wait_run
 
 pytestmark = pytest.mark.integration
-REDIS_DB = 3
+REDIS_DB = db_number(3)
 ROOT = Path(__file__).resolve().parents[2]
 
 

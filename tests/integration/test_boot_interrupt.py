@@ -36,6 +36,7 @@ from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import DriverCommand, DriverInstance, SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import wait_for
+from tests.support.redis_db import db_number
 from tests.support.stack import (
     Owner,
     RuntimeStack,
@@ -51,7 +52,7 @@ from tests.support.stack import (
 )
 
 pytestmark = pytest.mark.integration
-REDIS_DB = 13
+REDIS_DB = db_number(13)
 PROVIDER_KEY = "sk-boot-interrupt-5e4d3c2b1a"
 GONE_WITHIN_SECONDS = 5.0
 

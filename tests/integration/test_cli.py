@@ -36,11 +36,12 @@ from tests.support.processes import (
     stop_group,
     wait_for,
 )
+from tests.support.redis_db import db_number
 from tests.support.stack import RuntimeStack, make_agent, runtime_stack
 
 pytestmark = pytest.mark.integration
 
-REDIS_DB = 4
+REDIS_DB = db_number(4)
 MOSOO = str(ROOT / ".venv" / "bin" / "mosoo")
 CODE_LINE = "check that it shows this code:"
 

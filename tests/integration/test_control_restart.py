@@ -26,6 +26,7 @@ from mosoo_core.sessions import driver_plane
 from mosoo_core.tables.sessions import SessionEvent
 from tests.support.openai_server import TextTurn
 from tests.support.processes import stop_group, wait_for
+from tests.support.redis_db import db_number
 from tests.support.stack import (
     RuntimeStack,
     labelled_containers,
@@ -37,7 +38,7 @@ from tests.support.stack import (
 )
 
 pytestmark = pytest.mark.integration
-REDIS_DB = 8
+REDIS_DB = db_number(8)
 PROVIDER_KEY = "sk-restart-0a1b2c3d4e5f"
 LONG_ANSWER = [f"word{i} " for i in range(80)]
 FINAL_ANSWER = "The whole answer, streamed again after control came back."

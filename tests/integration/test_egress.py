@@ -19,6 +19,7 @@ from mosoo_core.environments import EnvironmentChanges
 from mosoo_core.sessions import driver_plane
 from mosoo_core.tables.agents import Agent
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
+from tests.support.redis_db import db_number
 from tests.support.stack import (
     Owner,
     RuntimeStack,
@@ -29,7 +30,7 @@ from tests.support.stack import (
     wait_run,
 )
 
-REDIS_DB = 1
+REDIS_DB = db_number(1)
 PROVIDER_KEY = "sk-egress-TOPSECRET-77aa88bb"
 
 

@@ -20,6 +20,7 @@ from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.mail import OutboundEmail
 from mosoo_core.tasks_client import enqueue_email_delivery
 from tests.support.processes import free_port, mosoo_env, running, stop_group, wait_for
+from tests.support.redis_db import redis_url
 from tests.support.smtp_sink import SMTPSink
 
 pytestmark = [
@@ -32,7 +33,7 @@ SENDER = "Mosoo Codes <codes@mosoo.test>"
 SMTP_USER = "relay-user"
 SMTP_PASSWORD = "relay-password"
 # A separate Redis database so the worker test never sees (or clears) anyone else's queue.
-WORKER_REDIS_URL = "redis://127.0.0.1:6379/14"
+WORKER_REDIS_URL = redis_url(14)
 CODE = re.compile(r"\b(\d{6})\b")
 
 

@@ -20,6 +20,7 @@ from mosoo_core.sessions import driver_plane
 from mosoo_core.tables.sessions import SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import wait_for
+from tests.support.redis_db import db_number
 from tests.support.stack import (
     RuntimeStack,
     labelled_containers,
@@ -30,7 +31,7 @@ from tests.support.stack import (
     wait_run,
 )
 
-REDIS_DB = 2
+REDIS_DB = db_number(2)
 PROVIDER_KEY = "sk-env-TOPSECRET-1a2b3c4d5e6f"
 SETUP_SECRET = "ghp_SetupOnly7Hx2Kq9Vn4Lr8Tb3Wy6Zc1Pm5"
 AGENT_SECRET = "sk-agent-visible-2Qw8Er4Ty6Ui0Op"

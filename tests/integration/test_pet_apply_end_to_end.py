@@ -18,10 +18,11 @@ from mosoo_core.runtime.pets import apply_pet_changes, pet_sandbox_status
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT, get_backend
 from mosoo_core.sessions import driver_plane
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
+from tests.support.redis_db import db_number
 from tests.support.stack import RuntimeStack, make_agent, new_thread, runtime_stack, send, wait_run
 
 pytestmark = pytest.mark.integration
-REDIS_DB = 7
+REDIS_DB = db_number(7)
 PROVIDER_KEY = "sk-pet-apply-TOPSECRET-1a2b3c4d"
 SKILL = "01SKILLCHANGELOG0000000000"
 

@@ -10,11 +10,12 @@ import httpx
 import pytest
 
 from tests.support.processes import free_port, mosoo_env, running, stop_group, wait_for
+from tests.support.redis_db import redis_url
 
 pytestmark = pytest.mark.integration
 
 # A separate Redis database, so a sweep beat sends would never land in anyone's queue.
-BEAT_REDIS_URL = "redis://127.0.0.1:6379/14"
+BEAT_REDIS_URL = redis_url(14)
 # Neither process below touches the database: the default (SQLite under the data dir) will do.
 NO_DATABASE_URL = ""
 

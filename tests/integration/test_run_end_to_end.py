@@ -23,6 +23,7 @@ from mosoo_core.sessions import driver_plane
 from mosoo_core.tables.sessions import SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import wait_for
+from tests.support.redis_db import db_number
 from tests.support.stack import (
     RuntimeStack,
     bind_unserved_control_socket,
@@ -36,7 +37,7 @@ from tests.support.stack import (
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.every_database]  # the core path, on SQLite too
-REDIS_DB = 11
+REDIS_DB = db_number(11)
 PROVIDER_KEY = "sk-e2e-TOPSECRET-9f8e7d6c5b4a"
 
 

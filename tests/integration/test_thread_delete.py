@@ -23,10 +23,11 @@ from mosoo_core.tables.sessions import AgentSession, SessionEvent, SessionRun
 from mosoo_core.tasks_client import enqueue_run_dispatch
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import wait_for
+from tests.support.redis_db import db_number
 from tests.support.stack import RuntimeStack, make_agent, new_thread, runtime_stack, wait_run
 
 pytestmark = pytest.mark.integration
-REDIS_DB = 6
+REDIS_DB = db_number(6)
 PROVIDER_KEY = "sk-delete-" + uuid.uuid4().hex
 
 

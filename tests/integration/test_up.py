@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.support.processes import ROOT, free_port, mosoo_env, stop_group, wait_for
+from tests.support.redis_db import redis_url
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +57,7 @@ def test_up_starts_everything_prints_the_url_and_ctrl_c_stops_all(
         MOSOO_WEB_PORT=str(port),
         MOSOO_CONTROL_PORT=str(control_port),
         MOSOO_PUBLIC_URL=f"http://127.0.0.1:{port}",
-        MOSOO_REDIS_URL="redis://127.0.0.1:6379/13",
+        MOSOO_REDIS_URL=redis_url(13),
     )
     log_path = tmp_path / "up.log"
     started = time.monotonic()

@@ -35,8 +35,9 @@ from mosoo_core.tables.mail import OutboundEmail
 from mosoo_core.tables.sessions import SessionRun
 from tests.api.conftest import ApiOwner
 from tests.support.processes import free_port, mosoo_env, running, wait_for
+from tests.support.redis_db import db_number
 
-REDIS_DB = 14
+REDIS_DB = db_number(14)
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 MASTER_KEY = base64.b64encode(os.urandom(32)).decode()
 API_RATE_LIMIT_PER_MINUTE = 5

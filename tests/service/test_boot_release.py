@@ -22,8 +22,11 @@ from mosoo_core.sessions import actions, driver_plane
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import DriverCommand, DriverInstance, SessionRun
+from tests.support.redis_db import db_number
 
-REDIS_DB = 13  # shared with tests/integration/test_boot_interrupt.py; each flushes it first
+REDIS_DB = db_number(
+    13
+)  # shared with tests/integration/test_boot_interrupt.py; each flushes it first
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,9 @@ from mosoo_core.identity._device import STARTS_PER_IP, USER_CODE_ALPHABET
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.identity import AccessToken, DeviceAuthorization
 from mosoo_web.api import build_api
+from tests.support.redis_db import db_number
 
-REDIS_DB = 4
+REDIS_DB = db_number(4)
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from mosoo_core import agents, environments, identity, sessions
 from mosoo_core.agents import AgentChanges
 from mosoo_core.environments import EnvironmentChanges, VariableInput
 from mosoo_core.environments.validation import clean_npm, clean_pip, packages_hash
-from mosoo_core.errors import Conflict, InvalidInput, NotFound
+from mosoo_core.errors import Conflict, FieldConflict, InvalidInput, NotFound
 from mosoo_core.tables.environments import Environment, EnvironmentRevision
 from mosoo_core.tables.sessions import AgentSession, SessionRun
 from mosoo_core.tables.vault import VaultSecret
@@ -149,9 +149,7 @@ def test_same_packages_share_one_content_hash() -> None:
         ({"variables": [VariableInput("MOSOO_TOKEN", "x")]}, "variables", "MOSOO_TOKEN"),
         ({"variables": [VariableInput("https_proxy", "x")]}, "variables", "https_proxy"),
         ({"variables": [VariableInput("A", "1"), VariableInput("A", "2")]}, "variables", "twice"),
-        ({"variables": [VariableInput("TOKEN", None, secret=True)]}, "variables", "TOKEN"),
         ({"network_policy": "open"}, "network_policy", "none, limited, full"),
-        ({"network_policy": "limited"}, "allowed_hosts", "at least one"),
         ({"network_policy": "limited", "allowed_hosts": ["10.0.0.1"]}, "allowed_hosts", "10.0.0.1"),
         (
             {"network_policy": "limited", "allowed_hosts": ["https://example.com"]},
@@ -159,7 +157,7 @@ def test_same_packages_share_one_content_hash() -> None:
             "https://example.com",
         ),
         ({"network_policy": "none", "allowed_hosts": ["example.com"]}, "allowed_hosts", "limited"),
-        ({"setup_script": "x" * (64 * 1024 + 1)}, "setup_script", "64 KiB"),
+        ({"setup_script": "x" * (64 * 1024 + 1)}, "setup_script", "65,536 characters"),
     ],
 )
 def test_bad_content_is_refused_with_the_field_and_entry_named_and_nothing_saved(
@@ -250,9 +248,9 @@ def test_fork_copies_the_current_revision_and_reseals_its_secrets(db: Session) -
 def test_names_are_unique_per_app_and_rename_keeps_revisions(db: Session) -> None:
     owner = _owner(db)
     env_id = _create(db, owner, "Node")
-    with pytest.raises(InvalidInput) as taken:
+    with pytest.raises(FieldConflict) as taken:
         _create(db, owner, "node")
-    assert taken.value.field == "name"
+    assert taken.value.field == "name" and taken.value.code == "name_taken"
     renamed = environments.rename_environment(db, owner.account_id, owner.app_id, env_id, "Node 20")
     assert renamed.name == "Node 20" and renamed.current_revision == 1
     with pytest.raises(InvalidInput) as refused:
@@ -363,3 +361,33 @@ def test_readiness_uses_the_real_lookup(db: Session) -> None:
     )
     view = agents.get_agent(db, owner.account_id, owner.app_id, agent.id)
     assert "environment_missing" in {b.code for b in agents.readiness(db, view).blockers}
+
+
+def test_a_kept_value_follows_its_switch_and_a_missing_one_is_a_conflict(db: Session) -> None:
+    owner = _owner(db)
+    env_id = _create(db, owner, variables=[VariableInput("TOKEN", SECRET)])
+    saved = environments.update_environment(
+        db,
+        owner.account_id,
+        owner.app_id,
+        env_id,
+        EnvironmentChanges(variables=[VariableInput("TOKEN", None, secret=True)]),
+    )
+    [shown] = saved.revision.variables
+    assert shown.secret and shown.value == environments.MASK  # sealed now
+    [plain] = environments.run_variables(db, saved.revision.id)
+    assert plain.value == SECRET
+    with pytest.raises(FieldConflict) as missing:
+        environments.update_environment(
+            db,
+            owner.account_id,
+            owner.app_id,
+            env_id,
+            EnvironmentChanges(variables=[VariableInput("OTHER", None, secret=True)]),
+        )
+    assert missing.value.field == "variables"
+    # A limited policy with no hosts reaches nothing: allowed, and enforced as such.
+    closed = environments.update_environment(
+        db, owner.account_id, owner.app_id, env_id, EnvironmentChanges(network_policy="limited")
+    )
+    assert (closed.revision.network_policy, closed.revision.allowed_hosts) == ("limited", [])

@@ -28,9 +28,9 @@ from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import SessionEvent
 from tests.support.processes import free_port
-from tests.support.redis_db import own_redis_database
+from tests.support.redis_db import db_number, own_redis_database
 
-REDIS_DB = 9
+REDIS_DB = db_number(9)
 REDIS_URL = f"redis://127.0.0.1:6379/{REDIS_DB}"
 WAIT_SECONDS = 10.0  # the most any expected batch may take
 Batches = AsyncGenerator[list[dict[str, Any]], None]

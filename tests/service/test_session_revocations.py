@@ -20,9 +20,9 @@ from mosoo_core import identity
 from mosoo_core.clock import utcnow
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.identity import AuthSession
-from tests.support.redis_db import own_redis_database
+from tests.support.redis_db import own_redis_database, redis_url
 
-REDIS_URL = "redis://127.0.0.1:6379/15"
+REDIS_URL = redis_url(15)
 UNREACHABLE_REDIS_URL = "redis://127.0.0.1:1/15"  # nothing listens on port 1
 WAIT_SECONDS = 10.0
 
@@ -134,7 +134,7 @@ async def test_sign_out_still_revokes_when_redis_is_down(
 
 
 async def test_announcements_stay_within_their_redis_database(listener: Listener) -> None:
-    other = "redis://127.0.0.1:6379/14"
+    other = redis_url(14)
     assert identity.revoked_channel(other) != identity.revoked_channel(REDIS_URL)
     assert identity.publish_session_revoked("for-database-14", redis_url=other) is True
     assert identity.publish_session_revoked("for-database-15") is True

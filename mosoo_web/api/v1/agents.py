@@ -91,7 +91,8 @@ _PROFILE_INVALID = (
         201: {"headers": REPLAYED_DOC},
         **error_responses(
             404,
-            conflicts="`idempotency_conflict`: see `Idempotency-Key`.",
+            conflicts="`conflict`: `provider_credential_id` names no key of the App (`field` "
+            "names it). `idempotency_conflict`: see `Idempotency-Key`.",
             invalid=_PROFILE_INVALID,
         ),
         413: JSON_BODY_TOO_LARGE,
@@ -127,7 +128,12 @@ async def create_agent(
     summary="Change an agent",
     description="Changes the draft profile; published versions and the threads pinned to them "
     "keep theirs until the next `publish`.",
-    responses=error_responses(404, invalid=_PROFILE_INVALID),
+    responses=error_responses(
+        404,
+        invalid=_PROFILE_INVALID,
+        conflicts="`conflict` (`field` names it): kind and runtime are locked after the first "
+        "publish; `provider_credential_id` names no key of the agent's App.",
+    ),
 )
 async def update_agent(agent_id: AgentId, body: AgentProfile, caller: CallerDep) -> Agent:
     def work() -> Agent:

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from fastapi import Path
-from pydantic import BaseModel, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    field_validator,
+    model_validator,
+)
 
-from mosoo_core.agents import AgentChanges, Readiness
+from mosoo_core.agents import BUILTIN_TOOLS, RUNTIMES, AgentChanges, Readiness
+from mosoo_core.agents.service import MAX_TOKENS_LIMIT
 from mosoo_core.agents.versions import VersionView
 from mosoo_core.changes import UNSET
 from mosoo_core.environments import (
@@ -17,75 +26,154 @@ from mosoo_core.environments import (
     RevisionView,
     VariableInput,
 )
+from mosoo_core.environments.validation import (
+    MAX_SETUP_SCRIPT,
+    MAX_VARIABLE_VALUE,
+    RESERVED_PREFIXES,
+    RESERVED_VARIABLES,
+)
 from mosoo_web.api.v1.schemas import Text, _Request
 
 EnvironmentId = Annotated[str, Path(pattern=r"^[^\x00]*$", description="An environment id.")]
-Line = Annotated[str, Field(max_length=300, pattern=r"^[^\x00]*$")]
 NetworkPolicy = Literal["none", "limited", "full"]
+# A name with something besides white space (the service collapses runs of it).
+Name = Annotated[str, Field(min_length=1, max_length=80, pattern=r"^\s*\S[^\x00]*$")]
+# The allowlist entries the egress proxy can enforce: a host name whose last label is not a
+# number (that would be an IP address), optionally `*.` for its subdomains and a port.
+AllowedHostEntry = Annotated[
+    str,
+    Field(
+        max_length=253,
+        pattern=r"^(\*\.)?([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\.)*"
+        r"[A-Za-z0-9-]{0,62}[A-Za-z][A-Za-z0-9-]{0,62}"
+        r"(:([1-9][0-9]{0,3}|[1-5][0-9]{4}))?$",
+    ),
+]
+
+
+def _case_free(word: str) -> str:
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else c for c in word)
+
+
+# Letters, digits and _, not starting with a digit, and none of the names Mosoo sets itself.
+VARIABLE_NAME_SCHEMA: dict[str, Any] = {
+    "pattern": r"^[A-Za-z_][A-Za-z0-9_]{0,127}$",
+    "not": {
+        "pattern": "^("
+        + "|".join(
+            [f"{_case_free(name)}$" for name in sorted(RESERVED_VARIABLES)]
+            + [_case_free(prefix) for prefix in RESERVED_PREFIXES]
+        )
+        + ")"
+    },
+}
+# On the `variables` fields themselves: a key type's pattern would become patternProperties,
+# which lets every other key through.
+VARIABLES_SCHEMA: dict[str, Any] = {"propertyNames": VARIABLE_NAME_SCHEMA}
+Value = Annotated[str, Field(max_length=MAX_VARIABLE_VALUE, pattern=r"^[^\x00]*$")]
 
 
 class VariableIn(_Request):
-    name: Text = Field(max_length=128)
-    value: str | None = Field(
+    value: Value | None = Field(
         default=None,
-        max_length=32 * 1024,
-        pattern=r"^[^\x00]*$",
-        description="Write-only for secrets: leave it out (or null) to keep the stored value "
-        "of a secret of the same name.",
+        description="Leave it out (or null) to keep the stored value of this variable; "
+        "secrets are write-only, so this is how a secret is kept.",
     )
-    secret: bool = Field(
-        default=False,
-        description="Stored sealed, never shown again: answers show `••••••••`.",
+    secret: StrictBool = Field(
+        default=False, description="Stored sealed, never shown again: answers show `••••••••`."
     )
-    setup_only: bool = Field(
+    setup_only: StrictBool = Field(
         default=False,
         description="Present while the setup script runs, absent from the agent's processes.",
     )
 
 
+class NewVariable(VariableIn):
+    value: Value = Field(description="The value (write-only for a secret).")
+
+
+def _variable_names(variables: dict[str, Any] | None) -> None:
+    for name in variables or {}:
+        if not re.match(VARIABLE_NAME_SCHEMA["pattern"], name) or re.match(
+            VARIABLE_NAME_SCHEMA["not"]["pattern"], name
+        ):
+            raise ValueError(f"{name!r} is not a variable name you can set")
+
+
+_HOSTS_NEED_LIMITED: dict[str, Any] = {
+    # Allowed hosts come with the limited policy (a PATCH may rely on the stored one).
+    "allowed_hosts": {
+        "anyOf": [
+            {"properties": {"allowed_hosts": {"maxItems": 0}}},
+            {"not": {"required": ["network_policy"]}},
+            {"properties": {"network_policy": {"const": "limited"}}},
+        ]
+    }
+}
+
+
 class EnvironmentContent(_Request):
     """The content of a revision; in PATCH, a field left out keeps the current value."""
 
-    pip: list[Line] | None = Field(
+    model_config = ConfigDict(json_schema_extra={"dependentSchemas": _HOSTS_NEED_LIMITED})
+
+    pip: list[str] | None = Field(
         default=None,
-        max_length=100,
-        description="`name==version` entries. Refused for now: package builds are not "
-        "available yet.",
+        max_length=0,
+        description="`name==version` entries. Refused for now (so the list must be empty): "
+        "the build that installs packages is not available yet.",
     )
-    npm: list[Line] | None = Field(
+    npm: list[str] | None = Field(
         default=None,
-        max_length=100,
+        max_length=0,
         description="`name@version` entries. Refused for now, like `pip`.",
     )
     setup_script: str | None = Field(
         default=None,
-        max_length=64 * 1024,
+        max_length=MAX_SETUP_SCRIPT,
         pattern=r"^[^\x00]*$",
-        description="Runs as the sandbox user in each new sandbox before the agent starts.",
+        description="Runs with bash as the sandbox user in each new sandbox before the agent.",
     )
-    variables: list[VariableIn] | None = Field(default=None, max_length=100)
+    variables: dict[str, VariableIn] | None = Field(
+        default=None,
+        max_length=100,
+        json_schema_extra=VARIABLES_SCHEMA,
+        description="By name; replaces the whole set (a variable left out is removed).",
+    )
     network_policy: NetworkPolicy | None = Field(
         default=None,
         description="`none`: no network. `limited`: HTTP(S) only to `allowed_hosts`, "
         "through Mosoo's egress proxy. `full`: the internet.",
     )
-    allowed_hosts: list[Line] | None = Field(
+    allowed_hosts: list[AllowedHostEntry] | None = Field(
         default=None,
         max_length=100,
         description="For `limited`: exact hosts or `*.suffix`, optionally `:port` (80 and 443 "
         "otherwise). IP addresses are refused.",
     )
-    allow_package_indexes: bool | None = Field(
+    allow_package_indexes: StrictBool | None = Field(
         default=None, description="For `limited`: also allow the configured package indexes."
     )
 
+    @field_validator("variables")
+    @classmethod
+    def _names(cls, variables: dict[str, Any] | None) -> dict[str, Any] | None:
+        _variable_names(variables)
+        return variables
+
+    @model_validator(mode="after")
+    def _check(self) -> EnvironmentContent:
+        if self.allowed_hosts and self.network_policy not in (None, "limited"):
+            raise ValueError("allowed_hosts come with network_policy limited")
+        return self
+
     def changes(self) -> EnvironmentChanges:
-        given = self.model_dump(exclude_unset=True, exclude={"name", "app_id"})
+        given = self.model_dump(exclude_unset=True, exclude={"name", "app_id", "variables"})
         values: dict[str, Any] = {key: value for key, value in given.items() if value is not None}
         if self.variables is not None:
             values["variables"] = [
-                VariableInput(v.name, v.value, secret=v.secret, setup_only=v.setup_only)
-                for v in self.variables
+                VariableInput(name, v.value, secret=v.secret, setup_only=v.setup_only)
+                for name, v in self.variables.items()
             ]
         return EnvironmentChanges(**{key: values.get(key, UNSET) for key in _CHANGE_FIELDS})
 
@@ -105,11 +193,17 @@ class CreateEnvironment(EnvironmentContent):
     app_id: Text | None = Field(
         default=None, max_length=26, description="The App; the account's first App if left out."
     )
-    name: Text = Field(min_length=1, max_length=80)
+    name: Name
+    variables: dict[str, NewVariable] | None = Field(  # type: ignore[assignment]
+        default=None,
+        max_length=100,
+        json_schema_extra=VARIABLES_SCHEMA,
+        description="By name, each with its value.",
+    )
 
 
 class UpdateEnvironment(EnvironmentContent):
-    name: Text | None = Field(default=None, min_length=1, max_length=80, description="Renames.")
+    name: Name | None = Field(default=None, description="Renames.")
 
 
 class Variable(BaseModel):
@@ -186,29 +280,56 @@ class RevisionList(BaseModel):
 
 # --- configuring agents ------------------------------------------------------------------
 
+RuntimeName = Literal["openai", "claude", "acp"]
+ToolName = Literal["bash", "read", "write", "edit", "glob", "grep", "web_fetch"]
+# Spelled out for the type checker; kept equal to the catalog here, at import.
+assert set(get_args(RuntimeName)) == set(RUNTIMES), "RuntimeName and agents.RUNTIMES differ"
+assert set(get_args(ToolName)) == set(BUILTIN_TOOLS), "ToolName and agents.BUILTIN_TOOLS differ"
+ResourceId = Annotated[str, Field(pattern=r"^[A-Za-z0-9]{0,26}$")]
+
+
+class ProviderOptions(_Request):
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS_LIMIT)
+
+    @field_validator("temperature", "max_tokens", mode="before")
+    @classmethod
+    def _a_json_number(cls, value: Any) -> Any:
+        # JSON numbers only (2.0 is an integer too, as JSON Schema says): not a boolean, not
+        # a numeric string, which pydantic would otherwise take.
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise ValueError("must be a number")
+        return value
+
+    reasoning_effort: Literal["none", "low", "medium", "high"] | None = None
+
 
 class AgentProfile(_Request):
     """The fields of the console's Preview form; each is validated by the same service."""
 
-    name: Text | None = Field(default=None, min_length=1, max_length=80)
+    name: Name | None = None
     description: Text | None = Field(default=None, max_length=500)
-    runtime: Text | None = Field(default=None, max_length=32)
+    runtime: RuntimeName | None = None
     kind: Literal["pet", "cattle"] | None = None
-    provider_credential_id: Text | None = Field(default=None, max_length=26)
     model: Text | None = Field(default=None, max_length=200)
     system_prompt: str | None = Field(default=None, max_length=100_000, pattern=r"^[^\x00]*$")
-    tools: dict[Text, Literal["allow", "ask"]] | None = Field(
+    tools: dict[ToolName, Literal["allow", "ask"]] | None = Field(
         default=None, description="Enabled built-in tools and their policy; absent ones are off."
     )
-    provider_options: dict[Text, Any] | None = None
-    environment_id: Text | None = Field(
-        default=None, max_length=26, description="Empty string: the App's default environment."
+    provider_options: ProviderOptions | None = Field(
+        default=None, description="null removes them all; an option set to null is removed."
     )
+    environment_id: ResourceId | None = Field(
+        default=None, description="Empty string or null: the App's default environment."
+    )
+    provider_credential_id: ResourceId | None = None
 
     def changes(self) -> AgentChanges:
         """The fields given; null clears only where clearing means something (the key, the
         options, the environment) and is ignored for the others."""
         given = self.model_dump(exclude_unset=True, exclude={"app_id"})
+        if self.provider_options is not None:
+            given["provider_options"] = self.provider_options.model_dump(exclude_unset=True)
         return AgentChanges(
             **{key: value for key, value in given.items() if value is not None or key in _CLEARABLE}
         )
@@ -221,7 +342,7 @@ class CreateAgent(AgentProfile):
     app_id: Text | None = Field(
         default=None, max_length=26, description="The App; the account's first App if left out."
     )
-    name: Text = Field(min_length=1, max_length=80)
+    name: Name
 
 
 class ReadinessItem(BaseModel):

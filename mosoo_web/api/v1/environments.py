@@ -89,7 +89,10 @@ async def list_environments(
     responses={
         201: {"headers": REPLAYED_DOC},
         **error_responses(
-            404, conflicts="`idempotency_conflict`: see `Idempotency-Key`.", invalid=_INVALID
+            404,
+            conflicts="`name_taken`: another environment has the name. `idempotency_conflict`: "
+            "see `Idempotency-Key`.",
+            invalid=_INVALID,
         ),
         413: JSON_BODY_TOO_LARGE,
     },
@@ -138,7 +141,16 @@ async def get_environment(environment_id: EnvironmentId, caller: CallerDep) -> E
     summary="Change an environment",
     description="A change of content makes a new revision (threads that started before keep "
     "theirs); `name` renames. A change that changes nothing makes no revision.",
-    responses={**error_responses(404, invalid=_INVALID), 413: JSON_BODY_TOO_LARGE},
+    responses={
+        **error_responses(
+            404,
+            invalid=_INVALID,
+            conflicts="`name_taken`: another environment has the name. `conflict`: what is "
+            "stored refuses a well-formed value (`field` names it): a variable kept without a "
+            "stored value, allowed hosts for a policy that is not limited.",
+        ),
+        413: JSON_BODY_TOO_LARGE,
+    },
 )
 async def update_environment(
     environment_id: EnvironmentId, body: UpdateEnvironment, caller: CallerDep
