@@ -21,7 +21,7 @@ from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.driver_plane import NewEvent
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.sessions import SessionEvent
-from tests.api.conftest import REDIS_URL, ApiOwner, LiveServer, live_server
+from tests.api.conftest import REDIS_DB, REDIS_URL, ApiOwner, LiveServer, live_server
 from tests.support.processes import wait_for
 
 
@@ -187,7 +187,11 @@ def test_idle_streams_send_keep_alive_comments(server: LiveServer, owner: ApiOwn
 
 def _blocked_stream_readers() -> int:
     clients = redis.Redis.from_url(REDIS_URL).client_list()
-    return sum(1 for client in clients if client.get("cmd") == "xread" and client.get("db") == "5")
+    return sum(
+        1
+        for client in clients
+        if client.get("cmd") == "xread" and client.get("db") == str(REDIS_DB)
+    )
 
 
 def test_the_stream_ends_when_the_client_goes_away(server: LiveServer, owner: ApiOwner) -> None:

@@ -20,7 +20,7 @@ from mosoo_core import identity
 from mosoo_core.clock import utcnow
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.identity import AuthSession
-from tests.support.redis_db import own_redis_database, redis_url
+from tests.support.redis_db import db_number, own_redis_database, redis_url
 
 REDIS_URL = redis_url(15)
 UNREACHABLE_REDIS_URL = "redis://127.0.0.1:1/15"  # nothing listens on port 1
@@ -149,7 +149,7 @@ async def test_a_listener_whose_connection_drops_subscribes_again(
     mine = [
         c
         for c in redis_db.client_list(_type="pubsub")
-        if c.get("name") == name and c.get("db") == "15"
+        if c.get("name") == name and c.get("db") == str(db_number(15))
     ]
     assert len(mine) == 1
     redis_db.client_kill_filter(_id=mine[0]["id"])

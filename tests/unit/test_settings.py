@@ -15,6 +15,7 @@ def test_embedded_defaults_live_under_the_data_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MOSOO_DATA_DIR", str(tmp_path / "d"))
+    monkeypatch.delenv("MOSOO_REDIS_URL", raising=False)  # a test pass may point it elsewhere
     settings = Settings()
     assert settings.resolved_database_url == f"sqlite:///{(tmp_path / 'd' / 'mosoo.db').resolve()}"
     assert settings.resolved_object_dir == (tmp_path / "d" / "objects").resolve()
