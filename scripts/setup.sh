@@ -62,9 +62,7 @@ fi
 # --- services --------------------------------------------------------------------------
 if ! redis-cli -p 6379 ping >/dev/null 2>&1; then
   log "starting redis-server on 127.0.0.1:6379"
-  # 32 databases: the two test passes of scripts/test.sh use 0-15 and 16-31.
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
-    --databases 32 \
     --logfile "$root/data/log/redis.log"
 fi
 if ! docker info >/dev/null 2>&1; then

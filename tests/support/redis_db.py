@@ -1,8 +1,9 @@
 """The Redis databases tests use, and one of the test's own, flushed before and after.
 
 Each module that needs Redis names a fixed database number; `db_number` shifts it by
-`MOSOO_TEST_REDIS_DB_OFFSET`, so two test runs (scripts/test.sh runs the SQLite pass beside
-the PostgreSQL one) can share one Redis server without sharing a database.
+`MOSOO_TEST_REDIS_DB_OFFSET`, so two test runs can share one Redis server without sharing a
+database. (Running the two database passes of `make test` side by side this way was tried
+and measured slower on 2 cores: the journeys are CPU-bound while they render and boot.)
 """
 
 from __future__ import annotations
