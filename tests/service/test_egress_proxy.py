@@ -17,6 +17,7 @@ import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 from urllib.parse import parse_qs
 
 import h11
@@ -46,23 +47,35 @@ class SeenRequest:
     body: bytes
 
 
-class HttpUpstream:
-    """A loopback HTTP/1.1 server with a few routes; counts connections, keeps requests."""
+class _LoopbackServer:
+    """A server on 127.0.0.1 at a free port; subclasses answer in `_handle`."""
+
+    context: ssl.SSLContext | None = None
 
     def __init__(self) -> None:
         self.connections = 0
-        self.requests: list[SeenRequest] = []
         self.port = 0
         self._server: asyncio.Server | None = None
 
-    async def start(self) -> HttpUpstream:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+    async def start(self) -> Self:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.context)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError  # each server answers in its own way
+
+
+class HttpUpstream(_LoopbackServer):
+    """A loopback HTTP/1.1 server with a few routes; counts connections, keeps requests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[SeenRequest] = []
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -137,23 +150,12 @@ class HttpUpstream:
         return True
 
 
-class ByteSink:
+class ByteSink(_LoopbackServer):
     """A loopback TCP server that only counts what reaches it."""
 
     def __init__(self) -> None:
-        self.connections = 0
+        super().__init__()
         self.received = 0
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> ByteSink:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -162,23 +164,13 @@ class ByteSink:
         writer.close()
 
 
-class TlsUpstream:
+class TlsUpstream(_LoopbackServer):
     """A loopback HTTPS server: answers `secure` to one request per connection."""
 
     def __init__(self, context: ssl.SSLContext) -> None:
+        super().__init__()
         self.context = context
         self.handshakes = 0
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> TlsUpstream:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.context)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.handshakes += 1  # asyncio calls us only once the handshake is done

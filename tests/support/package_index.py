@@ -170,7 +170,7 @@ class _IndexServer:
             return _Reply(500, f"{type(error).__name__}: {error}".encode())
 
     def _answer(self, request: RecordedRequest) -> _Reply:
-        raise NotImplementedError
+        raise NotImplementedError  # the PyPI index and the npm registry each answer their own way
 
 
 def _json_reply(status: int, document: Any, content_type: str = "application/json") -> _Reply:
