@@ -8,7 +8,10 @@ request-to-driver-ready against a real `mosoo control`: freeze the run, create t
 sandbox (cold Cattle) or reuse the Agent's (warm Pet), write the boot payload, start the
 driver, until it has said hello and ready; (f) the same cold Cattle bound to an environment
 (a setup script, a secret variable, the `limited` network with its egress listener), as a
-ratio to (d). Each series gets one unmeasured warm-up run. Everything created is removed.
+ratio to (d); (g) the same cold Cattle with a built environment (one pip and one npm package,
+its layer mounted read-only), as a ratio to (d) (the goal: within 10%); (h) how long the build
+of those packages takes, from the test package indexes on loopback through the egress proxy.
+Each series gets one unmeasured warm-up run. Everything created is removed.
 """
 
 from __future__ import annotations
@@ -106,7 +109,9 @@ def main() -> None:
     ratio = statistics.median(ours) / statistics.median(bare_samples)
     print(f"{'    ratio of medians (b) / (a)':<48} {ratio:.2f}x")
     print(_line("(c) process backend: create + exec true + remove", process_samples))
-    cattle, pet, with_environment = _driver_ready_series(runs, backend)
+    cattle, pet, with_environment, with_packages, build_seconds = _driver_ready_series(
+        runs, backend
+    )
     print(_line("(d) request to driver ready, cold Cattle", cattle))
     print(
         f"{'    ratio to bare docker run (a)':<48} {statistics.median(cattle) / statistics.median(bare_samples):.2f}x"
@@ -116,17 +121,31 @@ def main() -> None:
     print(
         f"{'    ratio to (d)':<48} {statistics.median(with_environment) / statistics.median(cattle):.2f}x"
     )
+    print(_line("(g) (d) with a built environment (packages)", with_packages))
+    print(
+        f"{'    ratio to (d)':<48} {statistics.median(with_packages) / statistics.median(cattle):.2f}x"
+    )
+    print(f"{'(h) build: 1 pip + 1 npm package (loopback index)':<48} {build_seconds:8.2f} s")
 
 
 def _driver_ready_series(
     runs: int, backend: DockerBackend
-) -> tuple[list[float], list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float], list[float], float]:
     """Boot real drivers against a real control process (SQLite, Redis db 7, temp data dir)."""
     import base64
+    import contextlib
     import os
     import subprocess
 
     import redis
+
+    from tests.support.package_index import NpmRegistry, PyPIIndex
+
+    indexes = contextlib.ExitStack()
+    pypi = indexes.enter_context(PyPIIndex())
+    npm = indexes.enter_context(NpmRegistry())
+    pypi.add_package("bench-tool", "1.0.0", {"bench_tool.py": "NAME = 'bench'\n"})
+    npm.add_package("bench-pad", "1.0.0", {"index.js": "module.exports = (s) => s;\n"})
 
     scratch = Path(tempfile.mkdtemp(prefix="mosoo-bench-ready-"))
     scratch.chmod(0o755)
@@ -137,11 +156,15 @@ def _driver_ready_series(
         "MOSOO_CONTROL_PORT": "0",
         "MOSOO_LOG_LEVEL": "WARNING",
         "MOSOO_SANDBOX_IMAGE": backend.image,
+        "MOSOO_PIP_INDEX_URL": pypi.simple_url,
+        "MOSOO_NPM_REGISTRY": npm.base_url,
+        "MOSOO_EGRESS_ALLOW_LOOPBACK": "1",  # the indexes are on loopback
     }
     os.environ.update(env)
     from mosoo_core import agents, environments, identity, sessions, vault
     from mosoo_core.db import session_scope
     from mosoo_core.migrations import upgrade
+    from mosoo_core.runtime import builds as build_module
     from mosoo_core.runtime import runs as run_module
     from mosoo_core.settings import get_settings, reset_settings_cache
 
@@ -188,8 +211,23 @@ def _driver_ready_series(
                     allowed_hosts=["example.com"],
                 ),
             )
+            packaged = environments.create_environment(
+                db,
+                account.id,
+                app_id,
+                "Packages",
+                environments.EnvironmentChanges(pip=["bench-tool==1.0.0"], npm=["bench-pad@1.0.0"]),
+            )
+            assert packaged.build is not None
+            packages_hash = packaged.build.packages_hash
+            bindings = {"env": bound.id, "packages": packaged.id}
             agent_ids = {}
-            for name, kind in (("cattle", "cattle"), ("pet", "pet"), ("env", "cattle")):
+            for name, kind in (
+                ("cattle", "cattle"),
+                ("pet", "pet"),
+                ("env", "cattle"),
+                ("packages", "cattle"),
+            ):
                 agent = agents.create_agent(db, account.id, app_id, name=f"bench {name}", kind=kind)
                 agents.update_agent(
                     db,
@@ -199,7 +237,7 @@ def _driver_ready_series(
                     agents.AgentChanges(
                         provider_credential_id=credential.id,
                         model="m",
-                        environment_id=bound.id if name == "env" else None,
+                        environment_id=bindings.get(name),
                     ),
                 )
                 agent_ids[name] = agent.id
@@ -211,7 +249,10 @@ def _driver_ready_series(
             with session_scope() as db:
                 plan, _ = run_module.plan_boot(db, run_id)
             assert plan is not None
-            ref, created = run_module._sandbox_for(backend, plan)
+            layer = run_module._await_layer(backend, plan) if plan.packages_hash else None
+            if layer is not None and layer.path is None:
+                raise RuntimeError(f"the environment's build failed: {layer.failure}")
+            ref, created = run_module._sandbox_for(backend, plan, layer)
             made.append(ref.id)
             if created and plan.setup_script and run_module._set_up(backend, ref, plan):
                 raise RuntimeError("the setup script failed")
@@ -225,13 +266,19 @@ def _driver_ready_series(
         cattle = _series(runs, lambda: ready_once("cattle"))
         pet = _series(runs, lambda: ready_once("pet"))
         with_environment = _series(runs, lambda: ready_once("env"))
+        started = time.perf_counter()
+        if build_module.build_packages(packages_hash, backend) != "ready":
+            raise RuntimeError("the build of the bench packages failed")
+        build_seconds = time.perf_counter() - started
+        with_packages = _series(runs, lambda: ready_once("packages"))
     finally:
         for ref in backend.list_by_label(run_module.installation_label()):
             backend.remove(ref)
         control.terminate()
         control.wait(20)
         redis.Redis(db=7).flushdb()
-    return cattle, pet, with_environment
+        indexes.close()
+    return cattle, pet, with_environment, with_packages, build_seconds
 
 
 if __name__ == "__main__":

@@ -13,12 +13,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePosixPath
+from typing import IO
 from urllib.parse import urlsplit
+
+from driver.protocol import EGRESS_GRANT_ENV, EGRESS_SOCKET_ENV
 
 log = logging.getLogger("driver.egress")
 
 EGRESS_SOCKET_NAME = "egress.sock"
+DEFAULT_EGRESS_SOCKET = f"/run/mosoo/control/{EGRESS_SOCKET_NAME}"
 _CHUNK = 65536
 
 
@@ -117,3 +124,66 @@ async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
                 sink.write_eof()
             else:
                 sink.close()
+
+
+# --- a command with the tunnel (setup scripts and builds run before any driver) -----------
+
+
+async def run_with_egress(
+    commands: Sequence[Sequence[str]],
+    *,
+    socket_path: str,
+    grant: str,
+    env: Mapping[str, str],
+    stdout: IO[str] | None = None,
+    before_each: Callable[[Sequence[str]], object] | None = None,
+) -> int:
+    """Run `commands` one after the other, each with the proxy variables pointing at a
+    listener that lives exactly as long as they do; stop at the first that fails. Returns
+    the last exit status (127 when a program is missing)."""
+    forwarder = EgressForwarder(socket_path, grant)
+    await forwarder.start()
+    child_env = {
+        k: v for k, v in env.items() if k not in (EGRESS_GRANT_ENV, EGRESS_SOCKET_ENV)
+    } | proxy_environment(forwarder.url)
+    status = 0
+    try:
+        for argv in commands:
+            if before_each is not None:
+                before_each(argv)
+            try:
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    env=child_env,
+                    stdin=asyncio.subprocess.DEVNULL if stdout is not None else None,
+                    stdout=stdout,
+                    stderr=asyncio.subprocess.STDOUT if stdout is not None else None,
+                )
+            except FileNotFoundError:
+                if stdout is not None:
+                    stdout.write(f"{argv[0]}: command not found\n")
+                return 127
+            status = await process.wait()
+            if status != 0:
+                return status
+    finally:
+        await forwarder.close()
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m driver.egress COMMAND...`: run one command (its stdin and output are this
+    process's) with the tunnel; the grant comes from MOSOO_EGRESS_GRANT, never from argv."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    grant = os.environ.get(EGRESS_GRANT_ENV, "")
+    if not args or not grant:
+        print(f"usage: {EGRESS_GRANT_ENV}=... python -m driver.egress COMMAND...", file=sys.stderr)
+        return 2
+    socket_path = os.environ.get(EGRESS_SOCKET_ENV, DEFAULT_EGRESS_SOCKET)
+    return asyncio.run(
+        run_with_egress([args], socket_path=socket_path, grant=grant, env=dict(os.environ))
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -208,6 +208,28 @@ class BootPayload(_Message):
     execution_spec: ExecutionSpec
 
 
+# --- environment builds (the worker runs `python -m driver.build` in a build sandbox) -------
+
+ENVIRONMENT_LAYER = "/opt/mosoo/env"  # where a built layer is mounted (read-only in runs)
+# The variables a command run through the egress tunnel (`python -m driver.egress`, the
+# build) reads its grant and the proxy's socket from; both are removed from its children.
+EGRESS_GRANT_ENV = "MOSOO_EGRESS_GRANT"
+EGRESS_SOCKET_ENV = "MOSOO_EGRESS_SOCKET"
+
+
+class BuildJob(_Message):
+    """What one build installs into the layer mounted (writable, only here) at `target`.
+    The log is a file inside the layer the worker reads while the build runs (the host sees
+    the same directory), and moves out of the layer afterwards."""
+
+    pip: list[str] = Field(default_factory=list)
+    npm: list[str] = Field(default_factory=list)
+    pip_index_url: str
+    npm_registry: str
+    target: str = ENVIRONMENT_LAYER
+    log_name: str = ".mosoo-build.log"
+
+
 _driver_adapter: TypeAdapter[Any] = TypeAdapter(DriverMessage)
 _control_adapter: TypeAdapter[Any] = TypeAdapter(ControlMessage)
 

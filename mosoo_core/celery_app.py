@@ -29,6 +29,10 @@ def _configuration() -> dict[str, Any]:
             "purge-sign-in-records": {"task": "mosoo.purge_sign_in_records", "schedule": 3600.0},
             "sweep-sandboxes": {"task": "mosoo.sweep_sandboxes", "schedule": 60.0},
             "sweep-files": {"task": "mosoo.sweep_files", "schedule": 3600.0},
+            "sweep-environment-builds": {
+                "task": "mosoo.sweep_environment_builds",
+                "schedule": 300.0,
+            },
         },
         "beat_schedule_filename": str(
             (settings.data_dir / "run" / "celerybeat-schedule").resolve()

@@ -99,6 +99,10 @@ class Settings(BaseSettings):
     egress_allow_loopback: bool = False
     # How long an environment's setup script may run in a new sandbox.
     setup_timeout_seconds: float = 600.0
+    # How long installing a revision's packages may take, and how long a layer no current
+    # revision needs is kept after its last run (then the beat collects it).
+    build_timeout_seconds: float = 900.0
+    environment_layer_keep_hours: float = 168.0
 
     # Public API v1: requests a minute per access token, and how often an idle event
     # stream sends a keep-alive comment (proxies close connections that stay silent).

@@ -12,6 +12,7 @@ from mosoo_core import files, idempotency, identity, mail
 from mosoo_core.celery_app import app
 from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
+from mosoo_core.runtime import builds
 from mosoo_core.runtime.runs import DISPATCHING_MARK_SECONDS, finish_run_sandbox, sweep_stuck_boots
 from mosoo_core.runtime.runs import dispatch_run as dispatch
 from mosoo_core.runtime.runs import sweep_sandboxes as sweep
@@ -92,6 +93,20 @@ def sweep_sandboxes() -> int:
 def sweep_files() -> int:
     with session_scope() as db:
         return files.sweep_files(db)
+
+
+@app.task(name="mosoo.build_environment")
+def build_environment(packages_hash: str) -> str:
+    return builds.build_packages(packages_hash)
+
+
+@app.task(name="mosoo.sweep_environment_builds")
+def sweep_environment_builds() -> int:
+    """Queued builds nobody started (Redis was down when they were queued) are built; layers
+    nothing needs are collected."""
+    for packages_hash in builds.queued_builds(older_than=timedelta(seconds=30)):
+        builds.build_packages(packages_hash)
+    return builds.collect_layers()
 
 
 __all__ = ["app"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mosoo_core.environments import BuildView
 from mosoo_core.logs import get_logger
 from mosoo_core.settings import get_settings
 
@@ -38,3 +39,14 @@ def enqueue_run_dispatch(run_id: str) -> None:
 def enqueue_run_finish(run_id: str) -> None:
     """Ask the worker to checkpoint and tear down after a run ended."""
     _send("mosoo.finish_run", run_id)
+
+
+def enqueue_environment_build(build: BuildView | None) -> None:
+    """Ask the worker to build an environment's packages when they are queued; if Redis is
+    down the beat's sweep (or the first run that needs them) builds them instead."""
+    if build is None or build.status != "queued":
+        return
+    try:
+        _send("mosoo.build_environment", build.packages_hash)
+    except Exception:  # logged by _send; the build stays queued
+        return

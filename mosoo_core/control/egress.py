@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from mosoo_core import streams
 from mosoo_core.db import session_scope
+from mosoo_core.environments import builds
 from mosoo_core.logs import get_logger
 from mosoo_core.network import (
     REFUSAL_REASONS,
@@ -58,10 +59,20 @@ def package_index_hosts() -> list[str]:
     return hosts
 
 
+def _index_policy() -> EgressPolicy:
+    return EgressPolicy.from_entries(
+        package_index_hosts(), allow_loopback=get_settings().egress_allow_loopback
+    )
+
+
 def egress_context(token: str) -> EgressContext | None:
     """The frozen policy of the live run behind a grant; None (connection closed) for an
-    unknown or expired grant, a finished run, or a run whose policy is not `limited`."""
+    unknown or expired grant, a finished run, or a run whose policy is not `limited`. A
+    build's grant (a package build in progress) reaches the package indexes only."""
     with session_scope() as db:
+        build = builds.resolve_build_grant(db, token)
+        if build is not None:
+            return EgressContext(policy=_index_policy(), run_id="", thread_id="")
         grant = driver_plane.resolve_model_grant(db, token)
         if grant is None:
             return None
@@ -96,6 +107,9 @@ def decision_payload(decision: NetworkDecision) -> dict[str, Any]:
 
 
 def record_decision(decision: NetworkDecision) -> None:
+    if not decision.thread_id:  # a build's request: its log shows what pip or npm made of it
+        log.info("egress.build_request", **decision_payload(decision))
+        return
     with session_scope() as db:
         stored = driver_plane.append_events(
             db,

@@ -1,6 +1,7 @@
 """Environments: what an App's sandboxes are built from, in immutable numbered revisions
 (packages, setup script, variables and secrets, network policy)."""
 
+from mosoo_core.environments.builds import BuildView
 from mosoo_core.environments.service import (
     MASK,
     EnvironmentChanges,
@@ -18,6 +19,7 @@ from mosoo_core.environments.service import (
     get_environment,
     list_environments,
     list_revisions,
+    rebuild_environment,
     rename_environment,
     revision_for_thread,
     revision_view,
@@ -28,6 +30,7 @@ from mosoo_core.environments.validation import VariableInput
 
 __all__ = [
     "MASK",
+    "BuildView",
     "EnvironmentChanges",
     "EnvironmentView",
     "RevisionView",
@@ -44,6 +47,7 @@ __all__ = [
     "get_environment",
     "list_environments",
     "list_revisions",
+    "rebuild_environment",
     "rename_environment",
     "revision_for_thread",
     "revision_view",

@@ -18,6 +18,8 @@ from sqlmodel import Session, col, func, select
 
 from mosoo_core.changes import UNSET, Unset, set_fields
 from mosoo_core.clock import utcnow
+from mosoo_core.environments import builds
+from mosoo_core.environments.builds import BuildView
 from mosoo_core.environments.validation import (
     MAX_VARIABLES,
     VariableInput,
@@ -93,6 +95,7 @@ class EnvironmentView:
     revision: RevisionView
     created_at: datetime
     updated_at: datetime
+    build: BuildView | None = None  # the current revision's packages (None without any)
 
 
 @dataclass(frozen=True)
@@ -148,15 +151,18 @@ def _current(db: Session, environment: Environment) -> EnvironmentRevision:
 
 
 def _view(db: Session, environment: Environment) -> EnvironmentView:
+    current = _current(db, environment)
+    build = builds.get_build(db, current.packages_hash)
     return EnvironmentView(
         id=environment.id,
         app_id=environment.app_id,
         name=environment.name,
         is_default=environment.is_default,
         current_revision=environment.current_revision,
-        revision=revision_view(_current(db, environment)),
+        revision=revision_view(current),
         created_at=environment.created_at,
         updated_at=environment.updated_at,
+        build=builds.build_view(build) if build else None,
     )
 
 
@@ -363,15 +369,6 @@ def _new_revision(
     previous_packages = (before.packages or {}) if before else {}
     pip = clean_pip(values.get("pip", previous_packages.get("pip", [])))
     npm = clean_npm(values.get("npm", previous_packages.get("npm", [])))
-    for manager, listed in (("pip", pip), ("npm", npm)):
-        if listed:
-            # Not offered until it is applied: the build that installs a revision's packages
-            # into a cached layer is not wired into runs yet (issue 11 says where it stands).
-            raise InvalidInput(
-                "Packages are installed by a build step that is not available yet: saving "
-                "packages is refused. Install them in the setup script for now.",
-                field=manager,
-            )
     script = clean_setup_script(values.get("setup_script", before.setup_script if before else ""))
     policy = values.get("network_policy", before.network_policy if before else "none")
     indexes = bool(
@@ -415,6 +412,7 @@ def _new_revision(
     environment.updated_at = utcnow()
     db.add(environment)
     db.flush()
+    builds.ensure_build(db, revision)  # built before any run needs it (the front door enqueues)
     return revision
 
 
@@ -637,3 +635,13 @@ def run_variables(db: Session, revision_id: str) -> list[RunVariable]:
     environment = db.get(Environment, revision.environment_id)
     assert environment is not None
     return _reveal_variables(db, environment, revision)
+
+
+def rebuild_environment(
+    db: Session, account_id: str, app_id: str, environment_id: str
+) -> EnvironmentView:
+    """Build the current revision's packages again (Conflict while a build of them runs or
+    without packages); the front door enqueues the build."""
+    environment = _owned(db, account_id, app_id, environment_id)
+    builds.request_rebuild(db, _current(db, environment))
+    return _view(db, environment)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mosoo_core.errors import InvalidInput
+from mosoo_core.errors import FieldConflict, InvalidInput
 from mosoo_core.network.policy import parse_allowlist
 from mosoo_core.settings import get_settings
 from mosoo_core.tables.environments import NETWORK_POLICIES
@@ -36,6 +36,16 @@ _NPM = re.compile(
     r"@(?P<version>(?:0|[1-9]\d*)\.(?:0|[1-9]\d*)\.(?:0|[1-9]\d*)"
     r"(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?)$"
 )
+
+
+def _schema_pattern(pattern: re.Pattern[str]) -> str:
+    """The pattern as the API's schema states it: no group names (JSON Schema's regexes are
+    ECMA's), no spaces around `==` (a form may add them; the service drops them)."""
+    return re.sub(r"\(\?P<\w+>", "(?:", pattern.pattern).replace(r"\s*", "")
+
+
+PIP_PATTERN = _schema_pattern(_PIP)
+NPM_PATTERN = _schema_pattern(_NPM)
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by Mosoo in every sandbox (home, path, the proxy it points at, its own settings).
 RESERVED_VARIABLES = frozenset(
@@ -50,6 +60,9 @@ RESERVED_VARIABLES = frozenset(
         "HTTPS_PROXY",
         "ALL_PROXY",
         "NO_PROXY",
+        # Where the environment's packages are found (set when a revision has packages).
+        "PYTHONPATH",
+        "NODE_PATH",
     }
 )
 RESERVED_PREFIXES = ("MOSOO_", "NPM_CONFIG_", "PIP_")
@@ -89,8 +102,8 @@ def clean_pip(raw: Sequence[str]) -> list[str]:
             )
         name = re.sub(r"[-_.]+", "-", match["name"]).lower()
         extras = (match["extras"] or "").replace(" ", "").lower()
-        if name in seen:
-            raise InvalidInput(f"{match['name']} is listed twice.", field="pip")
+        if name in seen:  # well formed, each entry: a conflict between two (409 in the API)
+            raise FieldConflict(f"{match['name']} is listed twice.", field="pip")
         seen[name] = f"{name}{extras}=={match['version']}"
     return sorted(seen.values())
 
@@ -107,7 +120,7 @@ def clean_npm(raw: Sequence[str]) -> list[str]:
                 field="npm",
             )
         if match["name"] in seen:
-            raise InvalidInput(f"{match['name']} is listed twice.", field="npm")
+            raise FieldConflict(f"{match['name']} is listed twice.", field="npm")
         seen[match["name"]] = entry
     return sorted(seen.values())
 

@@ -16,7 +16,6 @@ in Redis) and does the work when it is not.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import secrets
 import threading
 import time
@@ -27,21 +26,28 @@ from typing import IO, Any, Literal, cast
 import redis
 from sqlmodel import Session, col, select
 
-from driver.protocol import BootPayload, ExecutionSpec, GatewayGrant
+from driver.protocol import ENVIRONMENT_LAYER, BootPayload, ExecutionSpec, GatewayGrant
 from mosoo_core import agents, environments, files, sessions, streams
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.files import get_store, iter_chunks
 from mosoo_core.files.store import ChunkReader
 from mosoo_core.logs import get_logger
-from mosoo_core.runtime import artifacts
+from mosoo_core.runtime import artifacts, builds
 from mosoo_core.runtime import attachments as delivery
+from mosoo_core.runtime.labels import (
+    LABEL_BUILD,
+    LABEL_BUILT_FROM,
+    LABEL_ENV_LAYER,
+    installation_label,
+)
 from mosoo_core.runtime.sandbox import (
     BOOT_PAYLOAD,
     CONTROL_SOCKET,
     LABEL_DRIVER_INSTANCE,
     LABEL_SUBJECT,
     WORKSPACE,
+    Mount,
     SandboxBackend,
     SandboxError,
     SandboxRef,
@@ -86,19 +92,11 @@ class BootPlan:
     setup_script: str = ""
     setup_env: dict[str, str] = field(default_factory=dict, repr=False)
     secrets: tuple[str, ...] = field(default=(), repr=False)
-
-
-LABEL_INSTALLATION = "mosoo.installation"
-LABEL_BUILT_FROM = (
-    "mosoo.built_from"  # on Pet sandboxes: what they were built from (agents.sandbox_fingerprint)
-)
-
-
-def installation_label() -> dict[str, str]:
-    """Sandboxes are labelled with the database they belong to, so installations (or test
-    runs) sharing one Docker engine never sweep each other's sandboxes."""
-    digest = hashlib.sha256(get_settings().resolved_database_url.encode()).hexdigest()[:16]
-    return {LABEL_INSTALLATION: digest}
+    # The revision's packages: the build whose layer the sandbox mounts ("" for none).
+    packages_hash: str = ""
+    packages: dict[str, list[str]] = field(default_factory=dict)
+    # The run's grant: under `limited`, the setup script reaches the allowed hosts with it.
+    grant: str = field(default="", repr=False)
 
 
 def checkpoint_key(app_id: str, session_id: str) -> str:
@@ -228,6 +226,8 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         else _frozen_revision(db, session, profile.environment_id)
     )
     variables = environments.run_variables(db, revision.id)
+    packages = {k: list(v) for k, v in (revision.packages or {}).items() if v}
+    layer_env = _layer_environment(packages)
     spec = ExecutionSpec(
         app_id=run.app_id,
         agent_id=agent.id,
@@ -244,7 +244,7 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         mcp_servers=[{"id": server_id} for server_id in mcp_servers],
         # The agent's processes get the variables that are not setup-only; secrets among them
         # travel in the boot payload (read and deleted by the driver), never the container's env.
-        environment={v.name: v.value for v in variables if not v.setup_only},
+        environment={v.name: v.value for v in variables if not v.setup_only} | layer_env,
         secret_variables=[v.name for v in variables if v.secret and not v.setup_only],
         network_policy=revision.network_policy,
     )
@@ -291,10 +291,22 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         built_from=agents.sandbox_fingerprint(profile, revision.id),
         network_policy=revision.network_policy,
         setup_script=revision.setup_script,
-        setup_env={v.name: v.value for v in variables},
+        setup_env={v.name: v.value for v in variables} | layer_env,
         secrets=tuple(v.value for v in variables if v.secret),
+        packages_hash=revision.packages_hash,
+        packages=packages,
+        grant=grant,
     )
     return plan, []
+
+
+def _layer_environment(packages: dict[str, list[str]]) -> dict[str, str]:
+    """What finds the packages of a layer (the image's PATH already names its `bin`
+    folders, and its NODE_PATH the node_modules). Python's path is set only for the agent's
+    own processes and the setup script: the driver must not import an owner's packages."""
+    if packages.get("pip"):
+        return {"PYTHONPATH": f"{ENVIRONMENT_LAYER}/python"}
+    return {}
 
 
 def _frozen_revision(
@@ -314,8 +326,11 @@ def _frozen_revision(
     return revision
 
 
-def _sandbox_for(backend: SandboxBackend, plan: BootPlan) -> tuple[SandboxRef, bool]:
-    """The run's sandbox, and whether it is new (a new one runs the setup script)."""
+def _sandbox_for(
+    backend: SandboxBackend, plan: BootPlan, layer: builds.LayerOutcome | None = None
+) -> tuple[SandboxRef, bool]:
+    """The run's sandbox, and whether it is new (a new one runs the setup script). A new one
+    mounts the environment's layer when the revision has packages."""
     settings = get_settings()
     if plan.kind == "pet":
         for ref in backend.list_by_label({LABEL_SUBJECT: plan.subject, **installation_label()}):
@@ -325,12 +340,17 @@ def _sandbox_for(backend: SandboxBackend, plan: BootPlan) -> tuple[SandboxRef, b
     labels = installation_label()
     if plan.kind == "pet":
         labels[LABEL_BUILT_FROM] = plan.built_from
+    mounts: tuple[Mount, ...] = ()
+    if layer is not None and layer.path is not None:
+        labels[LABEL_ENV_LAYER] = layer.layer
+        mounts = (builds.layer_mount(layer.path),)
     spec = SandboxSpec(
         subject=plan.subject,
         app_id=plan.app_id,
         driver_instance_id=plan.instance_id,
         control_socket=settings.resolved_control_socket,
         labels=labels,
+        mounts=mounts,
         # `limited` stays on no network at all: its only way out is control's egress proxy.
         network="full" if plan.network_policy == "full" else "none",
     )
@@ -480,8 +500,17 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
     started = time.monotonic()
     ref = None
     attachments: list[dict[str, Any]] = []
+    layer = None
+    if plan.packages_hash:
+        layer = _await_layer(backend, plan)
+        if layer.failure:
+            with session_scope() as db:
+                _stop_driver(db, plan.instance_id, "environment build failed")
+            return _fail_by_id(run_id, "environment_build_failed", layer.failure[:2000], False)
+        if layer.stopped:
+            return _release_stopped_boot(backend, plan, started)
     try:
-        ref, created = _sandbox_for(backend, plan)
+        ref, created = _sandbox_for(backend, plan, layer)
         # Looked at between the steps: once the run is stopped, nothing more goes in.
         stopped = not _still_wanted(run_id)
         if created and plan.setup_script and not stopped:
@@ -569,10 +598,45 @@ def _attachment_ids(run_id: str) -> list[str]:
         return [str(item.get("file_id", "")) for item in (run.attachments if run else [])]
 
 
+def _await_layer(backend: SandboxBackend, plan: BootPlan) -> builds.LayerOutcome:
+    """Wait for the revision's packages (building them here if nobody is), the chat showing
+    "Preparing environment" (a `run.preparing` event) while it waits."""
+
+    def tell(status: str) -> None:
+        with session_scope() as db:
+            events = driver_plane.append_events(
+                db,
+                plan.session_id,
+                [
+                    driver_plane.NewEvent(
+                        type="run.preparing",
+                        payload={"stage": "environment", "status": status},
+                        run_id=plan.run_id,
+                    )
+                ],
+            )
+        streams.publish_events(events)
+
+    return builds.await_layer(
+        plan.packages_hash,
+        plan.packages,
+        backend=backend,
+        still_wanted=lambda: _still_wanted(plan.run_id),
+        on_wait=tell,
+    )
+
+
 def _set_up(backend: SandboxBackend, ref: SandboxRef, plan: BootPlan) -> str:
     """Run the setup script in the new sandbox; "" when it succeeded. A failure fails the run
     with `setup_failed` and the log's tail, and removes the sandbox (Pet or Cattle)."""
-    result = run_setup(backend, ref, plan.setup_script, plan.setup_env, plan.secrets)
+    result = run_setup(
+        backend,
+        ref,
+        plan.setup_script,
+        plan.setup_env,
+        plan.secrets,
+        egress_grant=plan.grant if plan.network_policy == "limited" else "",
+    )
     with session_scope() as db:
         run = db.get(SessionRun, plan.run_id)
         if run is not None:
@@ -802,6 +866,8 @@ def sweep_sandboxes(
             instance_id = ref.labels.get(LABEL_DRIVER_INSTANCE, "")
             if subject.startswith("agent:"):
                 needed = db.get(Agent, subject.removeprefix("agent:")) is not None
+            elif subject.startswith(builds.BUILD_SUBJECT_PREFIX):
+                needed = builds.build_sandbox_needed(db, ref.labels.get(LABEL_BUILD, ""))
             else:
                 instance = db.get(DriverInstance, instance_id) if instance_id else None
                 run = (

@@ -79,18 +79,28 @@ class EnvironmentRevision(SQLModel, table=True):
 
 
 class EnvironmentBuild(SQLModel, table=True):
-    """The installed packages of one packages hash: a derived sandbox image."""
+    """The installed packages of one packages hash: a read-only layer directory that every
+    sandbox of a revision with these packages mounts at /opt/mosoo/env."""
 
     __tablename__ = "environment_build"
     id: str = _id()
     packages_hash: str = Field(max_length=64, unique=True)
     packages: dict[str, Any] = Field(default_factory=dict, sa_type=sa.JSON)
     status: str = Field(default="queued", max_length=16, index=True)
-    image: str = Field(default="", max_length=200)
+    # The ready layer, relative to the layers' root ("<hash>/<attempt>"); "" until ready.
+    # Each attempt installs into a directory of its own, so a rebuild never changes the files
+    # under a sandbox that still mounts the previous one.
+    layer: str = Field(default="", max_length=200)
+    # sha256 of the egress grant of the build in progress ("" otherwise): the build sandbox's
+    # only way out is the egress proxy, limited to the package indexes.
+    grant_hash: str = Field(default="", max_length=64, index=True)
     log: str = Field(default="", sa_type=sa.Text)
     error: str = Field(default="", max_length=500)
     attempts: int = 0
     created_at: datetime = _now()
     started_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    # Renewed by the builder while it works: a build whose builder went silent is claimed
+    # again (a worker that died mid-build leaves it `building`).
+    heartbeat_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     last_used_at: datetime = _now()

@@ -79,6 +79,7 @@ def test_the_matrix_covers_every_endpoint_of_the_product_contract() -> None:
             ("PATCH", "/environments/{environment_id}"),
             ("DELETE", "/environments/{environment_id}"),
             ("GET", "/environments/{environment_id}/revisions"),
+            ("POST", "/environments/{environment_id}/rebuild"),
             ("POST", "/agents/{agent_id}/files"),
             ("POST", "/agents/{agent_id}/threads"),
             ("GET", "/agents/{agent_id}/threads"),

@@ -10,7 +10,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from mosoo_core.tables.environments import EnvironmentRevision
+from mosoo_core.environments import builds
+from mosoo_core.tables.environments import EnvironmentBuild, EnvironmentRevision
 from tests.api.conftest import ApiOwner
 
 SECRET = "ghp_ApiSecret9Lr2Xn7TbW4yHc8PmM3kJd6Fs"
@@ -97,8 +98,9 @@ def test_bad_content_is_refused_with_the_field_and_nothing_saved(
         ({"network_policy": "none", "allowed_hosts": ["good.com"]}, 400, None),
         ({"variables": {"PATH": {"value": "/x"}}}, 400, "variables"),
         ({"variables": {"https_proxy": {"value": "x"}}}, 400, "variables"),
-        ({"pip": ["requests==2.32.3"]}, 400, "pip"),  # not available yet
-        ({"npm": ["lodash@4.17.21"]}, 400, "npm"),
+        ({"pip": ["requests>=2.32.3"]}, 400, "pip"),  # exact versions only
+        ({"npm": ["lodash@^4.17.21"]}, 400, "npm"),
+        ({"pip": ["a==1", "A==2"]}, 409, "pip"),  # each entry is fine; together they conflict
         # Well-formed, but what is stored refuses it: a conflict naming the field.
         ({"variables": {"SECRET_ONE": {"secret": True}}}, 409, "variables"),
         ({"allowed_hosts": ["good.com"]}, 409, "allowed_hosts"),  # the stored policy is none
@@ -208,3 +210,36 @@ def test_an_agent_is_configured_checked_and_published_from_code(
     assert published.status_code == 201, published.text
     assert (published.json()["number"], published.json()["summary"]) == (1, "From CI")
     assert client.get(agent_url, headers=owner.headers).json()["published_version"] == 1
+
+
+def test_packages_are_built_and_rebuilt_through_the_api(
+    client: TestClient, owner: ApiOwner, other: ApiOwner, engine: Engine
+) -> None:
+    made = _create(client, owner)
+    assert made["build"] is None  # no packages, nothing to build
+    env_url = f"{V1}/environments/{made['id']}"
+    refused = client.post(f"{env_url}/rebuild", headers=owner.headers)
+    assert refused.status_code == 409 and "no packages" in refused.json()["error"]["message"]
+    changed = client.patch(
+        env_url, headers=owner.headers, json={"pip": ["rich==13.9.4"], "npm": ["lodash@4.17.21"]}
+    )
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["build"]["status"] == "queued"
+    assert changed.json()["revision"]["pip"] == ["rich==13.9.4"]
+    # While a worker builds it, a rebuild is refused; after it failed, a rebuild queues it.
+    with Session(engine) as db:
+        packages_hash = db.exec(select(EnvironmentBuild)).one().packages_hash
+        grant = builds.claim_build(db, packages_hash, stale_after=120)
+        db.commit()
+    busy = client.post(f"{env_url}/rebuild", headers=owner.headers)
+    assert busy.status_code == 409 and "in progress" in busy.json()["error"]["message"]
+    with Session(engine) as db:
+        assert grant is not None
+        builds.finish_build(db, packages_hash, grant, layer="", log="E: boom", error="x")
+        db.commit()
+    failed = client.get(env_url, headers=owner.headers).json()["build"]
+    assert (failed["status"], failed["log"], failed["attempts"]) == ("failed", "E: boom", 1)
+    again = client.post(f"{env_url}/rebuild", headers=owner.headers)
+    assert again.status_code == 200 and again.json()["build"]["status"] == "queued"
+    # Another owner's environment is not found, for a rebuild as for everything else.
+    assert client.post(f"{env_url}/rebuild", headers=other.headers).status_code == 404

@@ -11,10 +11,10 @@ from sqlmodel import Session, select
 
 from mosoo_core import agents, environments, identity, sessions
 from mosoo_core.agents import AgentChanges
-from mosoo_core.environments import EnvironmentChanges, VariableInput
+from mosoo_core.environments import EnvironmentChanges, VariableInput, builds
 from mosoo_core.environments.validation import clean_npm, clean_pip, packages_hash
 from mosoo_core.errors import Conflict, FieldConflict, InvalidInput, NotFound
-from mosoo_core.tables.environments import Environment, EnvironmentRevision
+from mosoo_core.tables.environments import Environment, EnvironmentBuild, EnvironmentRevision
 from mosoo_core.tables.sessions import AgentSession, SessionRun
 from mosoo_core.tables.vault import VaultSecret
 
@@ -99,21 +99,83 @@ def test_every_save_is_a_new_numbered_revision_with_what_changed(db: Session) ->
     assert (closed.current_revision, closed.revision.allowed_hosts) == (3, [])
 
 
-def test_packages_are_validated_then_refused_until_builds_exist(db: Session) -> None:
+def test_packages_queue_one_build_that_revisions_with_the_same_packages_share(
+    db: Session,
+) -> None:
+    owner = _owner(db)
+    env_id = _create(db, owner)
+    saved = environments.update_environment(
+        db,
+        owner.account_id,
+        owner.app_id,
+        env_id,
+        EnvironmentChanges(pip=["rich==13.9.4"], npm=["lodash@4.17.21"]),
+    )
+    assert saved.build is not None and saved.build.status == "queued"
+    assert saved.revision.pip == ["rich==13.9.4"] and saved.revision.npm == ["lodash@4.17.21"]
+    # A fork and another environment with the same packages share the build.
+    fork = environments.fork_environment(db, owner.account_id, owner.app_id, env_id)
+    other = environments.create_environment(
+        db,
+        owner.account_id,
+        owner.app_id,
+        "Other",
+        EnvironmentChanges(npm=["lodash@4.17.21"], pip=["Rich == 13.9.4"]),
+    )
+    assert fork.build == other.build == saved.build
+    assert len(db.exec(select(EnvironmentBuild)).all()) == 1
+    # No packages, no build.
+    bare = environments.update_environment(
+        db, owner.account_id, owner.app_id, env_id, EnvironmentChanges(pip=[], npm=[])
+    )
+    assert bare.build is None and bare.revision.packages_hash == ""
+
+
+def test_rebuild_queues_again_and_is_refused_while_building_or_without_packages(
+    db: Session,
+) -> None:
+    owner = _owner(db)
+    env_id = _create(db, owner)
+    with pytest.raises(Conflict, match="no packages"):
+        environments.rebuild_environment(db, owner.account_id, owner.app_id, env_id)
+    view = environments.update_environment(
+        db, owner.account_id, owner.app_id, env_id, EnvironmentChanges(pip=["rich==13.9.4"])
+    )
+    assert view.build is not None
+    grant = builds.claim_build(db, view.build.packages_hash, stale_after=120)
+    assert grant is not None
+    # Claimed once: a second worker does not get it.
+    assert builds.claim_build(db, view.build.packages_hash, stale_after=120) is None
+    with pytest.raises(Conflict, match="in progress"):
+        environments.rebuild_environment(db, owner.account_id, owner.app_id, env_id)
+    assert builds.resolve_build_grant(db, grant) is not None
+    assert builds.finish_build(
+        db, view.build.packages_hash, grant, layer="", log="boom", error="Installing failed."
+    )
+    assert builds.resolve_build_grant(db, grant) is None  # the grant ends with the build
+    failed = environments.get_environment(db, owner.account_id, owner.app_id, env_id)
+    assert failed.build is not None and (failed.build.status, failed.build.log) == (
+        "failed",
+        "boom",
+    )
+    again = environments.rebuild_environment(db, owner.account_id, owner.app_id, env_id)
+    assert again.build is not None and (again.build.status, again.build.log) == ("queued", "")
+    # Another owner's environment is not found.
+    stranger = _owner(db, "stranger@example.com")
+    with pytest.raises(NotFound):
+        environments.rebuild_environment(db, stranger.account_id, owner.app_id, env_id)
+
+
+def test_a_package_listed_twice_is_a_conflict_naming_its_field(db: Session) -> None:
     owner = _owner(db)
     env_id = _create(db, owner)
     for changes, field in (
-        (EnvironmentChanges(pip=["rich==13.9.4"]), "pip"),
-        (EnvironmentChanges(npm=["lodash@4.17.21"]), "npm"),
+        (EnvironmentChanges(pip=["a==1", "A==2"]), "pip"),
+        (EnvironmentChanges(npm=["x@1.0.0", "x@2.0.0"]), "npm"),
     ):
-        with pytest.raises(InvalidInput) as refused:
+        with pytest.raises(FieldConflict, match="listed twice") as refused:
             environments.update_environment(db, owner.account_id, owner.app_id, env_id, changes)
         assert refused.value.field == field
-        assert "not available yet" in refused.value.message
-    assert (
-        environments.get_environment(db, owner.account_id, owner.app_id, env_id).current_revision
-        == 1
-    )
 
 
 def test_same_packages_share_one_content_hash() -> None:
@@ -139,7 +201,6 @@ def test_same_packages_share_one_content_hash() -> None:
         ({"pip": ["requests"]}, "pip", "requests"),
         ({"pip": ["git+https://github.com/x/y"]}, "pip", "git+https"),
         ({"pip": ["rich==13.*"]}, "pip", "rich==13.*"),
-        ({"pip": ["a==1", "A==2"]}, "pip", "listed twice"),
         ({"npm": ["lodash@^4.17.21"]}, "npm", "lodash@^4.17.21"),
         ({"npm": ["lodash@latest"]}, "npm", "lodash@latest"),
         ({"npm": ["lodash"]}, "npm", "lodash"),

@@ -36,8 +36,15 @@ BOOT_PAYLOAD = "/run/mosoo/boot/payload.json"
 ATTACHMENTS_DIR = "/mnt/attachments"
 DRIVER_COMMAND = "mosoo-driver"
 BOOT_PAYLOAD_ENV = "MOSOO_DRIVER_BOOT_PAYLOAD_FILE"
-# Inside every sandbox: the driver's virtualenv first, then the system.
-SANDBOX_PATH = "/opt/mosoo/bin:/opt/mosoo/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Inside every sandbox (and its login shells, through /etc/profile.d/mosoo.sh): an
+# environment's packages (/opt/mosoo/env, mounted only when it has some; a missing directory
+# is skipped), the driver's commands and virtualenv, Node.js and npm, then the system. The
+# same list as driver/Dockerfile's ENV PATH.
+SANDBOX_PATH = (
+    "/opt/mosoo/env/python/bin:/opt/mosoo/env/node/node_modules/.bin:/opt/mosoo/bin:"
+    "/opt/mosoo/venv/bin:/opt/mosoo/node/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+    "/sbin:/bin"
+)
 
 LABEL_SANDBOX = "mosoo.sandbox"  # "1" on everything a backend creates; what GC lists
 LABEL_SUBJECT = "mosoo.subject"

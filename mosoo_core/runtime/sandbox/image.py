@@ -7,17 +7,26 @@ with debootstrap (Debian mirrors are reachable) and `docker import`ed as
 `mosoo-base:bookworm`. Python packages are downloaded as wheels on the host and installed in
 the image with `pip install --no-index`; the build itself runs with no network at all.
 
-The tag is `mosoo-sandbox:<12 hex>` over the Dockerfile, the driver sources, the driver's
-requirements and the base image id, so `ensure_sandbox_image` is a no-op when nothing
-changed.
+Node.js and npm come from the npm registry too (`MOSOO_NPM_REGISTRY`): the official Node
+binary is published there as `node-linux-<arch>`, and npm's own tarball bundles its
+dependencies. Both are pinned (version and `dist.integrity`), downloaded on the host into
+`<data_dir>/sandbox-downloads/npm`, checked against the registry document's sha512 and the
+pin, and unpacked on the host into node/ (bin/node plus `npm` / `npx` wrappers) and npm/,
+which the Dockerfile copies to /opt/mosoo/node and /opt/mosoo/npm.
 
-The `process` backend needs the same driver and packages outside Docker:
-`ensure_process_runtime` makes a directory (a virtualenv of the system Python plus a copy of
-the driver) that it mounts read-only at /opt/mosoo.
+The tag is `mosoo-sandbox:<12 hex>` over the Dockerfile, the driver sources, the driver's
+requirements, the files written here (scripts, the login-shell profile), the Node and npm
+pins and the base image id, so `ensure_sandbox_image` is a no-op when nothing changed.
+
+The `process` backend needs the same driver, packages, Node and npm outside Docker:
+`ensure_process_runtime` makes a directory (a virtualenv of the system Python, a copy of the
+driver, node/ and npm/ unpacked from the same verified tarballs, and profile.d/) that it
+mounts read-only at /opt/mosoo.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -26,15 +35,20 @@ import platform
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from urllib.parse import quote
 
 import docker
+import httpx
 from docker import errors as docker_errors
 
 from mosoo_core.logs import get_logger
-from mosoo_core.runtime.sandbox._base import SandboxError
+from mosoo_core.runtime.sandbox._base import SANDBOX_PATH, SandboxError
+from mosoo_core.settings import get_settings
 
 log = get_logger("mosoo.sandbox.image")
 
@@ -51,6 +65,38 @@ IMAGE_LABEL = "mosoo.image"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBOOTSTRAP_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates,bash,coreutils"
 MOSOO_DRIVER_SCRIPT = '#!/bin/sh\nexec /opt/mosoo/venv/bin/python -m driver.main "$@"\n'
+# Debian's /etc/profile resets PATH for login shells (the bash tool runs `bash -lc`), then
+# sources /etc/profile.d/*.sh: this puts the sandbox's PATH back.
+PROFILE_SCRIPT = (
+    "# Mosoo: /etc/profile reset PATH; the sandbox's own (see driver/Dockerfile) comes back.\n"
+    f'export PATH="{SANDBOX_PATH}"\n'
+)
+NPM_WRAPPER = '#!/bin/sh\nexec /opt/mosoo/node/bin/node /opt/mosoo/npm/bin/npm-cli.js "$@"\n'
+NPX_WRAPPER = '#!/bin/sh\nexec /opt/mosoo/node/bin/node /opt/mosoo/npm/bin/npx-cli.js "$@"\n'
+# npm's "builtin" config (the lowest layer): no update check, which would wait on a network
+# the sandbox usually does not have.
+NPM_BUILTIN_RC = "update-notifier=false\n"
+_GENERATED_FILES = (MOSOO_DRIVER_SCRIPT, PROFILE_SCRIPT, NPM_WRAPPER, NPX_WRAPPER, NPM_BUILTIN_RC)
+
+# Node.js 20: the line our machines run (MACHINE.md), so what works on the host works in a
+# sandbox; 20.20.2 is its last release (the line left LTS support in April 2026: moving to 22
+# is one pin here and one on the hosts). npm 10: the major Node 20 ships with; 10.9.9 is the
+# last 10.x. Changing a version means changing its integrity below
+# (`npm view <name>@<version> dist.integrity`).
+NODE_VERSION = "20.20.2"
+NPM_VERSION = "10.9.9"
+# The registry's `dist.integrity` of the pinned tarballs. The image tag is computed from
+# these (offline), and a registry (or mirror) that answers with other bytes is refused.
+NODE_INTEGRITY = {
+    "x64": "sha512-PeHQM8wAdmHtZA1mBocygZxs5LiUWtsJezQTkBd0iY987KpGrD1O2tVEydvMZiuXceRanxt7rjTnDEBwOPujoQ==",
+    "arm64": "sha512-LCXJnNTFiyGuYBw2gZSI5OBFMbkjAPt8sqD/NKrWoE2QmDgSubTqFng6GaNJ9EJ8HpxBMGcWWpbbcs4Vo+CnGg==",
+}
+NPM_INTEGRITY = "sha512-1g+6jLQvaIuB4zwvHL7yrXuXcWZwDsCtBX8bbWDqbvJSSr9nPiDDWTHNgwXR27iIcTTW7v3A57hDW9RYv2W4Yg=="
+# What the sandbox keeps of the Node package: the binary and its licence (include/, 54 MB of
+# headers for native addons, is of no use without a compiler in the image).
+NODE_FILES = ("bin/node", "LICENSE")
+_NODE_ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
+_HTTP_TIMEOUT = httpx.Timeout(120.0, connect=15.0)
 
 Echo = Callable[[str], None]
 
@@ -82,6 +128,10 @@ def _content_hash(*extra: bytes) -> str:
         digest.update(str(path.relative_to(DRIVER_DIR)).encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     digest.update(b"requirements\0" + driver_requirements().encode())
+    for text in _GENERATED_FILES:
+        digest.update(b"\0" + text.encode())
+    for package in node_packages():
+        digest.update(f"\0{package.name}@{package.version} {package.integrity}".encode())
     for part in extra:
         digest.update(b"\0" + part)
     return digest.hexdigest()[:12]
@@ -130,6 +180,182 @@ def download_wheels(requirements: str, dest: Path) -> None:
     for tag in platforms:
         argv += ["--platform", tag]
     _run(argv, "pip download of the driver's requirements", timeout=900)
+
+
+# --- Node.js and npm from the npm registry -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NpmPackage:
+    """One pinned tarball of the npm registry."""
+
+    name: str
+    version: str
+    integrity: str  # SRI, as the registry's dist.integrity: "sha512-<base64>"
+
+
+def node_arch(machine: str | None = None) -> str:
+    """Node's name for this machine's architecture (x64, arm64)."""
+    machine = machine or platform.machine()
+    try:
+        return _NODE_ARCH[machine.lower()]
+    except KeyError:
+        raise SandboxError(
+            f"no Node.js build for {machine}: the sandbox needs x86_64 or aarch64"
+        ) from None
+
+
+def node_packages() -> tuple[NpmPackage, NpmPackage]:
+    """The Node binary for this machine and npm, pinned."""
+    arch = node_arch()
+    return (
+        NpmPackage(f"node-linux-{arch}", NODE_VERSION, NODE_INTEGRITY[arch]),
+        NpmPackage("npm", NPM_VERSION, NPM_INTEGRITY),
+    )
+
+
+def sandbox_downloads_dir() -> Path:
+    """Where downloads for sandboxes are kept between builds (<data_dir>/sandbox-downloads)."""
+    return get_settings().data_dir.resolve() / "sandbox-downloads"
+
+
+def _sha512_of_integrity(integrity: str, what: str) -> str:
+    """The base64 sha512 of an SRI string (which may list several hashes)."""
+    for item in integrity.split():
+        algorithm, _, value = item.partition("-")
+        if algorithm == "sha512" and value:
+            return value.split("?")[0]
+    raise SandboxError(f"{what}: the registry gives no sha512 integrity ({integrity!r}); refused")
+
+
+def _file_sha512(path: Path) -> str:
+    digest = hashlib.sha512()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return base64.b64encode(digest.digest()).decode()
+
+
+def fetch_npm_tarball(
+    name: str,
+    version: str,
+    cache_dir: Path,
+    *,
+    registry: str | None = None,
+    integrity: str = "",
+) -> Path:
+    """`name@version`'s tarball, downloaded once into cache_dir. The bytes must match the
+    registry document's `dist.integrity` (sha512) and, when given, that document must say
+    `integrity` (the pin); anything else is a SandboxError and nothing is kept."""
+    registry = (registry or get_settings().npm_registry).rstrip("/")
+    spec = f"{name}@{version}"
+    cached = cache_dir / f"{name.replace('/', '__')}-{version}.tgz"
+    recorded = cached.with_name(cached.name + ".integrity")
+    with contextlib.suppress(OSError):
+        known = integrity or recorded.read_text().strip()
+        if known and _file_sha512(cached) == _sha512_of_integrity(known, spec):
+            return cached
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    document_url = f"{registry}/{quote(name, safe='@')}"
+    try:
+        with httpx.Client(timeout=_HTTP_TIMEOUT, follow_redirects=True) as client:
+            response = client.get(document_url, headers={"Accept": "application/json"})
+            if response.status_code != 200:
+                raise SandboxError(
+                    f"{spec}: {document_url} answered {response.status_code}; is "
+                    f"MOSOO_NPM_REGISTRY ({registry}) an npm registry?"
+                )
+            try:
+                dist = response.json()["versions"][version]["dist"]
+                tarball_url, listed = str(dist["tarball"]), str(dist["integrity"])
+            except (ValueError, KeyError, TypeError):
+                raise SandboxError(
+                    f"{spec}: the registry document at {document_url} has no such version "
+                    f"with a dist.tarball and dist.integrity"
+                ) from None
+            expected = _sha512_of_integrity(listed, spec)
+            if integrity and expected != _sha512_of_integrity(integrity, spec):
+                raise SandboxError(
+                    f"{spec}: the registry at {registry} lists integrity {listed}, not the "
+                    f"pinned {integrity}; refused"
+                )
+            fd, partial_name = tempfile.mkstemp(prefix=".partial-", dir=cache_dir)
+            partial = Path(partial_name)
+            try:
+                digest = hashlib.sha512()
+                with os.fdopen(fd, "wb") as handle, client.stream("GET", tarball_url) as stream:
+                    if stream.status_code != 200:
+                        raise SandboxError(f"{spec}: {tarball_url} answered {stream.status_code}")
+                    for chunk in stream.iter_bytes(1 << 20):
+                        digest.update(chunk)
+                        handle.write(chunk)
+                got = base64.b64encode(digest.digest()).decode()
+                if got != expected:
+                    raise SandboxError(
+                        f"{spec}: the tarball from {tarball_url} does not match the registry's "
+                        f"integrity (sha512-{expected} listed, sha512-{got} received); refused"
+                    )
+                partial.chmod(0o644)
+                partial.replace(cached)
+            finally:
+                partial.unlink(missing_ok=True)
+    except httpx.HTTPError as error:
+        raise SandboxError(f"{spec}: could not download from {registry}: {error}") from error
+    recorded.write_text(f"sha512-{expected}\n")
+    return cached
+
+
+def _unpack_npm_tarball(
+    tarball: Path, dest: Path, keep: Callable[[PurePosixPath], bool] = lambda _: True
+) -> None:
+    """The files under package/ that `keep` accepts, to dest: root-owned modes 0755 / 0644,
+    no links or special files, nothing outside dest."""
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(tarball, "r:gz") as archive:
+            for member in archive:
+                path = PurePosixPath(member.name)
+                if not path.parts or path.parts[0] != "package" or len(path.parts) < 2:
+                    continue
+                relative = PurePosixPath(*path.parts[1:])
+                if path.is_absolute() or ".." in relative.parts:
+                    raise SandboxError(f"{tarball.name}: unsafe path {member.name!r}; refused")
+                if member.isdir() or not keep(relative):
+                    continue
+                if not member.isfile():
+                    raise SandboxError(f"{tarball.name}: {member.name} is not a plain file")
+                target = dest.joinpath(*relative.parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = archive.extractfile(member)
+                assert source is not None  # a regular file always has content
+                with source, target.open("wb") as handle:
+                    shutil.copyfileobj(source, handle)
+                target.chmod(0o755 if member.mode & 0o100 else 0o644)
+    except (tarfile.TarError, OSError) as error:
+        raise SandboxError(f"unpacking {tarball.name} failed: {error}") from error
+
+
+def install_node(dest: Path, echo: Echo = _quiet, downloads_dir: Path | None = None) -> None:
+    """dest/node (bin/node, bin/npm, bin/npx) and dest/npm from the pinned, verified
+    tarballs (kept in downloads_dir/npm): /opt/mosoo/node and /opt/mosoo/npm in a sandbox."""
+    node, npm = node_packages()
+    cache = (downloads_dir or sandbox_downloads_dir()) / "npm"
+    echo(f"Node.js {node.version} and npm {npm.version} from the npm registry")
+    node_tarball = fetch_npm_tarball(node.name, node.version, cache, integrity=node.integrity)
+    npm_tarball = fetch_npm_tarball(npm.name, npm.version, cache, integrity=npm.integrity)
+    _unpack_npm_tarball(node_tarball, dest / "node", lambda path: str(path) in NODE_FILES)
+    _unpack_npm_tarball(npm_tarball, dest / "npm")
+    for name, text in (("npm", NPM_WRAPPER), ("npx", NPX_WRAPPER)):
+        wrapper = dest / "node" / "bin" / name
+        wrapper.write_text(text)
+        wrapper.chmod(0o755)
+    (dest / "npm" / "npmrc").write_text(NPM_BUILTIN_RC)
+    for directory in (dest / "node", dest / "npm"):
+        for path in [directory, *directory.rglob("*")]:
+            if path.is_dir():
+                path.chmod(0o755)
+            elif not os.access(path, os.X_OK):
+                path.chmod(0o644)
 
 
 # --- base image ------------------------------------------------------------------------------
@@ -271,7 +497,10 @@ def _ensure_sandbox_image_locked(
         _copy_driver(context / "driver")
         echo("downloading the driver's wheels on the host")
         download_wheels(driver_requirements(), context / "wheels")
+        install_node(context, echo)
         (context / "mosoo-driver").write_text(MOSOO_DRIVER_SCRIPT)
+        (context / "mosoo-profile.sh").write_text(PROFILE_SCRIPT)
+        (context / "mosoo-profile.sh").chmod(0o644)
         try:
             client.images.build(
                 path=str(context),
@@ -297,6 +526,11 @@ def _ensure_sandbox_image_locked(
 # --- the process backend's runtime -----------------------------------------------------------
 
 
+# Made empty in the process runtime. env/ is the mount point of an environment's packages
+# (/opt/mosoo/env): bwrap cannot create one inside the read-only /opt/mosoo.
+PROCESS_RUNTIME_DIRS = ("skills", "bin", "profile.d", "env")
+
+
 def _system_python() -> str:
     """A Python under /usr: the only tree the process backend shows inside a sandbox."""
     for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
@@ -307,14 +541,19 @@ def _system_python() -> str:
     )
 
 
-def ensure_process_runtime(parent: Path, echo: Echo = _quiet) -> Path:
-    """A directory with venv/ (the driver's packages), driver/ and bin/mosoo-driver, made once
-    per content hash; the process backend mounts it read-only at /opt/mosoo."""
+def ensure_process_runtime(
+    parent: Path, echo: Echo = _quiet, downloads_dir: Path | None = None
+) -> Path:
+    """A directory with venv/ (the driver's packages), driver/, bin/mosoo-driver, node/ and
+    npm/ (Node.js and npm, as in the image), profile.d/mosoo.sh and an empty env/, made once
+    per content hash; the process backend mounts it read-only at /opt/mosoo (profile.d at
+    /etc/profile.d)."""
     python = _system_python()
     version = subprocess.run(
         [python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True, check=True
     ).stdout
-    target = parent / _content_hash(b"process-runtime", python.encode(), version.encode())
+    layout = " ".join(PROCESS_RUNTIME_DIRS).encode()
+    target = parent / _content_hash(b"process-runtime", layout, python.encode(), version.encode())
     if (target / ".ready").exists():
         return target
     parent.mkdir(parents=True, exist_ok=True)
@@ -324,11 +563,13 @@ def ensure_process_runtime(parent: Path, echo: Echo = _quiet) -> Path:
         os.chmod(staging, 0o755)
         echo(f"preparing the process sandbox runtime in {target}")
         _copy_driver(staging / "driver")
-        (staging / "skills").mkdir()
-        (staging / "bin").mkdir()
+        for directory in PROCESS_RUNTIME_DIRS:
+            (staging / directory).mkdir()
         script = staging / "bin" / "mosoo-driver"
         script.write_text(MOSOO_DRIVER_SCRIPT)
         script.chmod(0o755)
+        (staging / "profile.d" / "mosoo.sh").write_text(PROFILE_SCRIPT)
+        install_node(staging, echo, downloads_dir)
         _run([python, "-m", "venv", str(staging / "venv")], "python3 -m venv")
         (staging / "requirements.txt").write_text(driver_requirements())
         _run(

@@ -6,6 +6,9 @@ detached driver) gets fresh user, mount, pid, network, ipc, uts and cgroup names
 (`--unshare-all`, no `--share-net` unless the policy is `full`), a read-only root made of
 the host's /usr and a few /etc files, its own /tmp (tmpfs, gone when the command ends), the
 control socket's directory at /run/mosoo/control, and the driver runtime at /opt/mosoo.
+The runtime brings its own Node.js and npm (/opt/mosoo/node/bin, ahead of /usr/bin on PATH,
+so a Node the host may have under /usr is not the one used) and the /etc/profile.d that puts
+PATH back after the host's /etc/profile resets it in login shells, as in the image.
 
 Who the processes are: uid 10001 inside. When Mosoo runs as root they are host uid 10001
 too (`setpriv` drops root before `bwrap`, which then runs unprivileged); otherwise they are
@@ -98,6 +101,8 @@ USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Joins the sandbox's cgroups (argv up to "--"), then becomes the rest of argv.
 _JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 126; shift; done; shift; exec "$@"'
 _INFO_TIMEOUT_SECONDS = 10.0
+# Where Node looks for an environment's packages, as the image's ENV NODE_PATH.
+NODE_PATH = "/opt/mosoo/env/node/node_modules"
 
 
 def _utcnow() -> str:
@@ -440,6 +445,10 @@ class ProcessBackend(SandboxBackend):
             "--ro-bind",
             meta["runtime"],
             "/opt/mosoo",
+            # Only mosoo.sh (a runtime made before it had one leaves login shells as they were).
+            "--ro-bind-try",
+            str(Path(meta["runtime"]) / "profile.d"),
+            "/etc/profile.d",
             "--bind",
             str(directory / "workspace"),
             WORKSPACE,
@@ -466,6 +475,7 @@ class ProcessBackend(SandboxBackend):
             "LANG": "C.UTF-8",
             "TMPDIR": "/tmp",
             "PYTHONPATH": "/opt/mosoo",
+            "NODE_PATH": NODE_PATH,
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONUNBUFFERED": "1",
             **meta["env"],

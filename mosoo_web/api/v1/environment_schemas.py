@@ -21,14 +21,18 @@ from mosoo_core.agents.service import MAX_TOKENS_LIMIT
 from mosoo_core.agents.versions import VersionView
 from mosoo_core.changes import UNSET
 from mosoo_core.environments import (
+    BuildView,
     EnvironmentChanges,
     EnvironmentView,
     RevisionView,
     VariableInput,
 )
 from mosoo_core.environments.validation import (
+    MAX_PACKAGES,
     MAX_SETUP_SCRIPT,
     MAX_VARIABLE_VALUE,
+    NPM_PATTERN,
+    PIP_PATTERN,
     RESERVED_PREFIXES,
     RESERVED_VARIABLES,
 )
@@ -36,6 +40,9 @@ from mosoo_web.api.v1.schemas import Text, _Request
 
 EnvironmentId = Annotated[str, Path(pattern=r"^[^\x00]*$", description="An environment id.")]
 NetworkPolicy = Literal["none", "limited", "full"]
+PipEntry = Annotated[str, Field(max_length=200, pattern=PIP_PATTERN)]
+NpmEntry = Annotated[str, Field(max_length=214, pattern=NPM_PATTERN)]
+BuildStatus = Literal["queued", "building", "ready", "failed"]
 # A name with something besides white space (the service collapses runs of it).
 Name = Annotated[str, Field(min_length=1, max_length=80, pattern=r"^\s*\S[^\x00]*$")]
 # The allowlist entries the egress proxy can enforce: a host name whose last label is not a
@@ -117,16 +124,18 @@ class EnvironmentContent(_Request):
 
     model_config = ConfigDict(json_schema_extra={"dependentSchemas": _HOSTS_NEED_LIMITED})
 
-    pip: list[str] | None = Field(
+    pip: list[PipEntry] | None = Field(
         default=None,
-        max_length=0,
-        description="`name==version` entries. Refused for now (so the list must be empty): "
-        "the build that installs packages is not available yet.",
+        max_length=MAX_PACKAGES,
+        json_schema_extra={"uniqueItems": True},
+        description="Exact `name==version` entries, installed once per revision content by a "
+        "build (its status is the environment's `build`). A name listed twice is a `conflict`.",
     )
-    npm: list[str] | None = Field(
+    npm: list[NpmEntry] | None = Field(
         default=None,
-        max_length=0,
-        description="`name@version` entries. Refused for now, like `pip`.",
+        max_length=MAX_PACKAGES,
+        json_schema_extra={"uniqueItems": True},
+        description="Exact `name@version` entries, built like `pip`.",
     )
     setup_script: str | None = Field(
         default=None,
@@ -246,6 +255,29 @@ class Revision(BaseModel):
         )
 
 
+class Build(BaseModel):
+    status: BuildStatus = Field(
+        description="`queued`, `building`, `ready` (runs mount it) or `failed` (runs on this "
+        "revision fail with `environment_build_failed` until a rebuild succeeds)."
+    )
+    log: str = Field(description="What pip and npm printed (the end of it, 64 KiB).")
+    error: str = Field(description="Why it failed; empty otherwise.")
+    attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @classmethod
+    def of(cls, view: BuildView) -> Build:
+        return cls(
+            status=view.status,  # one of BUILD_STATUSES
+            log=view.log,
+            error=view.error,
+            attempts=view.attempts,
+            started_at=view.started_at,
+            finished_at=view.finished_at,
+        )
+
+
 class Environment(BaseModel):
     id: str
     app_id: str
@@ -253,6 +285,9 @@ class Environment(BaseModel):
     is_default: bool
     current_revision: int
     revision: Revision = Field(description="The current revision.")
+    build: Build | None = Field(
+        description="The build of the current revision's packages; null without packages."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -265,6 +300,7 @@ class Environment(BaseModel):
             is_default=view.is_default,
             current_revision=view.current_revision,
             revision=Revision.of(view.revision),
+            build=Build.of(view.build) if view.build else None,
             created_at=view.created_at,
             updated_at=view.updated_at,
         )

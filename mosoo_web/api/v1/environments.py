@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from mosoo_core import environments, identity
+from mosoo_core import environments, identity, tasks_client
 from mosoo_core.db import session_scope
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
@@ -106,11 +106,11 @@ async def create_environment(
     def work() -> Environment:
         app_id = app_for(caller.account_id, body.app_id)
         with session_scope() as db:
-            return Environment.of(
-                environments.create_environment(
-                    db, caller.account_id, app_id, body.name, body.changes()
-                )
+            view = environments.create_environment(
+                db, caller.account_id, app_id, body.name, body.changes()
             )
+        tasks_client.enqueue_environment_build(view.build)
+        return Environment.of(view)
 
     return await answer_once(
         request, caller, "POST /environments", body.model_dump(mode="json"), 201, work
@@ -162,11 +162,36 @@ async def update_environment(
                 environments.rename_environment(
                     db, caller.account_id, app_id, environment_id, body.name
                 )
-            return Environment.of(
-                environments.update_environment(
-                    db, caller.account_id, app_id, environment_id, body.changes()
-                )
+            view = environments.update_environment(
+                db, caller.account_id, app_id, environment_id, body.changes()
             )
+        tasks_client.enqueue_environment_build(view.build)
+        return Environment.of(view)
+
+    return await run_in_threadpool(work)
+
+
+@router.post(
+    "/environments/{environment_id}/rebuild",
+    response_model=Environment,
+    operation_id="rebuildEnvironment",
+    summary="Build an environment's packages again",
+    description="Queues a new build of the current revision's packages (for example after a "
+    "failed build, or when an index now serves what it did not). Runs keep the ready build "
+    "until the new one is ready.",
+    responses=error_responses(
+        404,
+        conflicts="`conflict`: the current revision has no packages, or a build of them is "
+        "in progress.",
+    ),
+)
+async def rebuild_environment(environment_id: EnvironmentId, caller: CallerDep) -> Environment:
+    def work() -> Environment:
+        with session_scope() as db:
+            app_id = environments.environment_app_id(db, caller.account_id, environment_id)
+            view = environments.rebuild_environment(db, caller.account_id, app_id, environment_id)
+        tasks_client.enqueue_environment_build(view.build)
+        return Environment.of(view)
 
     return await run_in_threadpool(work)
 
