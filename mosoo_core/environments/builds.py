@@ -151,9 +151,9 @@ def request_rebuild(db: Session, revision: EnvironmentRevision) -> EnvironmentBu
         raise Conflict("A build of these packages is in progress; wait for it to finish.")
     if row.status != "queued":
         _requeue(row)
-        row.log = ""
-        db.add(row)
-        db.flush()
+    row.log = ""  # also when ensure_build requeued it (its layer was gone)
+    db.add(row)
+    db.flush()
     return row
 
 

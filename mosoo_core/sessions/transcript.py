@@ -7,8 +7,8 @@ ignored, so a viewer can read the database and then a stream that overlaps it.
 At most one item is *open* (still receiving deltas): the last one, an assistant text or
 a thinking block. Everything before it is settled. `version` changes when a settled item
 changes or an item settles (not when deltas only grow the open item); `status_version`
-when the thread's status, active run or usage totals change. A viewer re-renders the
-settled list rarely and the open text often.
+when the thread's status, active run, environment preparation or usage totals change. A
+viewer re-renders the settled list rarely and the open text often.
 """
 
 from __future__ import annotations
@@ -88,6 +88,9 @@ class Transcript:
     # The run the thread is working on (from its user.message or run.started until it ends).
     active_run_id: str | None = None
     last_run_status: str = ""
+    # While the active run waits for its environment's packages (`run.preparing`, before its
+    # `run.started`): the build's status, queued or building; "" otherwise.
+    preparing: str = ""
     usage: Usage = field(default_factory=Usage)
     _tools: dict[str, int] = field(default_factory=dict, repr=False)
     _permissions: dict[str, int] = field(default_factory=dict, repr=False)
@@ -95,6 +98,8 @@ class Transcript:
     _run_ends: dict[str, int] = field(default_factory=dict, repr=False)
     _messages: dict[str, list[int]] = field(default_factory=dict, repr=False)
     _runs_with_text: set[str] = field(default_factory=set, repr=False)
+    _started_runs: set[str] = field(default_factory=set, repr=False)
+    _preparing_run: str | None = field(default=None, repr=False)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -181,8 +186,29 @@ class Transcript:
 
     def _on_run_started(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
         if run_id:
+            self._started_runs.add(run_id)
             self.active_run_id = run_id
+            if self._preparing_run == run_id:
+                self._stop_preparing()
             self._status_changed()
+
+    def _on_run_preparing(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        # Late or stray (the run already started or ended, another run is active): ignored.
+        if not run_id or run_id in self._started_runs or run_id in self._run_ends:
+            return
+        if self.active_run_id not in (None, run_id):
+            return
+        status = "building" if payload.get("status") == "building" else "queued"
+        if self.active_run_id == run_id and self.preparing == status:
+            return
+        self.active_run_id = run_id
+        self._preparing_run = run_id
+        self.preparing = status
+        self._status_changed()
+
+    def _stop_preparing(self) -> None:
+        self._preparing_run = None
+        self.preparing = ""
 
     def _on_message_started(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
         self._close_open()
@@ -419,6 +445,8 @@ class Transcript:
             self._run_ends[run_id] = index
         if self.active_run_id == run_id or run_id is None:
             self.active_run_id = None
+        if self._preparing_run == run_id or run_id is None:
+            self._stop_preparing()
         self.last_run_status = status
         self._status_changed()
 
@@ -439,6 +467,7 @@ def _run_end(status: str) -> Any:
 _HANDLERS: dict[str, Any] = {
     "user.message": Transcript._on_user_message,
     "run.started": Transcript._on_run_started,
+    "run.preparing": Transcript._on_run_preparing,
     "agent.message.started": Transcript._on_message_started,
     "agent.message.delta": Transcript._on_message_delta,
     "agent.message.completed": Transcript._on_message_completed,

@@ -597,6 +597,29 @@ def live_item(kind: rx.Var[str], text: rx.Var[str]) -> rx.Component:
     )
 
 
+def preparing_line(preparing: rx.Var[str]) -> rx.Component:
+    """The run waits for its environment's packages to be built (queued, then building)."""
+    return rx.hstack(
+        rx.spinner(size="1"),
+        rx.text(
+            "Preparing environment…",
+            rx.cond(
+                preparing == "building",
+                rx.text(" (building packages)", as_="span"),
+                rx.fragment(),
+            ),
+            size="1",
+        ),
+        align="center",
+        spacing="2",
+        color=rx.color("gray", 10),
+        margin_left="38px",
+        padding_y="6px",
+        data_testid="chat-preparing",
+        data_status=preparing,
+    )
+
+
 def working_indicator() -> rx.Component:
     return rx.hstack(
         rx.box(class_name="mosoo-dot"),
@@ -637,6 +660,7 @@ def transcript_view(
     live_kind: rx.Var[str],
     live_text: rx.Var[str],
     working: rx.Var[bool],
+    preparing: rx.Var[str],
     answered: ArrayVar[Sequence[str]],
     on_allow: PermissionHandler,
     on_reject: PermissionHandler,
@@ -645,7 +669,12 @@ def transcript_view(
         chat_styles(),
         rx.foreach(items, lambda item: transcript_item(item, answered, on_allow, on_reject)),
         live_item(live_kind, live_text),
-        rx.cond(working & (live_kind == ""), working_indicator(), rx.fragment()),
+        # Before the run starts, the environment's build is what it waits for (not the agent).
+        rx.cond(
+            preparing != "",
+            preparing_line(preparing),
+            rx.cond(working & (live_kind == ""), working_indicator(), rx.fragment()),
+        ),
         spacing="4",
         width="100%",
         data_testid="chat-transcript",
@@ -663,6 +692,7 @@ def thread_transcript(state: type[ThreadChat], empty: rx.Component) -> rx.Compon
                 state.live_kind,
                 state.live_text,
                 state.run_active & ~state.needs_approval,
+                state.preparing,
                 state.answered_requests,
                 state.allow_once,
                 state.reject,

@@ -160,6 +160,8 @@ class ThreadChat(rx.State, mixin=True):
     run_active: rx.Field[bool] = rx.field(False)
     needs_approval: rx.Field[bool] = rx.field(False)
     last_run_status: rx.Field[str] = rx.field("")
+    # The active run waits for its environment's packages: queued or building ("" if not).
+    preparing: rx.Field[str] = rx.field("")
     usage_total: rx.Field[str] = rx.field("")
     answered_requests: rx.Field[list[str]] = rx.field(default_factory=list)
     sending: rx.Field[bool] = rx.field(False)
@@ -190,6 +192,7 @@ class ThreadChat(rx.State, mixin=True):
         self.run_active = False
         self.needs_approval = False
         self.last_run_status = ""
+        self.preparing = ""
         self.usage_total = ""
         self.answered_requests = []
         self.composer_error = ""
@@ -360,6 +363,7 @@ async def _push(
             if any(r not in pending for r in state.answered_requests):
                 state.answered_requests = [r for r in state.answered_requests if r in pending]
             state.last_run_status = transcript.last_run_status
+            state.preparing = transcript.preparing
             state.usage_total = usage_text(transcript.usage)
         if live_kind != pushed.live_kind:
             state.live_kind = live_kind

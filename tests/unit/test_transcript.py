@@ -354,3 +354,61 @@ def test_egress_decisions_are_lines_and_leave_the_running_tool_open() -> None:
         "refused",
         "not_allowed",
     )
+
+
+def test_a_run_waiting_for_its_environment_shows_preparing_until_it_starts() -> None:
+    log = Log()
+    transcript = build_transcript([log.add("user.message", text="plot it")])
+    assert transcript.preparing == ""
+
+    before = transcript.status_version
+    transcript.apply(log.add("run.preparing", stage="environment", status="queued"))
+    assert transcript.preparing == "queued"
+    assert transcript.active_run_id == RUN
+    assert transcript.status_version > before
+
+    transcript.apply(log.add("run.preparing", stage="environment", status="building"))
+    assert transcript.preparing == "building"
+    # The same status again changes nothing a viewer must re-render.
+    before = transcript.status_version
+    transcript.apply(log.add("run.preparing", stage="environment", status="building"))
+    assert transcript.status_version == before
+
+    transcript.apply(log.add("run.started"))
+    assert transcript.preparing == ""
+    assert transcript.active_run_id == RUN
+    # A late preparing event of a run that started is not shown again.
+    transcript.apply(log.add("run.preparing", stage="environment", status="building"))
+    assert transcript.preparing == ""
+    assert _kinds(transcript) == ["user"]  # a status, never an item
+
+
+def test_preparing_ends_with_a_run_whose_build_failed() -> None:
+    log = Log()
+    log.add("user.message", text="plot it")
+    log.add("run.preparing", stage="environment", status="building")
+    log.add(
+        "run.failed",
+        code="environment_build_failed",
+        message="Installing the packages failed.\nERROR: No matching distribution",
+    )
+    transcript = build_transcript(log.events)
+
+    assert transcript.preparing == ""
+    assert transcript.active_run_id is None
+    end = transcript.items[-1]
+    assert (end.kind, end.code) == ("run_end", "environment_build_failed")
+    assert "No matching distribution" in end.text
+    # A replay of the whole log reads the same.
+    assert build_transcript(log.events).preparing == ""
+
+
+def test_preparing_of_another_run_than_the_active_one_is_ignored() -> None:
+    log = Log()
+    log.add("user.message", text="first")
+    log.add("run.started")
+    log.add("run.preparing", run_id="run_other", stage="environment", status="queued")
+    transcript = build_transcript(log.events)
+
+    assert transcript.preparing == ""
+    assert transcript.active_run_id == RUN

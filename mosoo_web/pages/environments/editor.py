@@ -1,5 +1,6 @@
 """`/apps/[app_id]/environments/[environment_id]`: one environment's editor (its current
-revision as a form with one Save) beside the list of its revisions; `new` creates one."""
+revision as a form with one Save, and the build of its packages) beside the list of its
+revisions; `new` creates one."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import reflex as rx
 from reflex.vars import ObjectVar
 
 from mosoo_core.environments import MASK
+from mosoo_web.components.chat import MONO
 from mosoo_web.components.forms import choice_cards, error_text, labelled
 from mosoo_web.components.layout import (
     app_page,
@@ -19,14 +21,19 @@ from mosoo_web.components.layout import (
     side_by_side,
 )
 from mosoo_web.pages.environments.editor_state import EnvironmentEditorState as State
-from mosoo_web.pages.environments.labels import FULL_WARNING, POLICY_CHOICES
+from mosoo_web.pages.environments.labels import (
+    BUILD_COLORS,
+    BUILD_LABELS,
+    FULL_WARNING,
+    POLICY_CHOICES,
+)
 from mosoo_web.pages.environments.list import environments_href
 from mosoo_web.pages.environments.services import RevisionRow, VariableRow
-from mosoo_web.reflex_typing import cond_value
+from mosoo_web.reflex_typing import cond_value, match_component, match_value
 
-PACKAGES_NOTE = (
-    "Packages are installed by a build step that is not available yet; saving packages is "
-    "refused. Install what the agent needs in the setup script for now."
+PACKAGES_HINT = (
+    "Exact versions, one per line, installed in every sandbox of the revision. Saving "
+    "changed packages queues their build; a run waits for it."
 )
 
 
@@ -83,27 +90,121 @@ def _header() -> rx.Component:
 def _packages() -> rx.Component:
     return card_section(
         "Packages",
-        "Exact versions, one per line.",
-        rx.callout(
-            PACKAGES_NOTE,
-            icon="info",
-            color_scheme="gray",
-            size="1",
-            width="100%",
-            data_testid="packages-note",
-        ),
+        PACKAGES_HINT,
         labelled(
             "pip packages",
             _lines_area("pip", State.form_pip, "requests==2.32.3", "environment-pip"),
             error=_error("pip"),
             test_id="environment-pip",
+            hint=_hint("name==version, from PyPI. Built once per revision.", "pip-hint"),
         ),
         labelled(
             "npm packages",
             _lines_area("npm", State.form_npm, "lodash@4.17.21", "environment-npm"),
             error=_error("npm"),
             test_id="environment-npm",
+            hint=_hint("name@version, from the npm registry. Built once per revision.", "npm-hint"),
         ),
+    )
+
+
+def _build_badge() -> rx.Component:
+    return rx.badge(
+        match_component(
+            State.build_status,
+            ("queued", rx.icon("clock", size=12)),
+            ("building", rx.spinner(size="1")),
+            ("ready", rx.icon("check", size=12)),
+            ("failed", rx.icon("circle-x", size=12)),
+            rx.fragment(),
+        ),
+        match_value(State.build_status, *BUILD_LABELS.items(), State.build_status),
+        variant="soft",
+        color_scheme=match_value(State.build_status, *BUILD_COLORS.items(), "gray"),
+        data_testid="build-status",
+    )
+
+
+def _build_log() -> rx.Component:
+    return rx.auto_scroll(
+        rx.el.pre(
+            cond_value(
+                State.build_log != "",
+                State.build_log,
+                cond_value(State.build_active, "Waiting for the build to start…", "(no output)"),
+            ),
+            margin="0",
+            white_space="pre-wrap",
+            overflow_wrap="anywhere",
+            font_family=MONO,
+            font_size="12px",
+            line_height="1.5",
+        ),
+        max_height="320px",
+        width="100%",
+        padding="8px 10px",
+        border_radius="6px",
+        background=rx.color("gray", 2),
+        border=f"1px solid {rx.color('gray', 4)}",
+        data_testid="build-log",
+    )
+
+
+def _build_panel() -> rx.Component:
+    """The current revision's package build: its status, live log, error and Rebuild."""
+    return rx.card(
+        rx.vstack(
+            rx.hstack(
+                rx.heading("Build", size="4"),
+                _build_badge(),
+                rx.cond(
+                    State.build_finished != "",
+                    _hint("Finished " + State.build_finished, "build-finished"),
+                    rx.fragment(),
+                ),
+                rx.spacer(),
+                rx.button(
+                    rx.icon("refresh-cw", size=14),
+                    "Rebuild",
+                    type="button",
+                    size="2",
+                    variant="soft",
+                    disabled=State.build_active,
+                    loading=State.rebuilding,
+                    on_click=State.rebuild,
+                    data_testid="build-rebuild",
+                ),
+                align="center",
+                spacing="2",
+                width="100%",
+            ),
+            rx.text(
+                "The packages of the current revision, installed once for every sandbox that "
+                "starts from it. A run waits for the build; if it fails, the run fails with the "
+                "log. Rebuild after an index served an error, or to pick up a fixed release.",
+                size="2",
+                color_scheme="gray",
+            ),
+            rx.cond(
+                State.build_error != "",
+                rx.callout(
+                    State.build_error,
+                    icon="triangle-alert",
+                    color_scheme="red",
+                    size="1",
+                    width="100%",
+                    data_testid="build-error",
+                ),
+                rx.fragment(),
+            ),
+            _build_log(),
+            error_text(State.build_message, "build-rebuild-error"),
+            spacing="3",
+            width="100%",
+        ),
+        width="100%",
+        size="3",
+        data_testid="environment-build",
     )
 
 
@@ -351,6 +452,16 @@ def _form() -> rx.Component:
         on_submit=State.save,
         reset_on_submit=False,
         width="100%",
+    )
+
+
+def _editor() -> rx.Component:
+    return rx.vstack(
+        _form(),
+        # Under Save: the build of the revision saved last (not of what the form holds now).
+        rx.cond(State.build_status != "", _build_panel(), rx.fragment()),
+        spacing="4",
+        width="100%",
         flex="1",
         min_width="0",
     )
@@ -392,7 +503,7 @@ def _content() -> rx.Component:
         _header(),
         rx.cond(
             State.loaded,
-            side_by_side(_form(), rx.cond(State.is_new, rx.fragment(), _revisions())),
+            side_by_side(_editor(), rx.cond(State.is_new, rx.fragment(), _revisions())),
             rx.fragment(),
         ),
         spacing="0",

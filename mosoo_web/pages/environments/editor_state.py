@@ -5,28 +5,36 @@ The text fields are uncontrolled: what is typed reaches the server once, in the 
 (`form`), so a secret value is never held in a state var nor sent back to the browser. The
 choices that change the form's shape (network policy, a variable's switches, the rows of
 the variables table) are state. A refused save keeps everything typed: the form is only
-re-mounted (`form_version`) with the saved revision after a save that went through."""
+re-mounted (`form_version`) with the saved revision after a save that went through.
+
+The current revision's package build (`build_*`) is followed while it is queued or building:
+`watch_build` reads it about every second until it settles or the tab leaves the page."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from typing import Any
 
 import reflex as rx
 
 from mosoo_core import environments
-from mosoo_core.errors import InvalidInput, NotFound
+from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_web.pages.environments.labels import POLICY_CHOICES
 from mosoo_web.pages.environments.services import (
+    BuildStatus,
     EditorContent,
     RevisionRow,
     VariableRow,
+    build_status,
     load_editor,
+    rebuild,
     save,
 )
 from mosoo_web.reflex_typing import event
-from mosoo_web.state.session import SessionState, current_app_ids
+from mosoo_web.state.session import SessionState, current_app_ids, tab_signed_out
+from mosoo_web.state.thread_chat import DISCONNECTED_GRACE_SECONDS, client_connected
 
 NEW = "new"  # the route's environment id for an environment not created yet
 # The keys of `field_errors`: the fields `InvalidInput.field` names (the name and the
@@ -37,6 +45,7 @@ ERROR_FIELDS = (
     "form",
 )
 POLICIES = tuple(value for value, _label, _description in POLICY_CHOICES)
+BUILD_POLL_SECONDS = 1.0  # how often an open editor re-reads a queued or building build
 
 
 def _lines(raw: Any) -> list[str]:
@@ -63,11 +72,35 @@ class EnvironmentEditorState(rx.State):
     # Why the last save was refused, by field (`ERROR_FIELDS`).
     field_errors: rx.Field[dict[str, str]] = rx.field(default_factory=dict)
     saving: rx.Field[bool] = rx.field(False)
+    # The current revision's build: "" status without packages (no Build panel).
+    build_status: rx.Field[str] = rx.field("")
+    build_log: rx.Field[str] = rx.field("")
+    build_error: rx.Field[str] = rx.field("")
+    build_finished: rx.Field[str] = rx.field("")
+    build_message: rx.Field[str] = rx.field("")  # why the last Rebuild was refused
+    rebuilding: rx.Field[bool] = rx.field(False)
     _next_key: int = 0
+    # Each load and each new build watcher bumps it; an older watcher sees that and ends.
+    _build_generation: int = 0
 
     @rx.var
     def is_new(self) -> bool:
         return not self.environment_id
+
+    @rx.var
+    def build_active(self) -> bool:
+        return self.build_status in ("queued", "building")
+
+    def _show_build(self, build: BuildStatus) -> None:
+        # Assigned only when changed: a var is re-sent whole, and the log can be long.
+        if self.build_status != build.status:
+            self.build_status = build.status
+        if self.build_log != build.log:
+            self.build_log = build.log
+        if self.build_error != build.error:
+            self.build_error = build.error
+        if self.build_finished != build.finished:
+            self.build_finished = build.finished
 
     def _apply(self, content: EditorContent) -> None:
         self.environment_id, self.name = content.id, content.name
@@ -82,6 +115,15 @@ class EnvironmentEditorState(rx.State):
         self.revisions = content.revisions
         self.field_errors = {}
         self.form_version += 1
+        self.build_message = ""
+        self._show_build(
+            BuildStatus(
+                status=content.build_status,
+                log=content.build_log,
+                error=content.build_error,
+                finished=content.build_finished,
+            )
+        )
 
     def _blank(self) -> None:
         self._apply(
@@ -101,9 +143,12 @@ class EnvironmentEditorState(rx.State):
         )
 
     @event
-    async def load(self) -> None:
-        """After the App guard: the environment named in the URL, or an empty form (`new`)."""
+    async def load(self) -> Any:
+        """After the App guard: the environment named in the URL, or an empty form (`new`);
+        a build still queued or building is followed."""
         self.loaded, self.missing, self.saving = False, False, False
+        self.rebuilding = False
+        self._build_generation += 1  # the watcher of what this tab showed before ends
         self._blank()
         environment_id = str(self.router.page.params.get("environment_id", "") or "")
         session = await self.get_state(SessionState)
@@ -118,6 +163,7 @@ class EnvironmentEditorState(rx.State):
             except NotFound:
                 self.missing = True
         self.loaded = True
+        return EnvironmentEditorState.watch_build if self.build_active else None
 
     # --- the choices that change the form's shape ---
 
@@ -225,4 +271,72 @@ class EnvironmentEditorState(rx.State):
                 toast,
             ]
         self._apply(saved.content)
-        return toast
+        return [toast, EnvironmentEditorState.watch_build] if self.build_active else toast
+
+    # --- the packages' build ---
+
+    @event
+    async def rebuild(self) -> Any:
+        """Queue the current revision's packages again; a refusal (a build in progress, no
+        packages) shows under the Build panel."""
+        account_id, app_id = await current_app_ids(self)
+        if self.rebuilding or self.missing or self.is_new:
+            return None
+        self.build_message = ""
+        self.rebuilding = True
+        try:
+            build = await asyncio.to_thread(rebuild, account_id, app_id, self.environment_id)
+        except Conflict as error:
+            self.build_message = error.message
+            return None
+        except NotFound:
+            self.missing = True
+            return None
+        finally:
+            self.rebuilding = False
+        self._show_build(build)
+        return [rx.toast.info("Rebuild queued."), EnvironmentEditorState.watch_build]
+
+    @event(background=True)
+    async def watch_build(self) -> None:
+        """Re-read the build about every second while it is queued or building. Ends when it
+        settles, when the tab leaves the page or loads it again (a newer watcher), or when
+        the tab has been gone for a while."""
+        async with self:
+            self._build_generation += 1
+            generation = self._build_generation
+            path = self.router.url.path
+            token = self.router.session.client_token
+            environment_id = self.environment_id
+            account_id, app_id = await current_app_ids(self)
+        if not environment_id:
+            return
+        gone_since: float | None = None
+        while True:
+            await asyncio.sleep(BUILD_POLL_SECONDS)
+            async with self:
+                if self._build_generation != generation or self.router.url.path != path:
+                    return
+                # Stops with the session: quietly when the tab was already signed out,
+                # by raising SignedOut (the tab goes to /login) when it ended unnoticed.
+                if await tab_signed_out(self):
+                    return
+            if await client_connected(token):
+                gone_since = None
+            elif gone_since is None:
+                gone_since = time.monotonic()
+            elif time.monotonic() - gone_since >= DISCONNECTED_GRACE_SECONDS:
+                return
+            try:
+                build = await asyncio.to_thread(build_status, account_id, app_id, environment_id)
+            except NotFound:  # deleted meanwhile (another tab)
+                async with self:
+                    if self._build_generation == generation:
+                        self.missing = True
+                return
+            async with self:
+                if self._build_generation != generation:
+                    return
+                self._show_build(build)
+            if not build.active:
+                return

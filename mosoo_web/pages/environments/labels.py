@@ -1,5 +1,5 @@
-"""How an environment's network policy and packages read, on the Environments pages and in
-the Preview environment picker."""
+"""How an environment's network policy, packages and their build read, on the Environments
+pages and in the Preview environment picker."""
 
 from __future__ import annotations
 
@@ -34,6 +34,20 @@ def policy_label(revision: RevisionView) -> str:
     return "No network"
 
 
-def packages_label(revision: RevisionView) -> str:
+# A build's status (`EnvironmentBuild.status`) as its badge reads, in the badges' colors.
+BUILD_LABELS = {"queued": "Queued", "building": "Building", "ready": "Ready", "failed": "Failed"}
+BUILD_COLORS: dict[str, LiteralAccentColor] = {
+    "queued": "gray",
+    "building": "blue",
+    "ready": "green",
+    "failed": "red",
+}
+
+
+def packages_label(revision: RevisionView, build_status: str = "") -> str:
+    """ "No packages", "2 packages · Building" (the build of the revision's packages)."""
     count = len(revision.pip) + len(revision.npm)
-    return "No packages" if count == 0 else _count(count, "package")
+    if count == 0:
+        return "No packages"
+    label = _count(count, "package")
+    return f"{label} · {BUILD_LABELS[build_status]}" if build_status in BUILD_LABELS else label

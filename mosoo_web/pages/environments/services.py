@@ -2,14 +2,18 @@
 `asyncio.to_thread`) and the plain rows they hand back to the states.
 
 Secrets never reach a row: a secret variable's row has an empty value and `stored_secret`,
-so a form can only send a new value or nothing (the stored one is kept)."""
+so a form can only send a new value or nothing (the stored one is kept).
+
+A save, fork or rebuild that leaves the packages' build queued asks the worker to build it,
+once the database session is closed (the worker must see the committed row)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
-from mosoo_core import environments
+from mosoo_core import environments, tasks_client
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_web.formatting import relative_time
@@ -47,6 +51,32 @@ class RevisionRow:
 
 
 @dataclass(frozen=True)
+class BuildStatus:
+    """The current revision's package build as the editor shows it; `status` is "" when the
+    revision has no packages (nothing to build)."""
+
+    status: str = ""  # queued, building, ready, failed
+    log: str = ""
+    error: str = ""
+    finished: str = ""  # "5 min ago" once ready or failed
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("queued", "building")
+
+
+def _build_status(build: environments.BuildView | None, now: datetime) -> BuildStatus:
+    if build is None:
+        return BuildStatus()
+    return BuildStatus(
+        status=build.status,
+        log=build.log,
+        error=build.error,
+        finished=relative_time(build.finished_at, now) if build.finished_at else "",
+    )
+
+
+@dataclass(frozen=True)
 class EditorContent:
     """One environment as its editor shows it: the current revision and the list of all."""
 
@@ -62,6 +92,11 @@ class EditorContent:
     allowed_hosts: str
     allow_package_indexes: bool
     revisions: list[RevisionRow] = field(default_factory=list)
+    # The current revision's build (`BuildStatus`, flattened): "" status without packages.
+    build_status: str = ""
+    build_log: str = ""
+    build_error: str = ""
+    build_finished: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,7 +119,7 @@ def list_rows(account_id: str, app_id: str) -> list[EnvironmentRow]:
             revision=view.current_revision,
             network_policy=view.revision.network_policy,
             policy_label=policy_label(view.revision),
-            packages_label=packages_label(view.revision),
+            packages_label=packages_label(view.revision, view.build.status if view.build else ""),
             updated=relative_time(view.updated_at, now),
         )
         for view in views
@@ -97,8 +132,11 @@ def rename(account_id: str, app_id: str, environment_id: str, name: str) -> str:
 
 
 def fork(account_id: str, app_id: str, environment_id: str) -> str:
+    """The copy's name; its packages (shared with the original) are built if still queued."""
     with session_scope() as db:
-        return environments.fork_environment(db, account_id, app_id, environment_id).name
+        view = environments.fork_environment(db, account_id, app_id, environment_id)
+    tasks_client.enqueue_environment_build(view.build)
+    return view.name
 
 
 def delete(account_id: str, app_id: str, environment_id: str) -> None:
@@ -125,6 +163,7 @@ def _content(
 ) -> EditorContent:
     current = view.revision
     now = utcnow()
+    build = _build_status(view.build, now)
     return EditorContent(
         id=view.id,
         name=view.name,
@@ -145,6 +184,10 @@ def _content(
             )
             for revision in revisions
         ],
+        build_status=build.status,
+        build_log=build.log,
+        build_error=build.error,
+        build_finished=build.finished,
     )
 
 
@@ -173,9 +216,27 @@ def save(
             view = environments.create_environment(db, account_id, app_id, name, changes)
             changed = True
         revisions = environments.list_revisions(db, account_id, app_id, view.id)
+    tasks_client.enqueue_environment_build(view.build)
     return Saved(
         content=_content(view, revisions),
         number=view.current_revision,
         summary=view.revision.summary,
         changed=changed,
     )
+
+
+def rebuild(account_id: str, app_id: str, environment_id: str) -> BuildStatus:
+    """Queue the current revision's packages to be built again and ask the worker to build
+    them. Refused (`Conflict`, with the reason) while they build, or without packages."""
+    with session_scope() as db:
+        view = environments.rebuild_environment(db, account_id, app_id, environment_id)
+    tasks_client.enqueue_environment_build(view.build)
+    return _build_status(view.build, utcnow())
+
+
+def build_status(account_id: str, app_id: str, environment_id: str) -> BuildStatus:
+    """The current revision's build now (what the editor polls while it is queued or
+    building)."""
+    with session_scope() as db:
+        view = environments.get_environment(db, account_id, app_id, environment_id)
+    return _build_status(view.build, utcnow())
