@@ -16,6 +16,8 @@ from playwright.sync_api import Browser, Page, WebSocket, expect
 from tests.browser.test_console_journey import _sign_in
 from tests.support.browser_stack import RunStack, browser_run_stack
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
+from tests.support.package_index import PyPIIndex
+from tests.support.pages import LoopbackPage
 from tests.support.processes import wait_for
 from tests.support.redis_db import db_number
 
@@ -31,8 +33,37 @@ LONG_CHUNK_DELAY = 0.15
 
 
 @pytest.fixture(scope="module")
-def run_stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStack]:
-    with browser_run_stack(database_url, tmp_path_factory.mktemp("preview-run"), REDIS_DB) as stack:
+def indexes() -> Iterator[PyPIIndex]:
+    """The package index the environment journey installs from (loopback)."""
+    with PyPIIndex() as pypi:
+        pypi.add_package(
+            "journey-greeting",
+            "1.0.0",
+            {"journey_greeting.py": 'def greet(name):\n    return f"Greetings, {name}"\n'},
+        )
+        yield pypi
+
+
+@pytest.fixture(scope="module")
+def pages() -> Iterator[tuple[int, int]]:
+    """Two loopback web pages: one the environment allows, one it does not."""
+    with LoopbackPage("allowed page") as allowed, LoopbackPage("other page") as other:
+        yield allowed.port, other.port
+
+
+@pytest.fixture(scope="module")
+def run_stack(
+    database_url: str, tmp_path_factory: pytest.TempPathFactory, indexes: PyPIIndex
+) -> Iterator[RunStack]:
+    with browser_run_stack(
+        database_url,
+        tmp_path_factory.mktemp("preview-run"),
+        REDIS_DB,
+        extra_env={
+            "MOSOO_EGRESS_ALLOW_LOOPBACK": "1",  # the index and the pages are on loopback
+            "MOSOO_PIP_INDEX_URL": indexes.simple_url,
+        },
+    ) as stack:
         yield stack
 
 
@@ -187,3 +218,100 @@ def test_owner_approves_a_real_tool_call_then_reloads_mid_stream_and_stops_a_lon
         f"stopped at chunk {stopped_at}/{len(LONG_CHUNKS)}, journey {time.monotonic() - started:.1f}s "
         f"(streams completed={model.streams_completed} aborted={model.streams_aborted})"
     )
+
+
+def test_owner_gives_an_agent_a_package_and_a_limited_network_from_the_console(
+    page: Page, browser: Browser, run_stack: RunStack, pages: tuple[int, int]
+) -> None:
+    """Environments page: a pip package and `limited` to one host; the build reaches Ready
+    live; Preview binds it; the agent imports the package and fetches the allowed host, and
+    the refused one shows as refused in the chat."""
+    stack, model = run_stack, run_stack.model
+    allowed, other = pages
+    with stack.logs_on_failure():
+        page.goto(f"{stack.web.url}/login", wait_until="networkidle")
+        _sign_in(page, browser, stack.web, f"env-run-{uuid.uuid4().hex[:8]}@example.com")
+        page.wait_for_url(re.compile(r"/apps/[0-9A-Z]{26}$"))
+        stack.app_ids.add(page.url.rsplit("/", 1)[-1])
+        _add_provider(page, model.base_url)
+
+        page.get_by_test_id("nav-environments").click()
+        page.wait_for_url(re.compile(r"/environments$"))
+        page.get_by_test_id("new-environment").click()
+        page.get_by_test_id("environment-name-input").fill("Greeter")
+        page.get_by_test_id("environment-pip").fill("journey-greeting==1.0.0")
+        page.get_by_test_id("network-limited").click()
+        page.get_by_test_id("environment-allowed-hosts").fill(f"127.0.0.1:{allowed}")
+        page.get_by_test_id("environment-save").click()
+        expect(page.get_by_text("Saved revision 1: Created.")).to_be_visible()
+        # The worker builds it; the page follows without a reload.
+        expect(page.get_by_test_id("build-status")).to_have_text("Ready", timeout=120_000)
+        expect(page.get_by_test_id("build-log")).to_contain_text(
+            "Successfully installed journey-greeting-1.0.0"
+        )
+
+        page.get_by_test_id("nav-agents").click()
+        page.wait_for_url(re.compile(r"/agents$"))
+        page.get_by_test_id("new-agent").click()
+        page.get_by_test_id("new-agent-name").fill("Greeter agent")
+        page.get_by_test_id("kind-cattle").click()
+        page.get_by_test_id("new-agent-submit").click()
+        page.wait_for_url(AGENT_URL)
+        page.get_by_test_id("agent-provider").click()
+        page.get_by_role("option", name="Scripted (default)").click()
+        expect(page.get_by_test_id("agent-model")).to_have_value("test-model")
+        page.get_by_test_id("agent-environment").click()
+        page.get_by_role("option", name="Greeter · Limited: 1 host").click()
+        page.get_by_test_id("tool-bash").get_by_role("radio", name="Allow").click()
+        page.get_by_test_id("tool-web_fetch").get_by_role("radio", name="Allow").click()
+        expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
+
+        model.add(
+            ToolCallsTurn(
+                [
+                    ToolCall(
+                        "bash",
+                        {
+                            "command": "python3 -c \"import journey_greeting as g; print(g.greet('you'))\""
+                        },
+                        id="call_py",
+                    )
+                ]
+            ),
+            ToolCallsTurn(
+                [ToolCall("web_fetch", {"url": f"http://127.0.0.1:{allowed}/"}, id="call_ok")]
+            ),
+            ToolCallsTurn(
+                [ToolCall("web_fetch", {"url": f"http://127.0.0.1:{other}/"}, id="call_no")]
+            ),
+            TextTurn("Greeted, fetched one page; the other was refused."),
+        )
+        page.get_by_test_id("chat-input").fill("greet me and fetch both pages")
+        page.get_by_test_id("chat-input").press("Enter")
+        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(
+            "Greeted, fetched one page; the other was refused.", timeout=BOOT_TIMEOUT_MS
+        )
+        tools = page.get_by_test_id("chat-tool-card")
+        expect(tools).to_have_count(3)
+        tools.nth(0).locator("summary").click()
+        expect(tools.nth(0).get_by_test_id("tool-output")).to_contain_text("Greetings, you")
+        tools.nth(1).locator("summary").click()
+        expect(tools.nth(1).get_by_test_id("tool-output")).to_contain_text("allowed page")
+        network = page.get_by_test_id("chat-network")
+        refused = network.and_(page.locator("[data-status=refused]"))
+        expect(refused).to_have_count(1)
+        expect(refused).to_contain_text(f"127.0.0.1:{other}")
+        expect(network.and_(page.locator("[data-status=allowed]")).first).to_be_visible()
+
+
+def _add_provider(page: Page, base_url: str) -> None:
+    page.get_by_test_id("nav-providers").click()
+    page.wait_for_url(re.compile(r"/providers$"))
+    page.get_by_test_id("provider-preset").click()
+    page.get_by_role("option", name="OpenAI-compatible", exact=True).click()
+    page.get_by_test_id("provider-name-input").fill("Scripted")
+    page.get_by_test_id("provider-base-url-input").fill(base_url)
+    page.get_by_test_id("provider-key-input").fill(PROVIDER_KEY)
+    page.get_by_test_id("provider-models-input").fill("test-model")
+    page.get_by_test_id("provider-add-submit").click()
+    expect(page.get_by_test_id("provider-row")).to_have_count(1)

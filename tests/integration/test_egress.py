@@ -5,8 +5,6 @@ events, and a thread keeps the allowlist of the revision it started with."""
 
 from __future__ import annotations
 
-import http.server
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from mosoo_core.environments import EnvironmentChanges
 from mosoo_core.sessions import driver_plane
 from mosoo_core.tables.agents import Agent
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
+from tests.support.pages import LoopbackPage
 from tests.support.redis_db import db_number
 from tests.support.stack import (
     Owner,
@@ -34,34 +33,10 @@ REDIS_DB = db_number(1)
 PROVIDER_KEY = "sk-egress-TOPSECRET-77aa88bb"
 
 
-class _Page(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = (
-            f"<html><title>Served</title><body><h1>Hello from {self.server.name}</h1></body></html>"  # type: ignore[attr-defined]
-        )
-        data = body.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def servers() -> Iterator[tuple[int, int]]:
-    started = []
-    for name in ("allowed", "other"):
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-        server.name = name  # type: ignore[attr-defined]
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        started.append(server)
-    yield started[0].server_address[1], started[1].server_address[1]
-    for server in started:
-        server.shutdown()
-        server.server_close()
+    with LoopbackPage("allowed") as allowed, LoopbackPage("other") as other:
+        yield allowed.port, other.port
 
 
 @pytest.fixture

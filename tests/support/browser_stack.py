@@ -43,7 +43,9 @@ class RunStack:
 
 
 @contextlib.contextmanager
-def browser_run_stack(database_url: str, root: Path, redis_db: int) -> Iterator[RunStack]:
+def browser_run_stack(
+    database_url: str, root: Path, redis_db: int, extra_env: dict[str, str] | None = None
+) -> Iterator[RunStack]:
     """Start the three processes (Redis db `redis_db` flushed first, logs under `root`) and
     stop them after, removing the sandboxes of the Apps the test named in `app_ids`."""
     client = docker.from_env(timeout=600)
@@ -63,6 +65,7 @@ def browser_run_stack(database_url: str, root: Path, redis_db: int) -> Iterator[
         MOSOO_DRIVER_HEARTBEAT_INTERVAL_MS="1000",
         MOSOO_WEB_PORT=str(port),
         MOSOO_PUBLIC_URL=url,
+        **(extra_env or {}),
     )
     logs = {name: root / f"{name}.log" for name in ("web", "control", "worker")}
     with ScriptedOpenAIServer(models=["test-model"]) as model:
