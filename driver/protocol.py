@@ -35,6 +35,7 @@ EVENT_KINDS = frozenset(
         "run.completed",
         "run.failed",
         "run.cancelled",
+        "mcp.server.status",
     }
 )
 TERMINAL_EVENT_KINDS = frozenset({"run.completed", "run.failed", "run.cancelled"})
@@ -55,6 +56,7 @@ PUBLIC_EVENT_TYPES = {
     "run.completed": "run.completed",
     "run.failed": "run.failed",
     "run.cancelled": "run.cancelled",
+    "mcp.server.status": "mcp.server.status",
 }
 
 COMMAND_KINDS = frozenset(
@@ -176,6 +178,38 @@ class GatewayGrant(_Message):
     api_style: Literal["chat_completions", "responses"] = "chat_completions"
 
 
+McpPolicy = Literal["off", "allow", "ask"]
+# The path of control's MCP proxy, below the forwarder's `/gateway`: `.../mcp/<ref>`.
+MCP_GATEWAY_PATH = "/mcp"
+
+
+class McpBinding(_Message):
+    """One bound MCP server as a run reaches it: through the forwarder to control's MCP
+    proxy (`/gateway/mcp/<ref>`), with a per-run, per-server grant as bearer. Never the
+    server's URL or credential."""
+
+    ref: str = Field(min_length=1, max_length=64)
+    name: str = Field(min_length=1, max_length=64)
+    grant: str = Field(max_length=256)
+    default_policy: McpPolicy = "ask"
+    tool_policies: dict[str, McpPolicy] = Field(default_factory=dict)
+    required: bool = False  # the run fails with `mcp_unavailable` when it cannot connect
+
+
+SKILLS_DIR = "/opt/mosoo/skills"  # each bound skill's files, read-only, at <SKILLS_DIR>/<name>
+
+
+class SkillBinding(_Message):
+    """One bound skill as a run sees it: listed in the prompt by name and description, its
+    files mounted read-only at `<SKILLS_DIR>/<name>/` (`path` is its SKILL.md)."""
+
+    id: str = Field(max_length=26)
+    name: str = Field(min_length=1, max_length=64)
+    description: str = Field(max_length=1024)
+    version: int
+    path: str = Field(max_length=200)
+
+
 class ExecutionSpec(_Message):
     """The frozen snapshot a run executes (model, prompt, tools, ...)."""
 
@@ -189,8 +223,8 @@ class ExecutionSpec(_Message):
     provider_options: dict[str, Any] = Field(default_factory=dict)
     gateway: GatewayGrant
     workspace: str = "/workspace"
-    skills: list[dict[str, Any]] = Field(default_factory=list)
-    mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
+    skills: list[SkillBinding] = Field(default_factory=list)
+    mcp_servers: list[McpBinding] = Field(default_factory=list)
     environment: dict[str, str] = Field(default_factory=dict)
     # Which of `environment` are secrets: their values are masked in the events sent.
     secret_variables: list[str] = Field(default_factory=list)

@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     # Test-only: lets a `limited` allowlist name 127.0.0.1:<port> (or localhost:<port>) and
     # lets DNS answers on loopback through. Refused outside development (see the validator).
     egress_allow_loopback: bool = False
+    # MCP servers: control and web connect only to public addresses unless this is on (for an
+    # operator whose servers live on their own network: private, loopback and CGNAT addresses
+    # then pass; the metadata service and link-local never do). See mosoo_core/network/outbound.
+    mcp_allow_private_networks: bool = False
     # How long an environment's setup script may run in a new sandbox.
     setup_timeout_seconds: float = 600.0
     # How long installing a revision's packages may take, and how long a layer no current

@@ -20,10 +20,17 @@ from mosoo_web.pages.environments import (
 from mosoo_web.pages.files import FilesState, files_page
 from mosoo_web.pages.home import apps_page, index_page
 from mosoo_web.pages.login import LoginState, login_page
+from mosoo_web.pages.mcp_servers import (
+    McpServerEditorState,
+    McpServersState,
+    mcp_server_page,
+    mcp_servers_page,
+)
 from mosoo_web.pages.organization import organization_page
 from mosoo_web.pages.preview import PreviewState, preview_page
 from mosoo_web.pages.profile import profile_page
 from mosoo_web.pages.providers import ProvidersState, providers_page
+from mosoo_web.pages.skills import SkillsState, SkillState, skill_page, skills_page
 from mosoo_web.pages.threads import ThreadDetailState, ThreadsState, thread_page, threads_page
 from mosoo_web.pages.tokens import TokensState, tokens_page
 from mosoo_web.state.session import SessionState, handle_backend_exception
@@ -96,6 +103,30 @@ app.add_page(
     route="/apps/[app_id]/environments/[environment_id]",
     title="Environment · Mosoo",
     on_load=[SessionState.require_app, EnvironmentEditorState.load],
+)
+app.add_page(
+    skills_page,
+    route="/apps/[app_id]/skills",
+    title="Skills · Mosoo",
+    on_load=[SessionState.require_app, SkillsState.load],
+)
+app.add_page(
+    skill_page,
+    route="/apps/[app_id]/skills/[skill_id]",
+    title="Skill · Mosoo",
+    on_load=[SessionState.require_app, SkillState.load],
+)
+app.add_page(
+    mcp_servers_page,
+    route="/apps/[app_id]/mcp",
+    title="MCP servers · Mosoo",
+    on_load=[SessionState.require_app, McpServersState.load],
+)
+app.add_page(
+    mcp_server_page,
+    route="/apps/[app_id]/mcp/[server_id]",
+    title="MCP server · Mosoo",
+    on_load=[SessionState.require_app, McpServerEditorState.load],
 )
 app.add_page(
     organization_page,

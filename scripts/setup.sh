@@ -94,5 +94,17 @@ if [ "$mode" = test ]; then
     || su postgres -c "psql -qc \"create role mosoo login password 'mosoo'\""
   su postgres -c "psql -qAtc \"select 1 from pg_database where datname='mosoo_test'\"" | grep -q 1 \
     || su postgres -c "psql -qc 'create database mosoo_test owner mosoo'"
+  # Real third-party peers the tests run, installed here (from the npm registry, pinned) so a
+  # test run itself talks only to loopback.
+  everything="data/test-tools/server-everything"
+  everything_version="2026.8.31"
+  if [ ! -f "$everything/.installed-$everything_version" ]; then
+    log "installing @modelcontextprotocol/server-everything $everything_version (an MCP peer for the tests)"
+    rm -rf "$everything" && mkdir -p "$everything"
+    npm install --no-audit --no-fund --prefix "$everything" \
+      "@modelcontextprotocol/server-everything@$everything_version" >data/log/test-tools.log 2>&1 \
+      || { tail -n 30 data/log/test-tools.log >&2; exit 1; }
+    touch "$everything/.installed-$everything_version"
+  fi
 fi
 log "ready"

@@ -16,7 +16,12 @@ def create_backend(
     if runtime == "openai":
         from driver.backends.openai import OpenAIBackend  # imports the SDK only when used
 
-        return OpenAIBackend(spec, sink, model_base_url=f"{gateway_url}/openai/v1")
+        return OpenAIBackend(
+            spec,
+            sink,
+            model_base_url=f"{gateway_url}/openai/v1",
+            mcp_base_url=f"{gateway_url}/mcp",
+        )
     return UnsupportedBackend(spec, sink, runtime=runtime, supported=SUPPORTED_RUNTIMES)
 
 

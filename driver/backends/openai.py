@@ -37,12 +37,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from xml.sax.saxutils import escape as xml_escape
 
 import httpx
 import openai
 
 from driver.backends.base import Backend, EventSink, RunFailure, RunInput
-from driver.protocol import ExecutionSpec
+from driver.backends.mcp_tools import McpConnections, connect_servers
+from driver.protocol import ExecutionSpec, SkillBinding
 from driver.tools import Tool, ToolContext, ToolResult, builtin_tools
 
 log = logging.getLogger("driver.backend.openai")
@@ -136,6 +138,7 @@ class OpenAIBackend(Backend):
         sink: EventSink,
         *,
         model_base_url: str,
+        mcp_base_url: str | None = None,
         max_steps: int = MAX_STEPS,
         max_retries: int = 2,
         retry_budget: float = MODEL_RETRY_BUDGET_SECONDS,
@@ -144,6 +147,9 @@ class OpenAIBackend(Backend):
     ) -> None:
         super().__init__(spec, sink)
         self.model_base_url = model_base_url
+        # Control's MCP proxy beside the model gateway, through the same forwarder.
+        self.mcp_base_url = mcp_base_url or model_base_url.removesuffix("/openai/v1") + "/mcp"
+        self.mcp: McpConnections | None = None  # connected at the first run
         self.max_steps = max_steps
         self.max_retries = max_retries  # the SDK's own quick retries, within one attempt
         self.retry_budget = retry_budget
@@ -187,8 +193,6 @@ class OpenAIBackend(Backend):
                 trust_env=False, timeout=openai.Timeout(600.0, connect=10.0)
             ),
         )
-        if self.spec.mcp_servers:
-            log.warning("mcp_not_supported", extra={"count": len(self.spec.mcp_servers)})
         log.info(
             "backend_started",
             extra={
@@ -204,6 +208,49 @@ class OpenAIBackend(Backend):
         client, self._client = self._client, None
         if client is not None:
             await client.close()
+        mcp, self.mcp = self.mcp, None
+        if mcp is not None:
+            await mcp.close()
+
+    async def _connect_mcp(self, run_id: str) -> None:
+        """Reach the bound MCP servers (once per driver: a driver serves one run's grants)
+        and offer their tools; an unreachable one is reported, and fails the run if it is
+        required."""
+        if self.mcp is not None or not self.spec.mcp_servers:
+            return
+        self.mcp = await connect_servers(
+            self.mcp_base_url, list(self.spec.mcp_servers), set(self.tools)
+        )
+        for server in self.mcp.servers:
+            offered = sum(1 for t in self.mcp.tools.values() if t.server is server)
+            self.emit(
+                run_id,
+                "mcp.server.status",
+                server=server.binding.name,
+                status="connected",
+                tools=offered,
+                required=server.binding.required,
+            )
+        for binding, reason in self.mcp.failures:
+            log.warning("mcp_server_unavailable", extra={"server": binding.name, "reason": reason})
+            self.emit(
+                run_id,
+                "mcp.server.status",
+                server=binding.name,
+                status="failed",
+                reason=reason,
+                required=binding.required,
+            )
+        self.tools.update(self.mcp.tools)
+        self.policies.update(self.mcp.policies)
+        required = [binding.name for binding, _ in self.mcp.failures if binding.required]
+        if required:
+            raise RunFailure(
+                "mcp_unavailable",
+                f"The required MCP server {', '.join(required)} is unavailable: "
+                + "; ".join(reason for b, reason in self.mcp.failures if b.required),
+                retryable=True,
+            )
 
     async def prepare_checkpoint(self, paths: list[str]) -> dict[str, Any]:
         if self.active_run_id is None:
@@ -213,6 +260,7 @@ class OpenAIBackend(Backend):
     # --- the loop ------------------------------------------------------------------------
 
     async def execute(self, run: RunInput) -> str:
+        await self._connect_mcp(run.run_id)
         self.messages.append({"role": "user", "content": _user_content(run)})
         self._save_conversation()
         for step_number in range(1, self.max_steps + 1):
@@ -479,27 +527,34 @@ class OpenAIBackend(Backend):
     def _system_prompt(self) -> str:
         parts = [self.spec.system_prompt.strip()] if self.spec.system_prompt.strip() else []
         parts.append(f"Your working directory is {self.workspace}.")
-        skills = [skill for skill in self.spec.skills if isinstance(skill.get("name"), str)]
-        if skills:
-            lines = ["Skills are available. Before a task a skill covers, read its SKILL.md:"]
-            for skill in skills:
-                path = skill.get("path") or f"/opt/mosoo/skills/{skill['name']}"
-                description = str(skill.get("description", "")).strip()
-                lines.append(f"- {skill['name']}: {description} ({path}/SKILL.md)")
-            parts.append("\n".join(lines))
+        if self.spec.skills:
+            parts.append(skills_prompt(self.spec.skills))
         return "\n\n".join(parts)
 
     # --- tools ---------------------------------------------------------------------------
 
     async def _run_tool_calls(self, run_id: str, calls: list[_ToolCall]) -> None:
         done: set[str] = set()
+        images: list[str] = []
         try:
             for call in calls:
                 result = await self._run_tool_call(run_id, call)
                 self.messages.append(
                     {"role": "tool", "tool_call_id": call.id, "content": result.output}
                 )
+                images += result.images
                 done.add(call.id)
+            if images:
+                # Tool messages carry text only: the images a tool returned follow the step.
+                self.messages.append(
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "The images the tools returned:"},
+                            *({"type": "image_url", "image_url": {"url": url}} for url in images),
+                        ],
+                    }
+                )
         except asyncio.CancelledError:
             # Every tool call needs an answer or the next request is refused.
             for call in calls:
@@ -545,6 +600,7 @@ class OpenAIBackend(Backend):
             output=result.output,
             is_error=result.is_error,
             duration_ms=duration_ms,
+            **result.details,
         )
         for path, change in result.changed_files:
             self.emit(run_id, "file.changed", path=path, change=change)
@@ -589,6 +645,26 @@ class OpenAIBackend(Backend):
 
 
 # --- pure helpers --------------------------------------------------------------------------
+
+
+def skills_prompt(skills: list[SkillBinding]) -> str:
+    """The bound skills for the system prompt: only names, descriptions and where SKILL.md
+    is cost tokens up front; the model reads a skill when a task calls for it."""
+    lines = [
+        "When a task matches one of these skills, read its SKILL.md with the read tool before "
+        "you start, and follow it (paths it mentions are relative to its folder).",
+        "<available_skills>",
+    ]
+    for skill in skills:
+        lines += [
+            "<skill>",
+            f"<name>{xml_escape(skill.name)}</name>",
+            f"<description>{xml_escape(skill.description)}</description>",
+            f"<location>{xml_escape(skill.path)}</location>",
+            "</skill>",
+        ]
+    lines.append("</available_skills>")
+    return "\n".join(lines)
 
 
 def _user_content(run: RunInput) -> str:

@@ -22,6 +22,10 @@ class ToolResult:
     is_error: bool = False
     # (path, "created" | "modified"), for `file.changed` events.
     changed_files: list[tuple[str, str]] = field(default_factory=list)
+    # More of the tool card's `tool.call.completed` payload (an MCP tool's content blocks and
+    # structured content), and images the model is shown after the step (data URLs).
+    details: dict[str, Any] = field(default_factory=dict)
+    images: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -16,7 +16,8 @@ __all__ = ["UNSET", "AgentChanges", "ProviderOptionChanges", "Unset"]
 class AgentChanges:
     """The profile fields to change in `update_agent`; a field left UNSET keeps its stored
     value. None clears where the field allows it: the provider key and the environment
-    (none bound), provider options (all removed), skills and MCP servers (none bound)."""
+    (none bound), provider options (all removed), skills and MCP servers (none bound), MCP policies
+    (every bound server back to its defaults)."""
 
     name: str | Unset = UNSET
     description: str | Unset = UNSET
@@ -30,6 +31,8 @@ class AgentChanges:
     environment_id: str | Unset | None = UNSET
     skills: Sequence[str] | Unset | None = UNSET
     mcp_servers: Sequence[str] | Unset | None = UNSET
+    # Per bound server id: {"default": off|allow|ask, "tools": {name: policy}, "required"}.
+    mcp_policies: Mapping[str, Any] | Unset | None = UNSET
 
     def set_fields(self) -> dict[str, Any]:
         """The fields given (not UNSET), by name."""

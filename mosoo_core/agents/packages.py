@@ -2,7 +2,10 @@
 
 A package never holds a secret: the provider is described by kind, base URL and models only,
 so an import asks the owner to reconnect a key (or binds a matching one of the App's).
-Imports are untrusted input: every limit below is checked before anything is written.
+Skills travel with their content: the bound version's files under `skills/<name>/`, recreated
+in the App an import goes to. Imports are untrusted input: the archive is checked whole
+(`mosoo_core.archives`, the checker skill uploads use too), then the manifest and every
+skill, before anything is written.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ import io
 import json
 import re
 import stat
-import struct
 import zipfile
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -20,15 +22,19 @@ from urllib.parse import urlsplit
 
 from sqlmodel import Session, col, select
 
+from mosoo_core import skills
 from mosoo_core.agents._catalog import BUILTIN_TOOLS, RUNTIMES, TOOL_POLICIES
 from mosoo_core.agents.changes import AgentChanges
 from mosoo_core.agents.service import create_agent, update_agent
+from mosoo_core.archives import CheckedZip, ZipEntry, ZipLimits, read_checked_zip
 from mosoo_core.clock import utcnow
 from mosoo_core.errors import InvalidInput
 from mosoo_core.identity import get_app
 from mosoo_core.logs import get_logger
+from mosoo_core.mcp import clean_server_policy, server_policy
 from mosoo_core.ownership import owned_agent
 from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.mcp import McpServer
 from mosoo_core.tables.vault import ProviderCredential
 from mosoo_core.vault.types import PROVIDER_PRESETS, ProviderKind
 
@@ -40,14 +46,19 @@ MAX_PACKAGE_BYTES = 64 * 1024 * 1024  # the zip as uploaded
 MAX_UNPACKED_BYTES = 64 * 1024 * 1024  # all entries, decompressed
 MAX_ENTRY_BYTES = 16 * 1024 * 1024
 MAX_ENTRIES = 512
-MAX_DIRECTORY_BYTES = (
-    2 * 1024 * 1024
-)  # the zip's central directory, parsed before any limit applies
 MAX_MANIFEST_BYTES = 2 * 1024 * 1024
 MAX_PATH_CHARS = 255
+PACKAGE_LIMITS = ZipLimits(
+    max_bytes=MAX_PACKAGE_BYTES,
+    max_unpacked_bytes=MAX_UNPACKED_BYTES,
+    max_entry_bytes=MAX_ENTRY_BYTES,
+    max_entries=MAX_ENTRIES,
+    max_path_chars=MAX_PATH_CHARS,
+)
 MAX_PROVIDER_OPTIONS_BYTES = 16 * 1024
 MAX_LISTED = 100  # skills, MCP servers, provider models
-_READ_CHUNK = 64 * 1024
+SKILLS_FOLDER = "skills/"  # a carried skill's files: skills/<name>/...
+_SKILL_FIELDS = {"id", "name", "version", "pinned", "kind", "sha256"}
 # A fixed timestamp inside the zip, so the same Agent exported at the same time is the same bytes.
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
@@ -71,18 +82,6 @@ _MANIFEST_FIELDS = {
     "mcp_servers",
     "environment",
 }
-_SECRET_NAMES = {
-    ".env",
-    "id_rsa",
-    "id_dsa",
-    "id_ecdsa",
-    "id_ed25519",
-    ".netrc",
-    ".pgpass",
-    "credentials.json",
-}
-_SECRET_SUFFIXES = (".env", ".pem", ".key", ".p12", ".pfx")
-_SECRET_DIRS = {"secrets", ".secrets", ".ssh"}
 # Option names that carry a secret; compared with case, "-" and "_" ignored.
 _SECRET_OPTION_KEYS = {
     "apikey",
@@ -98,12 +97,6 @@ _SECRET_OPTION_KEYS = {
     "credential",
     "credentials",
 }
-_DRIVE = re.compile(r"^[A-Za-z]:")
-
-_EOCD = struct.Struct("<4s4H2LH")
-_EOCD_SIGNATURE = b"PK\x05\x06"
-_ZIP64_LOCATOR_SIGNATURE = b"PK\x06\x07"
-
 log = get_logger("mosoo.agents")
 
 
@@ -125,8 +118,10 @@ class ImportReport:
 def export_agent(
     db: Session, account_id: str, app_id: str, agent_id: str, *, now: datetime | None = None
 ) -> bytes:
-    """The Agent as a `.agent` zip: its profile and a description of its provider, never a
-    key, a credential id or anything from the vault."""
+    """The Agent as a `.agent` zip: its profile, a description of its provider (never a
+    key, a credential id or anything from the vault) and the files of the skill versions it
+    binds (a missing skill is left out: runs go without it anyway). InvalidInput (`skills`)
+    when those files would not fit in a package."""
     agent = owned_agent(db, account_id, app_id, agent_id)
     provider: dict[str, Any] | None = None
     if agent.provider_credential_id:
@@ -137,6 +132,7 @@ def export_agent(
                 "base_url": credential.base_url,
                 "models": list(credential.models or []),
             }
+    carried = _carried_skills(db, app_id, list(agent.skills or []))
     manifest = {
         "format": FORMAT,
         "version": VERSION,
@@ -152,10 +148,19 @@ def export_agent(
             "provider_options": _without_secrets(dict(agent.provider_options or {})),
         },
         "provider": provider,
-        # The bindings by id: the resources themselves (skill files, MCP credentials) are not
-        # carried yet, so an import reports them to reconnect.
-        "skills": [{"id": skill_id} for skill_id in agent.skills or []],
-        "mcp_servers": [{"id": server_id} for server_id in agent.mcp_servers or []],
+        # Skills by name with their files (below); MCP servers by id only: their credentials
+        # never leave the vault, so an import reports them to reconnect.
+        "skills": [
+            {
+                "name": bound.name,
+                "version": bound.version,
+                "pinned": bound.pinned,
+                "kind": bound.kind,
+                "sha256": bound.content_sha256,
+            }
+            for bound, _parsed in carried
+        ],
+        "mcp_servers": _mcp_references(db, agent),
         "environment": {"id": agent.environment_id} if agent.environment_id else None,
     }
     body = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False).encode() + b"\n"
@@ -165,8 +170,43 @@ def export_agent(
         info.compress_type = zipfile.ZIP_DEFLATED
         info.external_attr = (stat.S_IFREG | 0o644) << 16
         archive.writestr(info, body)
-    log.info("agent.exported", app_id=app_id, agent_id=agent.id)
+        for bound, parsed in carried:
+            for item in parsed.files:
+                info = zipfile.ZipInfo(f"{SKILLS_FOLDER}{bound.name}/{item.path}", _ZIP_DATE)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.create_system = 3
+                mode = 0o755 if item.executable else 0o644
+                info.external_attr = (stat.S_IFREG | mode) << 16
+                archive.writestr(info, item.data)
+    log.info("agent.exported", app_id=app_id, agent_id=agent.id, skills=len(carried))
     return buffer.getvalue()
+
+
+def _carried_skills(
+    db: Session, app_id: str, bindings: list[str]
+) -> list[tuple[skills.BoundSkill, skills.ParsedSkill]]:
+    """The bound versions that resolve, with their files, checked against the limits an
+    import applies (so what is exported can be imported)."""
+    carried = [
+        (bound, skills.load_version(bound.object_key, bound.kind))
+        for bound in skills.bound_skills(db, app_id, bindings)
+    ]
+    entries = 1 + sum(len(parsed.files) for _, parsed in carried)
+    size = sum(parsed.size for _, parsed in carried)
+    if entries > MAX_ENTRIES or size > MAX_UNPACKED_BYTES - MAX_MANIFEST_BYTES:
+        raise InvalidInput(
+            f"The agent's skills are too large to export together: a package holds at most "
+            f"{MAX_ENTRIES} files and {MAX_UNPACKED_BYTES // (1024 * 1024)} MiB.",
+            field="skills",
+        )
+    for bound, parsed in carried:
+        for item in parsed.files:
+            if len(f"{SKILLS_FOLDER}{bound.name}/{item.path}") > MAX_PATH_CHARS:
+                raise InvalidInput(
+                    f"The skill {bound.name} has a path too long for a package: {item.path[:80]}.",
+                    field="skills",
+                )
+    return carried
 
 
 def _is_secret_option(key: object) -> bool:
@@ -193,22 +233,34 @@ class _Provider:
 
 
 @dataclass(frozen=True)
+class _PackagedSkill:
+    skill: skills.ParsedSkill
+    pinned: bool
+
+
+@dataclass(frozen=True)
 class _Manifest:
     agent: dict[str, Any]
     provider: _Provider | None
-    skills: int
+    skills: list[_PackagedSkill]
+    skills_without_files: int  # bindings of packages that did not carry skills (older ones)
     mcp_servers: int
     has_environment: bool
+    # Bound MCP servers by reference (name, URL, auth kind, the Agent's policy), no credential.
+    mcp_references: tuple[dict[str, Any], ...] = ()
 
 
 def import_agent(db: Session, account_id: str, app_id: str, data: bytes) -> ImportReport:
     """A new draft Agent from a `.agent` package, and a report of what needs reconnecting.
 
-    The package is checked whole (zip structure, paths, sizes, manifest) before anything is
-    written; a hostile or broken package raises `InvalidInput` and creates nothing. A
-    provider key of the App with the package's provider kind and base URL is bound."""
+    The package is checked whole (zip structure, paths, sizes, manifest, every skill)
+    before anything is written; a hostile or broken package raises `InvalidInput` and
+    creates nothing. A provider key of the App with the package's provider kind and base URL
+    is bound. Each skill is recreated in the App (a skill of the same name there gets a new
+    version when the content differs, else it is reused) and bound as it was."""
     get_app(db, account_id, app_id)
-    manifest = _parse_manifest(_read_manifest(data))
+    package = _read_package(data)
+    manifest = _parse_manifest(package.kept[MANIFEST].data, package)
     reconnect: list[str] = []
     notes: list[str] = []
     credential = _matching_credential(db, app_id, manifest.provider) if manifest.provider else None
@@ -227,14 +279,12 @@ def import_agent(db: Session, account_id: str, app_id: str, data: bytes) -> Impo
             reconnect.append(
                 f"Check the model: {model!r} is not in the models of {credential.name!r}."
             )
-    if manifest.skills:
+    if manifest.skills_without_files:
         reconnect.append(
-            f"Add the package's {manifest.skills} skill(s) again: importing skills is not supported yet."
+            f"Add the package's {manifest.skills_without_files} skill(s) again: the package "
+            "does not carry their files."
         )
-    if manifest.mcp_servers:
-        reconnect.append(
-            f"Add the package's {manifest.mcp_servers} MCP server(s) again: importing MCP servers is not supported yet."
-        )
+    mcp_bound, mcp_policies = _match_mcp_servers(db, app_id, manifest, reconnect, notes)
     if manifest.has_environment:
         reconnect.append(
             "Set up the environment again: importing environments is not supported yet."
@@ -256,6 +306,14 @@ def import_agent(db: Session, account_id: str, app_id: str, data: bytes) -> Impo
     }
     if credential is not None:
         changes["provider_credential_id"] = credential.id
+    if mcp_bound:
+        changes["mcp_servers"], changes["mcp_policies"] = mcp_bound, mcp_policies
+    if manifest.skills:
+        changes["skills"] = []
+        for packaged in manifest.skills:
+            imported = skills.import_skill(db, app_id, packaged.skill, pinned=packaged.pinned)
+            changes["skills"].append(imported.binding)
+            notes.append(_skill_note(imported))
     try:
         update_agent(db, account_id, app_id, created.id, AgentChanges(**changes))
     except InvalidInput:
@@ -272,139 +330,102 @@ def import_agent(db: Session, account_id: str, app_id: str, data: bytes) -> Impo
     return ImportReport(agent_id=created.id, reconnect=reconnect, notes=notes)
 
 
+def _mcp_references(db: Session, agent: Agent) -> list[dict[str, Any]]:
+    """The bound MCP servers by reference: what identifies one in another App (name, URL),
+    how it authenticates, and the Agent's policy for it. Never a credential."""
+    references: list[dict[str, Any]] = []
+    for server_id in agent.mcp_servers or []:
+        row = db.get(McpServer, server_id)
+        if row is None or row.app_id != agent.app_id:
+            references.append({"id": server_id})
+            continue
+        references.append(
+            {
+                "id": row.id,
+                "name": row.name,
+                "url": row.url,
+                "auth_kind": row.auth_kind,
+                "policy": server_policy(agent.mcp_policies, server_id),
+            }
+        )
+    return references
+
+
+def _parse_mcp_references(manifest: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    references: list[dict[str, Any]] = []
+    for item in manifest.get("mcp_servers") or []:
+        name, url = item.get("name"), item.get("url")
+        if name is None and url is None:
+            continue  # an id only: a server that was already missing when exported
+        if (
+            not isinstance(name, str)
+            or not isinstance(url, str)
+            or len(name) > 64
+            or len(url) > 2000
+        ):
+            raise _refuse("each MCP server needs a name and a URL (strings).")
+        try:
+            policy = clean_server_policy(item.get("policy") or {})
+        except InvalidInput as error:
+            raise _refuse(f"MCP server {name[:32]!r}: {error.message}") from None
+        auth_kind = item.get("auth_kind")
+        references.append(
+            {"name": name, "url": url, "auth_kind": str(auth_kind)[:16], "policy": policy}
+        )
+    return tuple(references)
+
+
+def _match_mcp_servers(
+    db: Session, app_id: str, manifest: _Manifest, reconnect: list[str], notes: list[str]
+) -> tuple[list[str], dict[str, Any]]:
+    """Bind the App's servers with the same name and URL as the package's; the others are
+    for the owner to add (their credentials never travel)."""
+    bound: list[str] = []
+    policies: dict[str, Any] = {}
+    for reference in manifest.mcp_references:
+        row = db.exec(
+            select(McpServer).where(
+                McpServer.app_id == app_id,
+                McpServer.name == reference["name"],
+                McpServer.url == reference["url"],
+            )
+        ).first()
+        if row is None:
+            reconnect.append(
+                f"Add the MCP server {reference['name']!r} ({reference['url']}, "
+                f"{reference['auth_kind']} authentication) and bind it."
+            )
+            continue
+        bound.append(row.id)
+        policies[row.id] = reference["policy"]
+        notes.append(f"Bound the MCP server {row.name!r} ({row.url}).")
+    missing = manifest.mcp_servers - len(manifest.mcp_references)
+    if missing > 0:
+        reconnect.append(
+            f"Add the package's {missing} MCP server(s) again: it names them by id only."
+        )
+    return bound, policies
+
+
 def _refuse(message: str) -> InvalidInput:
     return InvalidInput(f"This package cannot be imported: {message}", field="package")
 
 
-def _check_directory(data: bytes) -> None:
-    """Read the zip's end record ourselves, so a package declaring huge numbers of entries
-    is refused before `zipfile` builds an object for each of them."""
-    at = len(data) - _EOCD.size
-    if not (at >= 0 and data[at : at + 4] == _EOCD_SIGNATURE and data[-2:] == b"\0\0"):
-        at = data.rfind(_EOCD_SIGNATURE, max(0, len(data) - _EOCD.size - 0xFFFF))
-    if at < 0 or len(data) - at < _EOCD.size:
-        raise _refuse("it is not a zip archive.")
-    _sig, _disk, _cd_disk, entries_here, entries, cd_size, cd_offset, _comment = _EOCD.unpack_from(
-        data, at
-    )
-    if (
-        data[max(0, at - 20) : at][:4] == _ZIP64_LOCATOR_SIGNATURE
-        or 0xFFFF in (entries_here, entries)
-        or 0xFFFFFFFF in (cd_size, cd_offset)
-    ):
-        # Zip64 is only needed beyond 65,535 entries or 4 GiB, far past a package's limits.
-        raise _refuse(f"it has more than {MAX_ENTRIES} files or is too large (zip64).")
-    if max(entries_here, entries) > MAX_ENTRIES:
-        raise _refuse(
-            f"it has {max(entries_here, entries)} files; a package has at most {MAX_ENTRIES}."
-        )
-    if cd_size > MAX_DIRECTORY_BYTES:
-        raise _refuse("its file list is too large.")
+def _check_names(names: list[str]) -> None:
+    if MANIFEST not in names:
+        raise _refuse(f"it has no {MANIFEST}.")
 
 
-def _check_path(info: zipfile.ZipInfo) -> None:
-    name = info.orig_filename
-    shown = name[:80]
-    if not name or "\0" in name or any(not c.isprintable() for c in name):
-        raise _refuse(f"the file name {shown!r} is not allowed.")
-    if len(name) > MAX_PATH_CHARS:
-        raise _refuse(f"the file name {shown!r}… is longer than {MAX_PATH_CHARS} characters.")
-    if "\\" in name:
-        raise _refuse(f"the path {shown!r} uses backslashes.")
-    if name.startswith("/") or _DRIVE.match(name):
-        raise _refuse(f"the path {shown!r} is absolute.")
-    parts = name.rstrip("/").split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        raise _refuse(f"the path {shown!r} leaves the package or is not normalized.")
-    if stat.S_ISLNK(info.external_attr >> 16):
-        raise _refuse(f"{shown!r} is a symbolic link.")
-    base = parts[-1].lower()
-    if (
-        base in _SECRET_NAMES
-        or base.endswith(_SECRET_SUFFIXES)
-        or base.startswith(".env.")
-        or any(part.lower() in _SECRET_DIRS for part in parts[:-1])
-    ):
-        raise _refuse(f"{shown!r} looks like a secret; packages never carry secrets.")
+def _keep(name: str) -> int | None:
+    """The manifest, and the files of the skills the package carries."""
+    if name == MANIFEST:
+        return MAX_MANIFEST_BYTES
+    return MAX_ENTRY_BYTES if name.startswith(SKILLS_FOLDER) else None
 
 
-def _read_manifest(data: bytes) -> bytes:
-    """Check the whole archive and return the manifest's bytes."""
-    if not isinstance(data, bytes | bytearray):
-        raise _refuse("it is not a zip archive.")
-    if len(data) > MAX_PACKAGE_BYTES:
-        raise _refuse(f"it is larger than {MAX_PACKAGE_BYTES // (1024 * 1024)} MiB.")
-    _check_directory(data)
-    try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, struct.error):
-        raise _refuse("it is not a zip archive.") from None
-    with archive:
-        infos = archive.infolist()
-        if len(infos) > MAX_ENTRIES:
-            raise _refuse(f"it has {len(infos)} files; a package has at most {MAX_ENTRIES}.")
-        seen: set[str] = set()
-        declared = 0
-        for info in infos:
-            _check_path(info)
-            if info.filename in seen:
-                raise _refuse(f"{info.filename[:80]!r} appears twice.")
-            seen.add(info.filename)
-            if info.flag_bits & 0x1:
-                raise _refuse(f"{info.filename[:80]!r} is encrypted.")
-            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-                raise _refuse(f"{info.filename[:80]!r} uses an unsupported compression method.")
-            # The declared sizes refuse an honest bomb without inflating a byte of it...
-            if info.file_size > MAX_ENTRY_BYTES:
-                raise _refuse(
-                    f"{info.filename[:80]!r} is larger than {MAX_ENTRY_BYTES // (1024 * 1024)} MiB."
-                )
-            declared += info.file_size
-            if declared > MAX_UNPACKED_BYTES:
-                raise _refuse(f"it unpacks to more than {MAX_UNPACKED_BYTES // (1024 * 1024)} MiB.")
-        if MANIFEST not in seen:
-            raise _refuse(f"it has no {MANIFEST}.")
-        manifest = b""
-        total = 0
-        for info in infos:
-            if info.is_dir():
-                continue
-            # ...and the bytes actually inflated are counted too, in case a header lies.
-            entry = 0
-            keep = info.filename == MANIFEST
-            chunks: list[bytes] = []
-            try:
-                with archive.open(info) as stream:
-                    while chunk := stream.read(_READ_CHUNK):
-                        entry += len(chunk)
-                        total += len(chunk)
-                        if entry > MAX_ENTRY_BYTES:
-                            raise _refuse(
-                                f"{info.filename[:80]!r} is larger than {MAX_ENTRY_BYTES // (1024 * 1024)} MiB."
-                            )
-                        if total > MAX_UNPACKED_BYTES:
-                            raise _refuse(
-                                f"it unpacks to more than {MAX_UNPACKED_BYTES // (1024 * 1024)} MiB."
-                            )
-                        if keep:
-                            if entry > MAX_MANIFEST_BYTES:
-                                raise _refuse(
-                                    f"{MANIFEST} is larger than {MAX_MANIFEST_BYTES // (1024 * 1024)} MiB."
-                                )
-                            chunks.append(chunk)
-            except (
-                zipfile.BadZipFile,
-                ValueError,
-                OSError,
-                EOFError,
-                NotImplementedError,
-                RuntimeError,
-                struct.error,
-            ):
-                raise _refuse(f"{info.filename[:80]!r} is damaged.") from None
-            if keep:
-                manifest = b"".join(chunks)
-        return manifest
+def _read_package(data: bytes) -> CheckedZip:
+    """Check the whole archive; the manifest's and the skills' bytes."""
+    return read_checked_zip(data, PACKAGE_LIMITS, _refuse, keep=_keep, check_names=_check_names)
 
 
 def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -418,7 +439,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _parse_manifest(raw: bytes) -> _Manifest:
+def _parse_manifest(raw: bytes, package: CheckedZip) -> _Manifest:
     try:
         manifest = json.loads(
             raw.decode("utf-8"), object_pairs_hook=_json_object, parse_constant=_no_constant
@@ -442,9 +463,10 @@ def _parse_manifest(raw: bytes) -> _Manifest:
     return _Manifest(
         agent=_parse_agent(manifest.get("agent")),
         provider=_parse_provider(manifest.get("provider")),
-        skills=_count_list(manifest, "skills"),
+        **_parse_skills(manifest, package),
         mcp_servers=_count_list(manifest, "mcp_servers"),
         has_environment=_parse_environment(manifest.get("environment")),
+        mcp_references=_parse_mcp_references(manifest),
     )
 
 
@@ -547,6 +569,66 @@ def _count_list(manifest: dict[str, Any], key: str) -> int:
     if not all(isinstance(item, dict) for item in items):
         raise _refuse(f"every item of {key} must be an object.")
     return len(items)
+
+
+def _parse_skills(manifest: dict[str, Any], package: CheckedZip) -> dict[str, Any]:
+    """The skills the package carries, each checked as a skill upload is (its front matter,
+    its files), and how many it names without carrying them (packages made before skills
+    travelled listed only ids)."""
+    _count_list(manifest, "skills")
+    carried: list[_PackagedSkill] = []
+    without_files = 0
+    names: set[str] = set()
+    for index, item in enumerate(manifest.get("skills", [])):
+        unknown = set(item) - _SKILL_FIELDS
+        if unknown:
+            raise _refuse(f"unknown fields of skills[{index}]: {', '.join(sorted(unknown))[:200]}.")
+        if "name" not in item:
+            without_files += 1
+            continue
+        name = item["name"]
+        try:
+            skills.check_name(name)
+        except InvalidInput:
+            raise _refuse(f"skills[{index}].name is not a skill name.") from None
+        if name in names:
+            raise _refuse(f"the skill {name} is listed twice.")
+        names.add(name)
+        pinned = item.get("pinned", False)
+        kind = item.get("kind", "zip")
+        if not isinstance(pinned, bool):
+            raise _refuse(f"skills[{index}].pinned must be true or false.")
+        if kind not in ("md", "zip"):
+            raise _refuse(f"skills[{index}].kind must be md or zip.")
+        if "version" in item and type(item["version"]) is not int:
+            raise _refuse(f"skills[{index}].version must be a number.")
+        if "sha256" in item and not isinstance(item["sha256"], str):
+            raise _refuse(f"skills[{index}].sha256 must be a string.")
+        prefix = f"{SKILLS_FOLDER}{name}/"
+        files: dict[str, ZipEntry] = {
+            entry_name[len(prefix) :]: entry
+            for entry_name, entry in package.kept.items()
+            if entry_name.startswith(prefix) and not entry_name.endswith("/")
+        }
+        if skills.SKILL_FILE not in files:
+            raise _refuse(f"the skill {name} has no {prefix}{skills.SKILL_FILE}.")
+        try:
+            parsed = skills.parse_files(files, kind)
+        except InvalidInput as error:
+            reason = error.message.removeprefix("This skill cannot be uploaded: ")
+            raise _refuse(f"the skill {name}: {reason}") from None
+        if parsed.name != name:
+            raise _refuse(f"the skill in {prefix} is named {parsed.name} in its SKILL.md.")
+        carried.append(_PackagedSkill(parsed, pinned))
+    return {"skills": carried, "skills_without_files": without_files}
+
+
+def _skill_note(imported: skills.ImportedSkill) -> str:
+    if imported.outcome == "created":
+        return f"Added the skill {imported.name}."
+    if imported.outcome == "new_version":
+        return f"Added version {imported.version} of the skill {imported.name}."
+    return f"Used the App's skill {imported.name} (version {imported.version}, the same content)."
 
 
 def _parse_environment(environment: object) -> bool:

@@ -6,7 +6,7 @@ import copy
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -19,7 +19,9 @@ from mosoo_core.clock import utcnow
 from mosoo_core.environments import environment_exists
 from mosoo_core.errors import FieldConflict, InvalidInput
 from mosoo_core.identity import get_app
+from mosoo_core.mcp import bound_servers, clean_server_policy, usable_servers
 from mosoo_core.ownership import owned_agent
+from mosoo_core.skills import bound_skills, clean_skill_bindings, missing_skill_names
 from mosoo_core.tables.agents import Agent, AgentVersion
 from mosoo_core.tables.sessions import AgentSession, DriverInstance
 from mosoo_core.tables.vault import ProviderCredential
@@ -62,6 +64,7 @@ class AgentView:
     environment_id: str | None = None
     skills: list[str] = field(default_factory=list)
     mcp_servers: list[str] = field(default_factory=list)
+    mcp_policies: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ def agent_view(agent: Agent) -> AgentView:
         environment_id=agent.environment_id,
         skills=list(agent.skills or []),
         mcp_servers=list(agent.mcp_servers or []),
+        mcp_policies=copy.deepcopy(dict(agent.mcp_policies or {})),
     )
 
 
@@ -313,10 +317,15 @@ def update_agent(
     if "environment_id" in values:
         values["environment_id"] = _clean_environment_id(values["environment_id"])
     if "skills" in values:
-        values["skills"] = _clean_binding_list(values["skills"], "skills", "Skills")
+        values["skills"] = clean_skill_bindings(values["skills"])
     if "mcp_servers" in values:
         values["mcp_servers"] = _clean_binding_list(
             values["mcp_servers"], "mcp_servers", "MCP servers"
+        )
+    if "mcp_policies" in values or "mcp_servers" in values:
+        values["mcp_policies"] = _clean_mcp_policies(
+            values.get("mcp_policies", agent.mcp_policies),
+            values.get("mcp_servers", agent.mcp_servers or []),
         )
     if values.get("provider_credential_id") and not credential_belongs_to_app(
         db, app_id, values["provider_credential_id"]
@@ -364,15 +373,25 @@ def _ever_published(db: Session, agent_id: str) -> bool:
 
 
 def existing_skills(db: Session, app_id: str, skill_ids: list[str]) -> list[str]:
-    """The bound skills that exist in the App. The Skills issue brings their table; until
-    then no skill exists, so every bound one is missing."""
-    return []
+    """The skill bindings (`<id>` or `<id>@<version>`) that resolve in the App: a live skill,
+    and for a pin, a version it has. The others are missing."""
+    return [bound.binding for bound in bound_skills(db, app_id, skill_ids)]
+
+
+def _clean_mcp_policies(policies: Any, bound: list[str]) -> dict[str, Any]:
+    """Each bound server's policy checked (mcp.clean_server_policy); entries of servers the
+    Agent does not bind are dropped, so unbinding one forgets its policy."""
+    if policies is None:
+        return {}
+    if not isinstance(policies, Mapping):
+        raise InvalidInput("MCP policies are an object keyed by server id.", field="mcp_policies")
+    cleaned = {server_id: clean_server_policy(policy) for server_id, policy in policies.items()}
+    return {server_id: policy for server_id, policy in cleaned.items() if server_id in bound}
 
 
 def existing_mcp_servers(db: Session, app_id: str, server_ids: list[str]) -> list[str]:
-    """The bound MCP servers that exist in the App and are usable (none until the MCP issue
-    brings their table)."""
-    return []
+    """The bound MCP servers that exist in the App and are enabled."""
+    return usable_servers(db, app_id, server_ids)
 
 
 def readiness(db: Session, agent: AgentView) -> Readiness:
@@ -411,17 +430,22 @@ def readiness(db: Session, agent: AgentView) -> Readiness:
                 "environment_id",
             )
         )
-    found_skills = set(existing_skills(db, agent.app_id, agent.skills))
-    for skill_id in agent.skills:
-        if skill_id not in found_skills:
-            warnings.append(
+    for label in missing_skill_names(db, agent.app_id, agent.skills).values():
+        warnings.append(
+            Blocker("skill_missing", f"Skill {label} is missing; runs go without it.", "skills")
+        )
+    found_servers = bound_servers(db, agent.app_id, agent.mcp_servers)
+    for server_id in agent.mcp_servers:
+        server = found_servers.get(server_id)
+        if server is not None and not server.enabled:
+            blockers.append(
                 Blocker(
-                    "skill_missing", f"Skill {skill_id} is missing; runs go without it.", "skills"
+                    "mcp_server_disabled",
+                    f"MCP server {server.name} is disabled; enable it or remove it.",
+                    "mcp_servers",
                 )
             )
-    found_servers = set(existing_mcp_servers(db, agent.app_id, agent.mcp_servers))
-    for server_id in agent.mcp_servers:
-        if server_id not in found_servers:
+        elif server is None:
             blockers.append(
                 Blocker(
                     "mcp_server_invalid",
@@ -432,27 +456,34 @@ def readiness(db: Session, agent: AgentView) -> Readiness:
     return Readiness(ready=not blockers, blockers=blockers, warnings=warnings)
 
 
-def sandbox_fingerprint(agent: AgentView, environment_revision_id: str = "") -> str:
+def sandbox_fingerprint(
+    agent: AgentView, environment_revision_id: str = "", skill_version_ids: Sequence[str] = ()
+) -> str:
     """What a Pet sandbox is built from, one short hash per field of SANDBOX_FIELDS
     ("kind:1a2b3c4d,environment_id:..."): set as a label when the sandbox is created, so the
     fields changed since are computed, not guessed (`pending_sandbox_fields`). The
     environment counts with its revision: a new revision of the same environment is a change
-    to apply too (its setup script and network are the sandbox's)."""
+    to apply too (its setup script and network are the sandbox's). Skills count with the
+    versions they resolve to (`skill_version_ids`, mounted in the sandbox): a new version of
+    a skill the Agent follows is a change to apply too."""
     values = {name: getattr(agent, name) for name in SANDBOX_FIELDS}
     values["environment_id"] = [agent.environment_id, environment_revision_id]
+    if agent.skills:  # without skills the value stays what sandboxes made before were labelled
+        values["skills"] = [agent.skills, list(skill_version_ids)]
     return ",".join(f"{name}:{_short_hash(values[name])}" for name in SANDBOX_FIELDS)
 
 
 def pending_sandbox_fields(
-    agent: AgentView, built_from: str | None, environment_revision_id: str = ""
+    agent: AgentView,
+    built_from: str | None,
+    environment_revision_id: str = "",
+    skill_version_ids: Sequence[str] = (),
 ) -> list[str]:
     """The SANDBOX_FIELDS whose values differ from what a sandbox labelled `built_from` was
     built with. A sandbox without the label (made before it existed) counts as all changed."""
     built = dict(part.split(":", 1) for part in (built_from or "").split(",") if ":" in part)
-    current = dict(
-        part.split(":", 1)
-        for part in sandbox_fingerprint(agent, environment_revision_id).split(",")
-    )
+    fingerprint = sandbox_fingerprint(agent, environment_revision_id, skill_version_ids)
+    current = dict(part.split(":", 1) for part in fingerprint.split(","))
     return [name for name in SANDBOX_FIELDS if built.get(name) != current[name]]
 
 
@@ -538,6 +569,7 @@ def fork_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> Agen
         environment_id=source.environment_id,
         skills=list(source.skills or []),
         mcp_servers=list(source.mcp_servers or []),
+        mcp_policies=copy.deepcopy(source.mcp_policies or {}),
     )
     db.add(fork)
     db.flush()

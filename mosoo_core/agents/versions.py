@@ -29,10 +29,16 @@ PROFILE_FIELDS = (
     "environment_id",
     "skills",
     "mcp_servers",
+    "mcp_policies",
 )
 # Fields versions published before they existed do not hold: such a version runs without them,
 # never with whatever the draft binds today.
-_ABSENT_MEANS: dict[str, Any] = {"environment_id": None, "skills": [], "mcp_servers": []}
+_ABSENT_MEANS: dict[str, Any] = {
+    "environment_id": None,
+    "skills": [],
+    "mcp_servers": [],
+    "mcp_policies": {},
+}
 MAX_SUMMARY_CHARS = 200
 
 

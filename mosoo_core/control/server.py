@@ -1,5 +1,6 @@
 """The control process: one ASGI app served on a Unix socket (local sandboxes) and on TCP
-(remote drivers): the driver WebSocket, the heartbeat sweep and the model gateway."""
+(remote drivers): the driver WebSocket, the heartbeat sweep, the model gateway and the
+MCP proxy."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from mosoo_core.control.driver_socket import DriverConnection, request_teardown
 from mosoo_core.control.egress import egress_socket_path, serving_egress
 from mosoo_core.control.gateway import Upstream
 from mosoo_core.control.gateway import build_routes as gateway_routes
+from mosoo_core.control.mcp_proxy import build_routes as mcp_routes
 from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
 from mosoo_core.sessions import driver_plane
@@ -62,6 +64,7 @@ def build_app() -> Starlette:
             Route("/control/health", health),
             WebSocketRoute("/driver/socket", driver_socket),
             *gateway_routes(resolve_upstream),
+            *mcp_routes(),
         ],
         lifespan=lifespan,
     )

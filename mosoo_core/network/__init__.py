@@ -1,5 +1,6 @@
 """Egress for sandboxes under a `limited` network policy: the allowlist and address rules
-(`policy`) and the forward proxy that enforces them (`proxy`)."""
+(`policy`) and the forward proxy that enforces them (`proxy`); and the same address rules for
+the requests control and web make to owners' URLs (`outbound`, the MCP feature's guard)."""
 
 from mosoo_core.network.policy import (
     DEFAULT_PORTS,

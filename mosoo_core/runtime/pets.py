@@ -15,7 +15,7 @@ from typing import IO, cast
 
 from sqlmodel import Session, col, select
 
-from mosoo_core import agents, environments
+from mosoo_core import agents, environments, skills
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict
 from mosoo_core.files import get_store
@@ -84,6 +84,9 @@ def pet_sandbox_status(
             return PetSandbox(exists=False)  # no run ever made one: no backend to ask
         # The revision a new thread would freeze now: what Apply would build from.
         revision_id = environments.revision_for_thread(db, app_id, agent.environment_id).id
+        skill_versions = [
+            bound.version_id for bound in skills.bound_skills(db, app_id, agent.skills)
+        ]
     backend = backend or get_backend()
     refs = backend.list_by_label({LABEL_SUBJECT: _subject(agent_id), **installation_label()})
     if not refs:
@@ -92,7 +95,9 @@ def pet_sandbox_status(
     return PetSandbox(
         exists=True,
         state=ref.state,
-        pending=agents.pending_sandbox_fields(agent, ref.labels.get(LABEL_BUILT_FROM), revision_id),
+        pending=agents.pending_sandbox_fields(
+            agent, ref.labels.get(LABEL_BUILT_FROM), revision_id, skill_versions
+        ),
     )
 
 

@@ -26,8 +26,15 @@ from typing import IO, Any, Literal, cast
 import redis
 from sqlmodel import Session, col, select
 
-from driver.protocol import ENVIRONMENT_LAYER, BootPayload, ExecutionSpec, GatewayGrant
-from mosoo_core import agents, environments, files, sessions, streams
+from driver.protocol import (
+    ENVIRONMENT_LAYER,
+    BootPayload,
+    ExecutionSpec,
+    GatewayGrant,
+    McpBinding,
+    SkillBinding,
+)
+from mosoo_core import agents, environments, files, mcp, sessions, skills, streams
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.files import get_store, iter_chunks
@@ -35,6 +42,7 @@ from mosoo_core.files.store import ChunkReader
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime import artifacts, builds
 from mosoo_core.runtime import attachments as delivery
+from mosoo_core.runtime import skills as skill_files
 from mosoo_core.runtime.labels import (
     LABEL_BUILD,
     LABEL_BUILT_FROM,
@@ -97,6 +105,8 @@ class BootPlan:
     packages: dict[str, list[str]] = field(default_factory=dict)
     # The run's grant: under `limited`, the setup script reaches the allowed hosts with it.
     grant: str = field(default="", repr=False)
+    # The bound skill versions a new sandbox mounts at /opt/mosoo/skills/<name>.
+    skills: tuple[skills.BoundSkill, ...] = ()
 
 
 def checkpoint_key(app_id: str, session_id: str) -> str:
@@ -215,8 +225,20 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
     )
     # Bindings: only resources that exist go into the spec (readiness let missing skills
     # pass with a warning); the snapshot records what was bound, found or not.
-    skills = agents.existing_skills(db, run.app_id, profile.skills)
-    mcp_servers = agents.existing_mcp_servers(db, run.app_id, profile.mcp_servers)
+    bound_skills = skills.bound_skills(db, run.app_id, profile.skills)
+    # Each bound, enabled MCP server gets a grant of its own for this run: the proxy takes
+    # it instead of the server's credential, which never enters the sandbox.
+    mcp_servers = [
+        McpBinding(
+            ref=binding.server_id,
+            name=binding.name,
+            grant=mcp.issue_grant(db, run, binding.server_id),
+            default_policy=binding.default_policy,
+            tool_policies=binding.tool_policies,
+            required=binding.required,
+        )
+        for binding in mcp.run_bindings(db, run.app_id, profile.mcp_servers, profile.mcp_policies)
+    ]
     # A Task (Cattle) thread runs the revision it froze. An Assistant (Pet) is one sandbox its
     # threads share: it runs its environment's current revision, and what needs a new sandbox
     # (the setup script, none/full) shows as pending until Apply.
@@ -240,17 +262,34 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         gateway=GatewayGrant(
             grant=grant, api_style=openai_api_style(db, profile.provider_credential_id)
         ),
-        skills=[{"id": skill_id} for skill_id in skills],
-        mcp_servers=[{"id": server_id} for server_id in mcp_servers],
+        skills=[
+            SkillBinding(
+                id=bound.skill_id,
+                name=bound.name,
+                description=bound.description,
+                version=bound.version,
+                path=skill_files.skill_path(bound),
+            )
+            for bound in bound_skills
+        ],
+        mcp_servers=mcp_servers,
         # The agent's processes get the variables that are not setup-only; secrets among them
         # travel in the boot payload (read and deleted by the driver), never the container's env.
         environment={v.name: v.value for v in variables if not v.setup_only} | layer_env,
         secret_variables=[v.name for v in variables if v.secret and not v.setup_only],
         network_policy=revision.network_policy,
     )
-    # The stored snapshot never holds the grant, nor any variable's value.
+    # The stored snapshot never holds a grant, nor any variable's value.
     run.snapshot = {
-        **spec.model_dump(exclude={"gateway", "environment", "secret_variables", "network_policy"}),
+        **spec.model_dump(
+            exclude={
+                "gateway": True,
+                "environment": True,
+                "secret_variables": True,
+                "network_policy": True,
+                "mcp_servers": {"__all__": {"grant"}},
+            }
+        ),
         "environment": {
             "environment_id": revision.environment_id,
             "revision_id": revision.id,
@@ -288,7 +327,9 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         subject=subject,
         instance_id=driver.instance_id,
         payload_json=payload.model_dump_json(),
-        built_from=agents.sandbox_fingerprint(profile, revision.id),
+        built_from=agents.sandbox_fingerprint(
+            profile, revision.id, [bound.version_id for bound in bound_skills]
+        ),
         network_policy=revision.network_policy,
         setup_script=revision.setup_script,
         setup_env={v.name: v.value for v in variables} | layer_env,
@@ -296,6 +337,7 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         packages_hash=revision.packages_hash,
         packages=packages,
         grant=grant,
+        skills=tuple(bound_skills),
     )
     return plan, []
 
@@ -344,6 +386,7 @@ def _sandbox_for(
     if layer is not None and layer.path is not None:
         labels[LABEL_ENV_LAYER] = layer.layer
         mounts = (builds.layer_mount(layer.path),)
+    mounts += skill_files.skill_mounts(plan.skills)
     spec = SandboxSpec(
         subject=plan.subject,
         app_id=plan.app_id,

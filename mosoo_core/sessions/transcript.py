@@ -46,7 +46,10 @@ class TranscriptItem:
     - `user`, `assistant`, `thinking`: `text` (`streaming` while deltas still arrive);
       `user` also `attachments` (the names of the files the message named)
     - `tool`: `tool_call_id`, `name`, `input`, `output`, `is_error`, `duration_ms`,
-      `status` running | waiting (for a permission) | done | error | interrupted
+      `status` running | waiting (for a permission) | done | error | interrupted;
+      `server` for a call an MCP server answered (`<server>__<tool>`, from `mcp.tool_call`)
+    - `mcp_status`: an MCP server the run goes without: `name` (the server), `text` (why),
+      `status` failed (a server that connected adds nothing)
     - `permission`: `request_id`, `tool_call_id`, `name`, `input`,
       `status` pending | allow_once | reject_once | expired
     - `file`: `name` (the path), `status` (the change: created, modified, deleted ...)
@@ -76,6 +79,7 @@ class TranscriptItem:
     code: str = ""
     retryable: bool = False
     usage: Usage | None = None
+    server: str = ""
 
 
 @dataclass
@@ -100,6 +104,8 @@ class Transcript:
     _runs_with_text: set[str] = field(default_factory=set, repr=False)
     _started_runs: set[str] = field(default_factory=set, repr=False)
     _preparing_run: str | None = field(default=None, repr=False)
+    # `mcp.tool_call` records whose tool card has not started yet: (run, tool name) -> server.
+    _mcp_calls: dict[tuple[str | None, str], list[str]] = field(default_factory=dict, repr=False)
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -293,6 +299,9 @@ class Transcript:
         )
         if tool_call_id:
             self._tools[tool_call_id] = index
+        recorded = self._mcp_calls.get((run_id, self.items[index].name))
+        if recorded:
+            self.items[index].server = recorded.pop(0)
 
     def _on_tool_completed(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
         self._close_open()
@@ -383,6 +392,41 @@ class Transcript:
                 text=str(payload.get("reason", "")),
             )
         )
+
+    def _on_mcp_server_status(
+        self, key: str, run_id: str | None, payload: Mapping[str, Any]
+    ) -> None:
+        # A server that connected is the normal case: only one the run goes without shows.
+        if payload.get("status") != "failed":
+            return
+        self._close_open()
+        self._append(
+            TranscriptItem(
+                key=key,
+                kind="mcp_status",
+                run_id=run_id,
+                name=str(payload.get("server", "")),
+                text=str(payload.get("reason", "")),
+                status="failed",
+            )
+        )
+
+    def _on_mcp_tool_call(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
+        """Control's record of a call it forwarded marks the tool card of the model's call
+        (`<server>__<tool>`) as answered by that server; the outcome is the card's own. It
+        goes to the run's latest such card not marked yet (calls of one tool in parallel
+        all name the same server), or, recorded before its card started, waits for it."""
+        server = str(payload.get("server", ""))
+        if not server:
+            return
+        name = f"{server}__{payload.get('tool', '')}"
+        for item in reversed(self.items):
+            unmarked = item.kind == "tool" and not item.server
+            if unmarked and item.run_id == run_id and item.name == name:
+                item.server = server
+                self._changed()
+                return
+        self._mcp_calls.setdefault((run_id, name), []).append(server)
 
     def _on_session_files(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
         listed = payload.get("files")
@@ -479,6 +523,8 @@ _HANDLERS: dict[str, Any] = {
     "file.changed": Transcript._on_file_changed,
     "session_files.updated": Transcript._on_session_files,
     "network.request": Transcript._on_network_request,
+    "mcp.server.status": Transcript._on_mcp_server_status,
+    "mcp.tool_call": Transcript._on_mcp_tool_call,
     "usage.updated": Transcript._on_usage,
     "session.status": Transcript._on_session_status,
     **{event_type: _run_end(status) for event_type, status in RUN_END_TYPES.items()},

@@ -17,7 +17,9 @@ from mosoo_core.tables import (
     files,
     identity,
     mail,
+    mcp,
     sessions,
+    skills,
     usage,
     vault,
 )
@@ -30,8 +32,10 @@ __all__ = [
     "files",
     "identity",
     "mail",
+    "mcp",
     "metadata",
     "sessions",
+    "skills",
     "usage",
     "vault",
 ]

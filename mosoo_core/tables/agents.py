@@ -32,6 +32,9 @@ class Agent(SQLModel, table=True):
     environment_id: str | None = Field(default=None, max_length=26)
     skills: list[str] = Field(default_factory=list, sa_type=sa.JSON)
     mcp_servers: list[str] = Field(default_factory=list, sa_type=sa.JSON)
+    # Per bound MCP server id: {"default": "off"|"allow"|"ask", "tools": {tool: policy},
+    # "required": bool}; a bound server without an entry asks for every tool.
+    mcp_policies: dict[str, Any] = Field(default_factory=dict, sa_type=sa.JSON)
     status: str = Field(
         default="draft", max_length=16, sa_column_kwargs={"server_default": "draft"}
     )  # draft | published

@@ -81,8 +81,10 @@ def _user_bubble(item: ObjectVar[ChatItem]) -> rx.Component:
 
 
 def _markdown(text: rx.Var[str] | str) -> rx.Component:
+    # Never raw HTML: the text is the model's (and through it whatever a tool read), so a
+    # prompt-injected `<iframe srcdoc=...>` would otherwise run script in the owner's console.
     return rx.box(
-        rx.markdown(text),
+        rx.markdown(text, use_raw=False),
         font_size="14px",
         line_height="1.6",
         overflow_wrap="anywhere",
@@ -247,6 +249,17 @@ def _tool_card(item: ObjectVar[ChatItem]) -> rx.Component:
                         weight="bold",
                         font_family=MONO,
                         data_testid="tool-name",
+                    ),
+                    rx.cond(
+                        item.server != "",
+                        rx.badge(
+                            "MCP",
+                            size="1",
+                            variant="soft",
+                            title="Answered by the MCP server " + item.server.to(str),
+                            data_testid="tool-mcp",
+                        ),
+                        rx.fragment(),
                     ),
                     rx.text(
                         item.summary,
@@ -468,6 +481,26 @@ def _network_line(item: ObjectVar[ChatItem]) -> rx.Component:
     )
 
 
+def _mcp_status_line(item: ObjectVar[ChatItem]) -> rx.Component:
+    """An MCP server the run goes without: "MCP server weather unavailable: <reason>"."""
+    return rx.hstack(
+        rx.icon("unplug", size=13, color=rx.color("amber", 10), flex_shrink="0"),
+        rx.text(
+            "MCP server ",
+            rx.code(item.name, size="1", variant="ghost"),
+            " unavailable",
+            rx.cond(item.text != "", rx.text(": ", item.text, as_="span"), rx.fragment()),
+            size="1",
+            color=rx.color("amber", 11),
+        ),
+        align="center",
+        spacing="2",
+        margin_left="38px",
+        data_testid="chat-mcp-status",
+        data_status=item.status,
+    )
+
+
 def _outputs_line(item: ObjectVar[ChatItem]) -> rx.Component:
     """The artifacts a run left in /workspace/outputs, each a download."""
     return rx.hstack(
@@ -578,6 +611,7 @@ def transcript_item(
             ("permission", _permission_card(item, answered, on_allow, on_reject)),
             ("file", _file_line(item)),
             ("network", _network_line(item)),
+            ("mcp_status", _mcp_status_line(item)),
             ("outputs", _outputs_line(item)),
             ("run_end", _run_end(item)),
             rx.fragment(),

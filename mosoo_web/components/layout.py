@@ -80,6 +80,8 @@ def sidebar() -> rx.Component:
                 nav_link("Threads", "messages-square", app_base + "/threads", "nav-threads"),
                 nav_link("Files", "folder-open", app_base + "/files", "nav-files"),
                 nav_link("Environments", "package", app_base + "/environments", "nav-environments"),
+                nav_link("Skills", "book-open", app_base + "/skills", "nav-skills"),
+                nav_link("MCP servers", "plug", app_base + "/mcp", "nav-mcp"),
                 nav_link("Settings", "settings", app_base, "nav-app-settings"),
                 nav_link("Providers", "key-round", app_base + "/providers", "nav-providers"),
                 width="100%",

@@ -36,6 +36,7 @@ class ChatItem:
     usage_text: str = ""
     attachments: list[str] = field(default_factory=list)
     files: list[dict[str, str]] = field(default_factory=list)
+    server: str = ""  # a tool call an MCP server answered: its name
 
 
 def _clip(text: str, limit: int) -> tuple[str, str]:
@@ -115,6 +116,7 @@ def chat_item(item: TranscriptItem) -> ChatItem:
         row.output_text, row.output_note = _clip(item.output, OUTPUT_DISPLAY_CHARS)
         row.is_error = item.is_error
         row.duration_text = duration_text(item.duration_ms)
+        row.server = item.server
     if item.kind == "network":
         row.code = item.code  # the method
     if item.kind == "run_end":

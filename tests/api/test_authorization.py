@@ -13,7 +13,9 @@ from sqlmodel import Session
 from mosoo_core import identity
 from mosoo_web.api.v1 import build_v1
 from tests.api.conftest import ApiOwner
+from tests.support.mcp_server import allow_private_networks
 
+SKILL_MD = b"---\nname: mine\ndescription: The first owner's skill.\n---\nDo it my way.\n"
 OPERATIONS = [
     (method.upper(), path)
     for path, item in build_v1().openapi()["paths"].items()
@@ -28,15 +30,26 @@ def _request(
     kwargs: dict[str, Any] = {"headers": headers}
     if (method, path) == ("POST", "/agents/{agent_id}/files"):
         kwargs["files"] = {"file": ("x.txt", b"x", "text/plain")}
+    elif (method, path) == ("POST", "/skills"):
+        kwargs["files"] = {"file": ("SKILL.md", SKILL_MD.replace(b"mine", b"theirs"))}
     elif (method, path) == ("POST", "/threads/{thread_id}/events"):
         kwargs["json"] = {"type": "user_message", "text": "hello"}
     elif (method, path) == ("PATCH", "/environments/{environment_id}"):
         kwargs["json"] = {"setup_script": "echo changed"}
+    elif (method, path) == ("PATCH", "/mcp-servers/{server_id}"):
+        kwargs["json"] = {"enabled": False, "bearer_token": "theirs"}
+    elif (method, path) == ("POST", "/mcp-servers"):
+        kwargs["json"] = {"name": "theirs", "url": "http://127.0.0.1:9/mcp"}
     elif (method, path) == ("PATCH", "/agents/{agent_id}"):
         kwargs["json"] = {"system_prompt": "changed"}
     elif method == "POST":
         kwargs["json"] = {}
     return client.request(method, url, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _servers_on_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    allow_private_networks(monkeypatch)  # the servers below are at a closed loopback port
 
 
 @pytest.fixture
@@ -56,11 +69,26 @@ def first_owner_ids(client: TestClient, owner: ApiOwner) -> dict[str, str]:
         headers=owner.headers,
         json={"name": "Mine", "setup_script": "echo mine"},
     ).json()
+    skill = client.post(
+        "/api/v1/skills", headers=owner.headers, files={"file": ("SKILL.md", SKILL_MD)}
+    ).json()
     return {
         "agent_id": owner.agent_id,
         "thread_id": created["thread"]["id"],
         "file_id": uploaded["id"],
         "environment_id": environment["id"],
+        "server_id": client.post(
+            "/api/v1/mcp-servers",
+            headers=owner.headers,
+            # A closed loopback port: a test that got through would reach nothing.
+            json={
+                "name": "mine",
+                "url": "http://127.0.0.1:9/mcp",
+                "auth_kind": "bearer",
+                "bearer_token": "mine",
+            },
+        ).json()["id"],
+        "skill_id": skill["skill"]["id"],
     }
 
 
@@ -95,6 +123,18 @@ def test_the_matrix_covers_every_endpoint_of_the_product_contract() -> None:
             ("POST", "/threads/{thread_id}/archive"),
             ("POST", "/threads/{thread_id}/unarchive"),
             ("DELETE", "/threads/{thread_id}"),
+            ("GET", "/mcp-servers"),
+            ("POST", "/mcp-servers"),
+            ("GET", "/mcp-servers/{server_id}"),
+            ("PATCH", "/mcp-servers/{server_id}"),
+            ("DELETE", "/mcp-servers/{server_id}"),
+            ("POST", "/mcp-servers/{server_id}/test"),
+            ("GET", "/skills"),
+            ("POST", "/skills"),
+            ("GET", "/skills/{skill_id}"),
+            ("DELETE", "/skills/{skill_id}"),
+            ("GET", "/skills/{skill_id}/versions"),
+            ("GET", "/skills/{skill_id}/content"),
         ]
     )
 
@@ -133,6 +173,14 @@ def test_another_owners_ids_are_not_found(
     )
     agent = client.get(f"/api/v1/agents/{owner.agent_id}", headers=owner.headers).json()
     assert agent["status"] == "published" and agent["published_version"] == 1
+    server = client.get(
+        f"/api/v1/mcp-servers/{first_owner_ids['server_id']}", headers=owner.headers
+    ).json()
+    assert (server["enabled"], server["tested_at"]) == (True, None)
+    skill = client.get(
+        f"/api/v1/skills/{first_owner_ids['skill_id']}", headers=owner.headers
+    ).json()
+    assert (skill["name"], skill["latest_version"]) == ("mine", 1)
 
 
 def test_agents_list_is_scoped(client: TestClient, owner: ApiOwner, other: ApiOwner) -> None:

@@ -7,10 +7,12 @@ threads, files and events, and again with garbage tokens."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +68,8 @@ class FuzzTarget:
     doomed_thread_with_files: str
     doomed_files: list[str]
     thread_files: list[str]  # attachments of doomed_thread_with_files
+    skill_id: str  # two versions: a .md, then a .zip
+    doomed_skills: list[str]  # for uninstallSkill
 
     @property
     def document_url(self) -> str:
@@ -103,6 +107,16 @@ def _upload(client: httpx.Client, owner: ApiOwner, name: str, data: bytes, media
     )
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
+
+
+def _upload_skill(client: httpx.Client, owner: ApiOwner, name: str, data: bytes) -> str:
+    response = client.post("/api/v1/skills", headers=owner.headers, files={"file": (name, data)})
+    assert response.status_code == 201, response.text
+    return str(response.json()["skill"]["id"])
+
+
+def _skill_md(name: str, text: str = "Do it well.") -> bytes:
+    return f"---\nname: {name}\ndescription: The {name} skill.\n---\n{text}\n".encode()
 
 
 def _start_thread(client: httpx.Client, owner: ApiOwner, body: dict[str, Any]) -> str:
@@ -160,6 +174,15 @@ def target(api_env: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[FuzzTar
         doomed_threads = [
             _start_thread(client, owner, {"end_user_id": f"user-{n}"}) for n in range(3)
         ]
+        skill_id = _upload_skill(client, owner, "SKILL.md", _skill_md("fuzzed"))
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as archive:
+            archive.writestr("fuzzed/SKILL.md", _skill_md("fuzzed", "Version two."))
+            archive.writestr("fuzzed/notes.md", "Notes.")
+        _upload_skill(client, owner, "fuzzed.zip", buffer.getvalue())
+        doomed_skills = [
+            _upload_skill(client, owner, "SKILL.md", _skill_md(f"doomed-{n}")) for n in range(3)
+        ]
         yield FuzzTarget(
             server=server,
             owner=owner,
@@ -169,6 +192,8 @@ def target(api_env: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[FuzzTar
             doomed_thread_with_files=doomed_thread_with_files,
             doomed_files=doomed_files,
             thread_files=thread_files,
+            skill_id=skill_id,
+            doomed_skills=doomed_skills,
         )
 
 
@@ -198,6 +223,8 @@ def _config(target: FuzzTarget, *, token: str | None) -> str:
         "doomed_thread_with_files": [target.doomed_thread_with_files],
         "doomed_file": target.doomed_files,
         "thread_file": target.thread_files,
+        "skill": [target.skill_id],
+        "doomed_skill": target.doomed_skills,
     }
     operations = [
         {
@@ -210,6 +237,20 @@ def _config(target: FuzzTarget, *, token: str | None) -> str:
             "parameters": {
                 "path.thread_id": real("doomed_thread_with_files"),
                 "path.file_id": real("thread_file"),
+            },
+        },
+        {
+            "include-operation-id": "uninstallSkill",
+            "parameters": {"path.skill_id": real("doomed_skill")},
+        },
+        # What makes a skill valid (a zip with SKILL.md and YAML front matter in it) is beyond
+        # JSON Schema: a generated `file` is refused as not a skill, with its field named.
+        {
+            "include-operation-id": "uploadSkill",
+            "checks": {
+                "positive_data_acceptance": {
+                    "expected-statuses": ["2xx", "400", "401", "404", "409", "429"]
+                }
             },
         },
         # An event stream never ends: the fuzzer keeps what came within this time, or the first events.
@@ -226,6 +267,7 @@ def _config(target: FuzzTarget, *, token: str | None) -> str:
         f'"path.agent_id" = {_toml(real("agent"))}',
         f'"path.thread_id" = {_toml(real("thread"))}',
         f'"path.file_id" = {_toml(real("file"))}',
+        f'"path.skill_id" = {_toml(real("skill"))}',
         *(
             f"[dictionaries.{name}]\nvalues = {_toml(values)}"
             for name, values in dictionaries.items()

@@ -26,6 +26,8 @@ IDS = {
     "thread_id": "0" * 26,
     "file_id": "0" * 26,
     "environment_id": "0" * 26,
+    "skill_id": "0" * 26,
+    "server_id": "0" * 26,
 }
 
 REFUSED_TOKENS = {

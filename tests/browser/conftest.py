@@ -41,6 +41,8 @@ def web_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
         database_url,
         MOSOO_WEB_PORT=str(port),
         MOSOO_PUBLIC_URL=f"http://127.0.0.1:{port}",
+        # The journeys' MCP servers (tests/support/mcp_server.py) listen on loopback.
+        MOSOO_MCP_ALLOW_PRIVATE_NETWORKS="true",
     )
     with running(["web"], env, log) as process:
         url = f"http://127.0.0.1:{port}"

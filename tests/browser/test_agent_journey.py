@@ -3,7 +3,7 @@
 scripted OpenAI-compatible server): create an Agent on the Agents page, see what blocks it,
 fix each blocker from its "Fix" button (every change autosaves), chat, publish version 1,
 change the prompt, publish version 2, export it and import the file as a new Agent with its
-reconnect report."""
+reconnect report; its skill travels with it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from mosoo_core import agents
+from mosoo_core import agents, skills
 from mosoo_core.db import session_scope
 from mosoo_core.settings import reset_settings_cache
 from tests.browser.test_console_journey import _sign_in
@@ -36,6 +36,9 @@ BOOT_TIMEOUT_MS = 90_000
 SKILL = "01SKILLCHANGELOG0000000000"
 MCP_SERVER = "01MCPGITHUB000000000000000"
 ANSWER = "Added: exports. Fixed: the login loop."
+CHANGELOG_SKILL = (
+    b"---\nname: changelog\ndescription: Group merged changes by label.\n---\nGroup them.\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +53,10 @@ def journey_stack(
 
 @pytest.fixture
 def shared_database(journey_stack: RunStack, monkeypatch: pytest.MonkeyPatch) -> RunStack:
-    """This process reads (and, where the console has no picker yet, writes) the stack's database."""
+    """This process reads (and, where the console has no picker yet, writes) the stack's
+    database and object store."""
     monkeypatch.setenv("MOSOO_DATABASE_URL", journey_stack.web.database_url)
+    monkeypatch.setenv("MOSOO_DATA_DIR", str(journey_stack.data_dir))
     reset_settings_cache()
     return journey_stack
 
@@ -116,6 +121,9 @@ def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_mov
                 agent_id,
                 agents.AgentChanges(skills=[SKILL], mcp_servers=[MCP_SERVER]),
             )
+            skill_id = skills.upload_skill(
+                db, account_id, app_id, CHANGELOG_SKILL, "SKILL.md"
+            ).skill.id
         page.reload()
 
         # Setup required, each blocker by name; the missing skill only warns.
@@ -153,6 +161,17 @@ def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_mov
         expect(page.get_by_test_id("save-indicator")).to_have_text("Saved")
         assert saved().mcp_servers == [] and saved().skills == [SKILL]
 
+        # 4. Skills: bind the App's skill from the picker, drop the missing one.
+        page.get_by_test_id("agent-skills-add").click()
+        page.get_by_role("option", name="changelog").click()
+        bound = page.get_by_test_id("agent-skills-bound")
+        expect(bound).to_have_count(2)
+        bound.filter(has_text=SKILL).get_by_test_id("agent-skills-remove").click()
+        expect(bound).to_have_count(1)
+        expect(bound.get_by_test_id("agent-skill-version")).to_have_text("Latest version")
+        expect(page.get_by_test_id("readiness-warning")).to_have_count(0)
+        wait_for(lambda: saved().skills == [skill_id], 10, "the skill bindings to save")
+
         # Chat with the draft.
         model.add(TextTurn(ANSWER, delay=0.02))
         page.get_by_test_id("chat-input").fill("What changed this week?")
@@ -186,9 +205,9 @@ def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_mov
             (2, "Write terse changelogs."),
             (1, ""),
         ]
-        assert versions[0].profile["skills"] == [SKILL]
+        assert versions[0].profile["skills"] == [skill_id]
 
-        # Export from the Agents page: the manifest carries the skill binding, never the key.
+        # Export from the Agents page: the manifest carries the skill, never the key.
         page.get_by_test_id("nav-agents").click()
         page.wait_for_url(re.compile(r"/agents$"))
         cards = page.get_by_test_id("agent-card")
@@ -201,13 +220,15 @@ def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_mov
         with zipfile.ZipFile(package) as archive:
             manifest = json.loads(archive.read("manifest.json"))
         assert manifest["agent"]["system_prompt"] == "Write terse changelogs."
-        assert manifest["skills"] == [{"id": SKILL}]
+        assert [(s["name"], s["pinned"]) for s in manifest["skills"]] == [("changelog", False)]
 
-        # Import it as a new Agent: the key of the same provider is bound, the skill is reported.
+        # Import it as a new Agent: the key of the same provider is bound, the App's skill
+        # with the same content is reused.
         page.get_by_test_id("import-agent").click()
         page.locator("input[type=file]").set_input_files(package)
         report = page.get_by_test_id("import-report")
         expect(report).to_contain_text("Changelog writer")
-        expect(page.get_by_test_id("import-note")).to_contain_text("Scripted")
-        expect(page.get_by_test_id("import-reconnect")).to_contain_text("1 skill(s)")
+        notes = page.get_by_test_id("import-note")
+        expect(notes.filter(has_text="Scripted")).to_have_count(1)
+        expect(notes.filter(has_text="Used the App's skill changelog")).to_have_count(1)
         expect(cards).to_have_count(2)

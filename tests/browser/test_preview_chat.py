@@ -336,10 +336,15 @@ def test_a_ready_agent_sends_from_the_composer_stops_and_shows_a_failed_run(
     driver.send("message.started", message_id="m1")
     driver.send("message.delta", message_id="m1", text="**Quarter summary**\n\n- Revenue up 12%\n")
     driver.send("message.delta", message_id="m1", text="- Costs flat\n")
+    # Raw HTML in the model's text (as a prompt injection would put it there) stays text.
+    hostile = (
+        '<iframe data-testid="injected" srcdoc="<script>parent.injected=1</script>"></iframe>'
+        '<img data-testid="injected" src="x" onerror="window.injected=1">'
+    )
     driver.send(
         "message.completed",
         message_id="m1",
-        text="**Quarter summary**\n\n- Revenue up 12%\n- Costs flat\n",
+        text="**Quarter summary**\n\n- Revenue up 12%\n- Costs flat\n\n" + hostile,
     )
     driver.send(
         "tool.call.started", tool_call_id="c1", name="read", input={"path": "/workspace/q3.csv"}
@@ -363,6 +368,9 @@ def test_a_ready_agent_sends_from_the_composer_stops_and_shows_a_failed_run(
     expect(page.locator("[data-testid=chat-assistant-message] strong")).to_have_text(
         "Quarter summary"
     )
+    expect(page.get_by_test_id("chat-assistant-message").last).to_contain_text("<iframe")
+    expect(page.get_by_test_id("injected")).to_have_count(0)
+    assert page.evaluate("window.injected") is None
     tool = page.get_by_test_id("chat-tool-card")
     expect(tool).to_have_attribute("data-status", "error")
     expect(tool.get_by_test_id("tool-output")).to_contain_text("no such file")

@@ -9,6 +9,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, WebSocket, expect
@@ -302,6 +303,86 @@ def test_owner_gives_an_agent_a_package_and_a_limited_network_from_the_console(
         expect(refused).to_have_count(1)
         expect(refused).to_contain_text(f"127.0.0.1:{other}")
         expect(network.and_(page.locator("[data-status=allowed]")).first).to_be_visible()
+
+
+SKILL_NAME = "deploy-steps"
+SKILL_LINE = "Deploy on Tuesdays only, after the smoke tests pass."
+SKILL_MD = f"""\
+---
+name: {SKILL_NAME}
+description: How this team deploys. Use when asked how or when to deploy.
+---
+# Deploying
+
+{SKILL_LINE}
+"""
+
+
+def test_owner_uploads_a_skill_binds_it_in_preview_and_the_agent_reads_it_in_the_sandbox(
+    page: Page, browser: Browser, run_stack: RunStack, tmp_path: Path
+) -> None:
+    """Skills page: upload a SKILL.md; Preview binds it; the prompt lists it (name and
+    description only) and the agent reads it from /opt/mosoo/skills/<name>/ in its sandbox."""
+    stack, model = run_stack, run_stack.model
+    skill_file = tmp_path / "deploy.md"
+    skill_file.write_text(SKILL_MD)
+    with stack.logs_on_failure():
+        page.goto(f"{stack.web.url}/login", wait_until="networkidle")
+        _sign_in(page, browser, stack.web, f"skill-run-{uuid.uuid4().hex[:8]}@example.com")
+        page.wait_for_url(re.compile(r"/apps/[0-9A-Z]{26}$"))
+        stack.app_ids.add(page.url.rsplit("/", 1)[-1])
+        _add_provider(page, model.base_url)
+
+        page.get_by_test_id("nav-skills").click()
+        page.wait_for_url(re.compile(r"/skills$"))
+        page.get_by_test_id("skill-upload-button-upload").locator(
+            "input[type=file]"
+        ).set_input_files(skill_file)
+        page.wait_for_url(re.compile(r"/skills/[0-9A-Z]{26}$"))
+        expect(page.get_by_test_id("skill-rendered")).to_contain_text(SKILL_LINE)
+
+        page.get_by_test_id("nav-agents").click()
+        page.wait_for_url(re.compile(r"/agents$"))
+        page.get_by_test_id("new-agent").click()
+        page.get_by_test_id("new-agent-name").fill("Deployer")
+        page.get_by_test_id("kind-cattle").click()
+        page.get_by_test_id("new-agent-submit").click()
+        page.wait_for_url(AGENT_URL)
+        expect(page.get_by_test_id("preview-status")).to_have_text("Setup required")
+        page.get_by_test_id("agent-provider").click()
+        page.get_by_role("option", name="Scripted (default)").click()
+        expect(page.get_by_test_id("agent-model")).to_have_value("test-model")
+        page.get_by_test_id("agent-skills-add").click()
+        page.get_by_role("option", name=SKILL_NAME).click()
+        expect(page.get_by_test_id("agent-skill-name")).to_have_text(SKILL_NAME)
+        expect(page.get_by_test_id("save-indicator")).to_have_text("Saved")
+        expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
+
+        skill_path = f"/opt/mosoo/skills/{SKILL_NAME}/SKILL.md"
+        model.add(
+            ToolCallsTurn([ToolCall("read", {"path": skill_path}, id="call_skill")]),
+            TextTurn(f"From the team's deploy skill: {SKILL_LINE}"),
+        )
+        first_request = len(model.chat_requests)
+        page.get_by_test_id("chat-input").fill("when may I deploy?")
+        page.get_by_test_id("chat-input").press("Enter")
+        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(
+            f"From the team's deploy skill: {SKILL_LINE}", timeout=BOOT_TIMEOUT_MS
+        )
+        tool = page.get_by_test_id("chat-tool-card")
+        expect(tool).to_have_count(1)
+        expect(tool).to_have_attribute("data-status", "done")
+        expect(tool).to_contain_text(skill_path)
+        tool.locator("summary").click()
+        expect(tool.get_by_test_id("tool-output")).to_contain_text(SKILL_LINE)
+        expect(tool.get_by_test_id("tool-output")).to_contain_text(f"name: {SKILL_NAME}")
+
+        system = model.chat_requests[first_request].messages[0]
+        assert system["role"] == "system"
+        assert "<available_skills>" in system["content"]
+        assert f"<name>{SKILL_NAME}</name>" in system["content"]
+        assert f"<location>{skill_path}</location>" in system["content"]
+        assert SKILL_LINE not in system["content"], "the skill's body is read, not prompted"
 
 
 def _add_provider(page: Page, base_url: str) -> None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import io
 import json
-import stat
 import time
 import tracemalloc
-import warnings
 import zipfile
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,6 +18,13 @@ from sqlmodel import Session, select
 from mosoo_core import agents, identity, vault
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.tables.agents import Agent
+from tests.support import hostile_zips
+from tests.support.hostile_zips import (
+    declaring_huge_entry_counts,
+    hiding_entries,
+    make_zip,
+    zip_attacks,
+)
 
 KEY = "sk-proj-Zq8Xn4Lr7TvW2yHc9PbM3kJd6FsG1aQeR5uI0oplabcd"
 BASE_URL = "https://llm.example.com/v1"
@@ -94,26 +99,13 @@ def _manifest(**overrides: Any) -> dict[str, Any]:
     return manifest
 
 
-def _zip(entries: list[tuple[str | zipfile.ZipInfo, bytes]]) -> bytes:
-    buffer = io.BytesIO()
-    with warnings.catch_warnings(), zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        warnings.simplefilter("ignore", UserWarning)  # a duplicate name is one of the hostile cases
-        for name, body in entries:
-            archive.writestr(name, body)
-    return buffer.getvalue()
+_zip = make_zip
 
 
 def _package(
     manifest: dict[str, Any] | None = None, *extra: tuple[str | zipfile.ZipInfo, bytes]
 ) -> bytes:
     return _zip([("manifest.json", json.dumps(manifest or _manifest()).encode()), *extra])
-
-
-def _symlink(name: str) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(name)
-    info.create_system = 3
-    info.external_attr = (stat.S_IFLNK | 0o777) << 16
-    return info
 
 
 def _every_byte(package: bytes) -> bytes:
@@ -286,18 +278,23 @@ def test_import_does_not_bind_a_key_of_another_provider_kind_at_the_same_url(db:
     assert report.reconnect and report.reconnect[0].startswith("Choose a provider key")
 
 
-def test_import_without_provider_asks_for_a_key_and_reports_unsupported_skills_and_environment(
+def test_import_without_provider_asks_for_a_key_and_reports_what_it_does_not_carry(
     db: Session,
 ) -> None:
     account_id, app_id = _owner(db)
+    # Packages made before skills travelled list only their ids.
     manifest = _manifest(
-        skills=[{"name": "changelog"}], mcp_servers=[{}, {}], environment={"packages": ["git"]}
+        skills=[{"id": "01JOLDSKILL"}], mcp_servers=[{}, {}], environment={"packages": ["git"]}
     )
 
     report = agents.import_agent(db, account_id, app_id, _package(manifest))
 
     assert report.reconnect[0] == "Choose a provider key."
-    assert any("1 skill(s)" in line for line in report.reconnect)
+    assert any(
+        "1 skill(s) again: the package does not carry their files" in line
+        for line in report.reconnect
+    )
+    assert not any("not supported yet" in line and "skill" in line for line in report.reconnect)
     assert any("2 MCP server(s)" in line for line in report.reconnect)
     assert any("environment" in line for line in report.reconnect)
 
@@ -330,33 +327,8 @@ def _with_manifest_agent(**agent_changes: Any) -> bytes:
 
 
 HOSTILE: dict[str, tuple[Callable[[], bytes], str]] = {
-    "not_a_zip": (lambda: b"just some text, not a zip", "not a zip archive"),
-    "empty_bytes": (lambda: b"", "not a zip archive"),
-    "truncated_zip": (lambda: _package()[:-30], "not a zip archive"),
-    "path_traversal": (lambda: _package(None, ("../evil.sh", b"x")), "leaves the package"),
-    "nested_traversal": (lambda: _package(None, ("skills/../../evil", b"x")), "leaves the package"),
-    "absolute_path": (lambda: _package(None, ("/etc/cron.d/evil", b"x")), "is absolute"),
-    "windows_drive_path": (
-        lambda: _package(None, ("C:\\Windows\\evil", b"x")),
-        "backslashes|is absolute",
-    ),
-    "windows_drive_forward_slash": (lambda: _package(None, ("C:/evil", b"x")), "is absolute"),
-    "backslash_path": (lambda: _package(None, ("skills\\evil.md", b"x")), "backslashes"),
-    "symlink": (
-        lambda: _package(None, (_symlink("skills/passwd"), b"/etc/passwd")),
-        "symbolic link",
-    ),
-    "too_many_entries": (
-        lambda: _package(None, *[(f"skills/{i}.md", b"") for i in range(512)]),
-        "at most 512",
-    ),
-    "dotenv": (lambda: _package(None, (".env", b"OPENAI_API_KEY=sk-x")), "looks like a secret"),
-    "named_env": (lambda: _package(None, ("config/production.env", b"A=1")), "looks like a secret"),
-    "secrets_dir": (lambda: _package(None, ("secrets/token.txt", b"t")), "looks like a secret"),
-    "ssh_key": (lambda: _package(None, ("home/id_rsa", b"-----BEGIN")), "looks like a secret"),
-    "pem": (lambda: _package(None, ("certs/server.pem", b"-----BEGIN")), "looks like a secret"),
-    "key_file": (lambda: _package(None, ("tls.key", b"-----BEGIN")), "looks like a secret"),
-    "duplicate_manifest": (lambda: _package(None, ("manifest.json", b"{}")), "appears twice"),
+    # The archive attacks every zip upload refuses (skill uploads run them too).
+    **zip_attacks([("manifest.json", json.dumps(_manifest()).encode())]),
     "missing_manifest": (lambda: _zip([("agent.json", b"{}")]), "has no manifest.json"),
     "manifest_not_json": (lambda: _zip([("manifest.json", b"{not json")]), "not valid JSON"),
     "manifest_not_utf8": (lambda: _zip([("manifest.json", b"\xff\xfe{}")]), "not valid JSON"),
@@ -454,26 +426,17 @@ def test_package_of_exactly_512_entries_is_accepted(db: Session) -> None:
 
 def test_package_declaring_huge_entry_counts_is_refused_before_parsing_them(db: Session) -> None:
     account_id, app_id = _owner(db)
-    package = bytearray(_package())
-    end = package.rfind(b"PK\x05\x06")
-    package[end + 8 : end + 12] = (60_000).to_bytes(
-        2, "little"
-    ) * 2  # entries on this disk, entries in total
-    _refused(db, account_id, app_id, bytes(package), "at most 512")
+    _refused(db, account_id, app_id, declaring_huge_entry_counts(_package()), "at most 512")
 
 
 def test_package_hiding_tens_of_thousands_of_entries_behind_a_small_count_is_refused(
     db: Session,
 ) -> None:
     account_id, app_id = _owner(db)
-    package = bytearray(_package(None, *[(f"s/{i}", b"") for i in range(40_000)]))
-    end = package.rfind(b"PK\x05\x06")
-    package[end + 8 : end + 12] = (1).to_bytes(
-        2, "little"
-    ) * 2  # the end record claims a single entry
+    package = hiding_entries([("manifest.json", json.dumps(_manifest()).encode())])
     tracemalloc.start()
     try:
-        _refused(db, account_id, app_id, bytes(package), "file list is too large")
+        _refused(db, account_id, app_id, package, "file list is too large")
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -511,31 +474,7 @@ def test_entries_unpacking_to_over_64_mib_in_total_are_refused(db: Session) -> N
 @pytest.fixture(scope="module")
 def compression_bomb() -> bytes:
     """1 GiB of zeros deflated to about 1 MiB, next to a valid manifest."""
-    size = 1024 * 1024 * 1024
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
-        archive.writestr("manifest.json", json.dumps(_manifest()))
-        with archive.open("skills/zeros.md", "w") as entry:
-            block = b"\0" * (4 * 1024 * 1024)
-            for _ in range(size // len(block)):
-                entry.write(block)
-    return buffer.getvalue()
-
-
-def _lying(package: bytes, name: bytes, declared: int) -> bytes:
-    """The package with `name`'s uncompressed size rewritten to `declared` in both headers."""
-    data = bytearray(package)
-    for signature, size_at, name_len_at, name_at in (
-        (b"PK\x03\x04", 22, 26, 30),
-        (b"PK\x01\x02", 24, 28, 46),
-    ):
-        start = 0
-        while (start := data.find(signature, start)) >= 0:
-            length = int.from_bytes(data[start + name_len_at : start + name_len_at + 2], "little")
-            if bytes(data[start + name_at : start + name_at + length]) == name:
-                data[start + size_at : start + size_at + 4] = declared.to_bytes(4, "little")
-            start += 4
-    return bytes(data)
+    return hostile_zips.compression_bomb([("manifest.json", json.dumps(_manifest()).encode())])
 
 
 def test_compression_bomb_is_refused_quickly_without_inflating_it(
@@ -559,7 +498,7 @@ def test_compression_bomb_with_a_lying_size_header_is_refused_quickly(
     db: Session, compression_bomb: bytes
 ) -> None:
     account_id, app_id = _owner(db)
-    lying = _lying(compression_bomb, b"skills/zeros.md", 1000)
+    lying = hostile_zips.lying(compression_bomb, b"skills/zeros.md", 1000)
     with zipfile.ZipFile(io.BytesIO(lying)) as archive:
         assert archive.getinfo("skills/zeros.md").file_size == 1000
     tracemalloc.start()

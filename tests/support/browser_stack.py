@@ -26,6 +26,7 @@ class RunStack:
     web: WebServer
     model: ScriptedOpenAIServer
     logs: dict[str, Path]
+    data_dir: Path  # the processes' MOSOO_DATA_DIR (their object store is below it)
     app_ids: set[str] = field(default_factory=set)  # Apps whose sandboxes go when the stack stops
 
     def print_logs(self) -> None:
@@ -73,6 +74,7 @@ def browser_run_stack(
             web=WebServer(url=url, database_url=database_url, log=logs["web"]),
             model=model,
             logs=logs,
+            data_dir=root / "data",
         )
         try:
             with (

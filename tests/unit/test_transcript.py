@@ -412,3 +412,68 @@ def test_preparing_of_another_run_than_the_active_one_is_ignored() -> None:
 
     assert transcript.preparing == ""
     assert transcript.active_run_id == RUN
+
+
+def test_an_mcp_server_the_run_goes_without_is_a_line_and_a_connected_one_adds_nothing() -> None:
+    log = Log()
+    log.add("user.message", text="weather?")
+    log.add("run.started")
+    log.add("mcp.server.status", server="tools", status="connected", tools=6, required=False)
+    log.add(
+        "mcp.server.status",
+        server="weather",
+        status="failed",
+        reason="The server could not be reached.",
+        required=False,
+    )
+    log.add("agent.message.delta", message_id="m1", text="Without weather, then.")
+    log.add("run.completed")
+
+    transcript = build_transcript(log.events)
+
+    assert _kinds(transcript) == ["user", "mcp_status", "assistant", "run_end"]
+    line = transcript.items[1]
+    assert (line.name, line.status, line.text) == (
+        "weather",
+        "failed",
+        "The server could not be reached.",
+    )
+
+
+def test_an_mcp_tool_call_record_marks_its_tool_card_and_adds_no_item() -> None:
+    log = Log()
+    log.add("tool.use.started", tool_call_id="c1", name="tools__echo", input={"text": "hi"})
+    log.add("tool.use.started", tool_call_id="c2", name="bash", input={"command": "ls"})
+    log.add("tool.use.completed", tool_call_id="c1", output="echo: hi", duration_ms=40)
+    transcript = build_transcript(log.events)
+    before = transcript.version
+
+    transcript.apply(
+        log.add("mcp.tool_call", server_id="S1", server="tools", tool="echo", outcome="ok")
+    )
+
+    echo, bash = transcript.items
+    assert _kinds(transcript) == ["tool", "tool"]
+    assert (echo.server, echo.status, echo.output) == ("tools", "done", "echo: hi")
+    assert bash.server == ""
+    assert transcript.version > before  # a settled card changed: viewers re-render
+
+
+def test_an_mcp_tool_call_recorded_before_its_card_started_waits_for_it() -> None:
+    log = Log()
+    log.add("tool.use.started", tool_call_id="c1", name="tools__echo", input={"text": "1"})
+    log.add("mcp.tool_call", server="tools", tool="echo", outcome="ok")
+    # The second call's record reaches the log before the driver's start of its card.
+    log.add("mcp.tool_call", server="tools", tool="echo", outcome="error")
+    log.add("tool.use.started", tool_call_id="c2", name="tools__echo", input={"text": "2"})
+    log.add("tool.use.completed", tool_call_id="c2", output="boom", is_error=True)
+    # Another run's card of the same tool is not marked by this run's records.
+    log.add("tool.use.started", run_id="run_2", tool_call_id="c3", name="tools__echo")
+
+    transcript = build_transcript(log.events)
+
+    assert [(item.tool_call_id, item.server, item.status) for item in transcript.items] == [
+        ("c1", "tools", "running"),
+        ("c2", "tools", "error"),
+        ("c3", "", "running"),
+    ]

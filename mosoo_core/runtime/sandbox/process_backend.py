@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from driver.protocol import SKILLS_DIR
 from mosoo_core.ids import new_id
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox._base import (
@@ -464,8 +465,15 @@ class ProcessBackend(SandboxBackend):
             str(m[1]).startswith(ATTACHMENTS_DIR) for m in meta["mounts"]
         ):
             bwrap += ["--ro-bind", str(attachments), ATTACHMENTS_DIR]
+        # /opt/mosoo is the read-only runtime, where bwrap cannot make mount points: skills
+        # (/opt/mosoo/skills/<name>) go on a tmpfs over its empty skills/, read-only after.
+        skills = [m for m in meta["mounts"] if str(m[1]).startswith(f"{SKILLS_DIR}/")]
+        if skills:
+            bwrap += ["--perms", "0555", "--tmpfs", SKILLS_DIR]
         for source, target, read_only in meta["mounts"]:
             bwrap += ["--ro-bind" if read_only else "--bind", source, target]
+        if skills:
+            bwrap += ["--remount-ro", SKILLS_DIR]
         bwrap += ["--remount-ro", "/", "--clearenv"]
         environment = {
             "PATH": SANDBOX_PATH,
@@ -634,7 +642,7 @@ class ProcessBackend(SandboxBackend):
             "user": f"uid {SANDBOX_UID} inside, {who}; no capabilities, no_new_privs, no nested user namespaces",
             "namespaces": "user, mount, pid, network, ipc, uts, cgroup: fresh for every command",
             "syscalls": "no seccomp filter (Docker's default profile has no equivalent here)",
-            "filesystem": "read-only root of the host's /usr and a few /etc files; /workspace is a host dir; /tmp is a tmpfs per command; /mnt/attachments a read-only bind",
+            "filesystem": "read-only root of the host's /usr and a few /etc files; /workspace is a host dir; /tmp is a tmpfs per command; /mnt/attachments and each /opt/mosoo/skills/<name> a read-only bind",
             "network": "none by default (own namespace with only loopback); `full` shares the host's",
             "disk": "not limited",
         }

@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.routing import compile_path
 
-from mosoo_web.api.v1 import agents, environments, events, files, threads
+from mosoo_web.api.v1 import agents, environments, events, files, mcp_servers, skills, threads
 from mosoo_web.api.v1._body_limit import BodyLimit
 from mosoo_web.api.v1._errors import install_v1_error_handlers
 from mosoo_web.api.v1.schemas import ErrorBody, ErrorResponse
@@ -53,6 +53,16 @@ TAGS = [
     },
     {"name": "Events", "description": "A thread's event log: read, stream, and post user events."},
     {"name": "Files", "description": "Attachments you upload and artifacts the agent writes."},
+    {
+        "name": "MCP servers",
+        "description": "Remote tools over MCP (Streamable HTTP); their credentials are write-only "
+        "and never reach a sandbox. Test connection lists a server's tools.",
+    },
+    {
+        "name": "Skills",
+        "description": "Agent Skills packages (SKILL.md and its files) agents read when a task "
+        "fits them; every upload of new content a new version.",
+    },
 ]
 
 
@@ -69,7 +79,7 @@ def build_v1() -> FastAPI:
     install_v1_error_handlers(api)
     api.add_exception_handler(405, _method_not_allowed)
     api.add_middleware(BodyLimit)
-    for module in (agents, environments, threads, events, files):
+    for module in (agents, environments, threads, events, files, skills, mcp_servers):
         api.include_router(module.router)
     generate = api.openapi
 

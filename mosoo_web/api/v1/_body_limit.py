@@ -12,7 +12,9 @@ _MESSAGE = "Request bodies are limited to 2 MiB (upload files with POST /agents/
 
 
 def _not_an_upload(scope: Scope) -> bool:
-    return not (scope["method"] == "POST" and scope["path"].rstrip("/").endswith("/files"))
+    # File and skill uploads have their own, streamed limits.
+    path = scope["path"].rstrip("/")
+    return not (scope["method"] == "POST" and path.endswith(("/files", "/skills")))
 
 
 class BodyLimit(body_limit.BodyLimit):

@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from mosoo_core.agents import BUILTIN_TOOLS, RUNTIMES, AgentChanges, Readiness
-from mosoo_core.agents.service import MAX_TOKENS_LIMIT
+from mosoo_core.agents.service import MAX_BINDINGS, MAX_TOKENS_LIMIT
 from mosoo_core.agents.versions import VersionView
 from mosoo_core.changes import UNSET
 from mosoo_core.environments import (
@@ -36,7 +36,10 @@ from mosoo_core.environments.validation import (
     RESERVED_PREFIXES,
     RESERVED_VARIABLES,
 )
+from mosoo_core.skills import MAX_BINDINGS as MAX_SKILL_BINDINGS
+from mosoo_web.api.v1.mcp_schemas import McpServerPolicy
 from mosoo_web.api.v1.schemas import Text, _Request
+from mosoo_web.api.v1.skill_schemas import SkillBindingText
 
 EnvironmentId = Annotated[str, Path(pattern=r"^[^\x00]*$", description="An environment id.")]
 NetworkPolicy = Literal["none", "limited", "full"]
@@ -46,12 +49,14 @@ BuildStatus = Literal["queued", "building", "ready", "failed"]
 # A name with something besides white space (the service collapses runs of it).
 Name = Annotated[str, Field(min_length=1, max_length=80, pattern=r"^\s*\S[^\x00]*$")]
 # The allowlist entries the egress proxy can enforce: a host name whose last label is not a
-# number (that would be an IP address), optionally `*.` for its subdomains and a port.
+# number (that would be an IP address), optionally `*.` for its subdomains (of a name of two
+# labels at least: `*.com` is refused) and a port.
+_HOST_LABEL = r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\."
 AllowedHostEntry = Annotated[
     str,
     Field(
         max_length=253,
-        pattern=r"^(\*\.)?([A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\.)*"
+        pattern=rf"^(\*\.({_HOST_LABEL})+|({_HOST_LABEL})*)"
         r"[A-Za-z0-9-]{0,62}[A-Za-z][A-Za-z0-9-]{0,62}"
         r"(:([1-9][0-9]{0,3}|[1-5][0-9]{4}))?$",
     ),
@@ -322,6 +327,7 @@ ToolName = Literal["bash", "read", "write", "edit", "glob", "grep", "web_fetch"]
 assert set(get_args(RuntimeName)) == set(RUNTIMES), "RuntimeName and agents.RUNTIMES differ"
 assert set(get_args(ToolName)) == set(BUILTIN_TOOLS), "ToolName and agents.BUILTIN_TOOLS differ"
 ResourceId = Annotated[str, Field(pattern=r"^[A-Za-z0-9]{0,26}$")]
+BoundId = Annotated[str, Field(pattern=r"^[A-Za-z0-9]{1,26}$")]
 
 
 class ProviderOptions(_Request):
@@ -359,6 +365,26 @@ class AgentProfile(_Request):
         default=None, description="Empty string or null: the App's default environment."
     )
     provider_credential_id: ResourceId | None = None
+    mcp_servers: list[BoundId] | None = Field(
+        default=None,
+        max_length=MAX_BINDINGS,
+        description="Replaces the bound MCP server ids (null: none). A server bound twice keeps "
+        "its first place; a missing or disabled one is a readiness blocker.",
+    )
+    mcp_policies: dict[str, McpServerPolicy] | None = Field(
+        default=None,
+        max_length=MAX_BINDINGS,
+        description="Per bound server id: `default` policy for its tools (`off`, `allow`, "
+        "`ask`), per-tool overrides, `required`. Replaces them all; entries of servers not bound "
+        "are dropped; a bound server without one asks for every tool.",
+    )
+    skills: list[SkillBindingText] | None = Field(
+        default=None,
+        max_length=MAX_SKILL_BINDINGS,
+        description="Replaces the bound skills: each `<skill id>` (follows the latest version) "
+        "or `<skill id>@<version>` (pinned). A skill bound twice keeps its first binding; one "
+        "that does not exist is accepted and reported by readiness (`skill_missing`).",
+    )
 
     def changes(self) -> AgentChanges:
         """The fields given; null clears only where clearing means something (the key, the
@@ -371,7 +397,9 @@ class AgentProfile(_Request):
         )
 
 
-_CLEARABLE = frozenset({"provider_credential_id", "provider_options", "environment_id"})
+_CLEARABLE = frozenset(
+    {"provider_credential_id", "provider_options", "environment_id", "mcp_servers", "mcp_policies"}
+)
 
 
 class CreateAgent(AgentProfile):

@@ -18,7 +18,16 @@ from mosoo_core.errors import InvalidInput, PayloadTooLarge
 from mosoo_core.sessions import actions
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
-from mosoo_web.api.v1.schemas import AgentId, Deleted, File, FileId, FileList, Text, ThreadId
+from mosoo_web.api.v1.schemas import (
+    AgentId,
+    Deleted,
+    File,
+    FileId,
+    FileList,
+    Text,
+    ThreadId,
+    attachment_response,
+)
 
 router = APIRouter(tags=["Files"])
 
@@ -200,34 +209,12 @@ def content_disposition(name: str) -> str:
 
 
 # The download answers with the stored media type, whatever it is: `*/*` documents exactly that.
-_DOWNLOAD_RESPONSE = {
-    "description": "The file's bytes, streamed, with the file's `media_type` as `Content-Type` "
+_DOWNLOAD_RESPONSE = attachment_response(
+    "The file's bytes, streamed, with the file's `media_type` as `Content-Type` "
     "(`application/octet-stream` when it is unknown).",
-    "headers": {
-        "Content-Disposition": {
-            "required": True,
-            "description": "`attachment`, with an ASCII `filename` and the exact UTF-8 `filename*` (RFC 6266).",
-            "schema": {
-                "type": "string",
-                "pattern": '^attachment; filename="[^"]*"; filename\\*=UTF-8\'\'',
-            },
-        },
-        "Content-Length": {
-            "required": True,
-            "description": "The file's `size`.",
-            "schema": {"type": "integer", "minimum": 0},
-        },
-        "X-Content-Type-Options": {
-            "required": True,
-            "schema": {"type": "string", "const": "nosniff"},
-        },
-        "Cache-Control": {
-            "required": True,
-            "schema": {"type": "string", "const": "private, no-store"},
-        },
-    },
-    "content": {"application/octet-stream": {}, "*/*": {}},
-}
+    {"application/octet-stream": {}, "*/*": {}},
+    length="The file's `size`.",
+)
 
 
 @router.get(

@@ -83,6 +83,10 @@ class Agent(BaseModel):
         description="`draft` or `published`. Only published agents take API threads."
     )
     published_version: int | None = Field(description="The version new threads pin.")
+    skills: list[str] = Field(
+        description="The draft's skill bindings: `<skill id>` (the latest version) or "
+        "`<skill id>@<version>`."
+    )
     created_at: datetime
     updated_at: datetime
 
@@ -98,6 +102,7 @@ class Agent(BaseModel):
             model=view.model,
             status=view.status,
             published_version=view.published_version,
+            skills=list(view.skills),
             created_at=view.created_at,
             updated_at=view.updated_at,
         )
@@ -325,3 +330,36 @@ class FileList(BaseModel):
 class Deleted(BaseModel):
     id: str
     deleted: Literal[True] = True
+
+
+def attachment_response(
+    description: str, content: dict[str, Any], *, length: str = ""
+) -> dict[str, Any]:
+    """The OpenAPI answer of a download: streamed as an attachment, never sniffed or cached."""
+    content_length: dict[str, Any] = {"required": True, "schema": {"type": "integer", "minimum": 0}}
+    if length:
+        content_length["description"] = length
+    return {
+        "description": description,
+        "headers": {
+            "Content-Disposition": {
+                "required": True,
+                "description": "`attachment`, with an ASCII `filename` and the exact UTF-8 "
+                "`filename*` (RFC 6266).",
+                "schema": {
+                    "type": "string",
+                    "pattern": '^attachment; filename="[^"]*"; filename\\*=UTF-8\'\'',
+                },
+            },
+            "Content-Length": content_length,
+            "X-Content-Type-Options": {
+                "required": True,
+                "schema": {"type": "string", "const": "nosniff"},
+            },
+            "Cache-Control": {
+                "required": True,
+                "schema": {"type": "string", "const": "private, no-store"},
+            },
+        },
+        "content": content,
+    }

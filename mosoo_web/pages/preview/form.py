@@ -4,12 +4,10 @@ to its field (`PreviewState.field_errors`) and the last good value stays."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import reflex as rx
 from reflex.event import EventCallback
-from reflex.vars import ArrayVar
 
 from mosoo_core import agents
 from mosoo_web.components.forms import labelled
@@ -21,6 +19,7 @@ from mosoo_web.pages.preview.fields import (
     SAVE_DEBOUNCE_MS,
     TOOL_DESCRIPTIONS,
 )
+from mosoo_web.pages.preview.mcp_picker import mcp_picker
 from mosoo_web.pages.preview.readiness import pending_changes, readiness_callouts
 from mosoo_web.pages.preview.state import PreviewState
 from mosoo_web.reflex_typing import cond_value, match_component
@@ -333,31 +332,79 @@ def _environment_select() -> rx.Component:
     )
 
 
-def _bound_list(
-    items: ArrayVar[Sequence[str]], remove: EventCallback[str], empty: str, test_id: str
-) -> rx.Component:
-    return rx.vstack(
-        rx.foreach(
-            items,
-            lambda item_id: rx.hstack(
-                rx.badge("Missing", color_scheme="amber", variant="soft"),
-                rx.text(item_id, size="1", font_family="monospace", flex="1"),
-                rx.icon_button(
-                    rx.icon("x", size=12),
-                    size="1",
-                    variant="ghost",
-                    color_scheme="gray",
-                    type="button",
-                    on_click=remove(item_id),
-                    aria_label="Remove",
-                    data_testid=f"{test_id}-remove",
+def _skill_row(row: Any) -> rx.Component:
+    """One bound skill: its name, the version it follows or keeps, remove."""
+    return rx.hstack(
+        rx.cond(
+            row.missing,
+            rx.badge("Missing", color_scheme="amber", variant="soft"),
+            rx.fragment(),
+        ),
+        rx.text(row.label, size="1", flex="1", data_testid="agent-skill-name"),
+        rx.cond(
+            row.missing,
+            rx.fragment(),
+            rx.select.root(
+                rx.select.trigger(size="1", data_testid="agent-skill-version"),
+                rx.select.content(
+                    rx.foreach(
+                        row.versions,
+                        lambda version: rx.select.item(
+                            cond_value(version == "latest", "Latest version", "Version " + version),
+                            value=version,
+                        ),
+                    )
                 ),
-                align="center",
-                width="100%",
-                data_testid=f"{test_id}-bound",
+                value=row.version,
+                on_change=lambda version: PreviewState.pin_skill(row.skill_id, version),
+                size="1",
             ),
         ),
-        rx.text(empty, size="1", color_scheme="gray", data_testid=f"{test_id}-empty"),
+        rx.icon_button(
+            rx.icon("x", size=12),
+            size="1",
+            variant="ghost",
+            color_scheme="gray",
+            type="button",
+            on_click=PreviewState.remove_skill(row.binding),
+            aria_label="Remove",
+            data_testid="agent-skills-remove",
+        ),
+        align="center",
+        width="100%",
+        data_testid="agent-skills-bound",
+    )
+
+
+def _skills_picker() -> rx.Component:
+    """The bound skills (each following the latest version or keeping one) and the App's
+    other skills to add."""
+    return rx.vstack(
+        rx.foreach(PreviewState.skill_rows, _skill_row),
+        rx.cond(
+            PreviewState.unbound_skills.length() > 0,
+            rx.select.root(
+                rx.select.trigger(placeholder="Add a skill", data_testid="agent-skills-add"),
+                rx.select.content(
+                    rx.foreach(
+                        PreviewState.unbound_skills,
+                        lambda option: rx.select.item(option.name, value=option.id),
+                    )
+                ),
+                value="",
+                on_change=PreviewState.add_skill,
+            ),
+            rx.text(
+                cond_value(
+                    PreviewState.skill_options.length() > 0,
+                    "Every skill of this App is bound.",
+                    "No skills in this App yet: upload one on the Skills page.",
+                ),
+                size="1",
+                color_scheme="gray",
+                data_testid="agent-skills-empty",
+            ),
+        ),
         spacing="1",
         width="100%",
     )
@@ -366,28 +413,8 @@ def _bound_list(
 def _bindings() -> rx.Component:
     return rx.fragment(
         _field("Environment", "environment_id", _environment_select(), "agent-environment"),
-        _field(
-            "Skills",
-            "skills",
-            _bound_list(
-                PreviewState.skills,
-                PreviewState.remove_skill,
-                "No skills in this App yet — skills arrive in a later release.",
-                "agent-skills",
-            ),
-            "agent-skills",
-        ),
-        _field(
-            "MCP servers",
-            "mcp_servers",
-            _bound_list(
-                PreviewState.mcp_servers,
-                PreviewState.remove_mcp_server,
-                "No MCP servers in this App yet — they arrive in a later release.",
-                "agent-mcp-servers",
-            ),
-            "agent-mcp-servers",
-        ),
+        _field("Skills", "skills", _skills_picker(), "agent-skills"),
+        _field("MCP servers", "mcp_servers", mcp_picker(), "agent-mcp-servers"),
     )
 
 

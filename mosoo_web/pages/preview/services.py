@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mosoo_core import agents, environments, sessions, vault
+from mosoo_core import agents, environments, mcp, sessions, skills, vault
 from mosoo_core.db import session_scope
 from mosoo_core.errors import NotFound
 from mosoo_core.logs import get_logger
@@ -21,6 +21,7 @@ from mosoo_web.pages.preview.fields import (
     FIELD_TARGETS,
     NO_PROVIDER,
 )
+from mosoo_web.pages.preview.mcp_rows import McpOption
 
 log = get_logger(__name__)
 
@@ -37,6 +38,48 @@ class ProviderOption:
 class EnvironmentOption:
     id: str = ""
     label: str = ""  # "Tools · Limited: 2 hosts"
+
+
+@dataclass
+class SkillOption:
+    id: str = ""
+    name: str = ""
+    latest_version: int = 0
+
+
+@dataclass
+class SkillRow:
+    """A bound skill as the picker shows it."""
+
+    binding: str = ""  # "<id>" or "<id>@<version>", what is stored
+    skill_id: str = ""
+    label: str = ""  # the skill's name; the binding itself when the App has no such skill
+    version: str = ""  # "latest", or the pinned version's number
+    versions: list[str] = field(default_factory=list)  # the choices: "latest", "1", ...
+    missing: bool = False
+
+
+def bound_skill_rows(bindings: list[str], options: list[SkillOption]) -> list[SkillRow]:
+    """The bound skills with their names and version choices; a binding to a skill the App
+    does not have (uninstalled, another App's) or to a version it does not have is missing."""
+    by_id = {option.id: option for option in options}
+    rows: list[SkillRow] = []
+    for binding in bindings:
+        skill_id, number = skills.parse_binding(binding)
+        option = by_id.get(skill_id)
+        missing = option is None or (number is not None and number > option.latest_version)
+        rows.append(
+            SkillRow(
+                binding=binding,
+                skill_id=skill_id,
+                label=option.name if option is not None else binding,
+                version="latest" if number is None else str(number),
+                versions=["latest"]
+                + [str(n) for n in range((option.latest_version if option else 0), 0, -1)],
+                missing=missing,
+            )
+        )
+    return rows
 
 
 @dataclass
@@ -72,6 +115,9 @@ class AgentForm:
     default_environment: str  # the policy of the App's default, for the picker's hint
     skills: list[str]
     mcp_servers: list[str]
+    skill_options: list[SkillOption] = field(default_factory=list)  # the App's skills
+    mcp_policies: dict[str, Any] = field(default_factory=dict)
+    mcp_options: list[McpOption] = field(default_factory=list)  # the App's MCP servers
 
 
 @dataclass(frozen=True)
@@ -101,6 +147,8 @@ def load_agent_form(account_id: str, app_id: str, agent_id: str) -> AgentForm:
         credentials = vault.list_provider_credentials(db, account_id, app_id)
         readiness = agents.readiness(db, agent)
         app_environments = environments.list_environments(db, account_id, app_id)
+        app_skills = skills.list_skills(db, account_id, app_id)
+        app_servers = mcp.list_servers(db, account_id, app_id)
     runtime = agents.RUNTIMES.get(agent.runtime)
     options = agent.provider_options
     effort = options.get("reasoning_effort")
@@ -136,6 +184,11 @@ def load_agent_form(account_id: str, app_id: str, agent_id: str) -> AgentForm:
         ),
         skills=list(agent.skills),
         mcp_servers=list(agent.mcp_servers),
+        skill_options=[SkillOption(s.id, s.name, s.latest_version) for s in app_skills],
+        mcp_policies=dict(agent.mcp_policies),
+        mcp_options=[
+            McpOption(s.id, s.name, s.enabled, [t.name for t in s.tools]) for s in app_servers
+        ],
     )
 
 

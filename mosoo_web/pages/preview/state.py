@@ -17,6 +17,7 @@ import reflex as rx
 from mosoo_core import agents
 from mosoo_core.errors import InvalidInput, MosooError, NotFound
 from mosoo_core.runtime import pets
+from mosoo_core.skills import parse_binding
 from mosoo_web.components.versions import VersionsState
 from mosoo_web.pages.preview.fields import (
     DEFAULT_EFFORT,
@@ -27,12 +28,24 @@ from mosoo_web.pages.preview.fields import (
     TOOL_DESCRIPTIONS,
     TOOL_POLICIES,
 )
+from mosoo_web.pages.preview.mcp_rows import (
+    McpOption,
+    McpRow,
+    bound_mcp_rows,
+    with_default,
+    with_required,
+    with_tool,
+    without,
+)
 from mosoo_web.pages.preview.services import (
     AgentForm,
     BlockerRow,
     EnvironmentOption,
     ProviderOption,
     Saved,
+    SkillOption,
+    SkillRow,
+    bound_skill_rows,
     load_agent_form,
     pet_status,
     save_fields,
@@ -74,7 +87,10 @@ class PreviewState(ThreadChat, rx.State):
     environments: rx.Field[list[EnvironmentOption]] = rx.field(default_factory=list)
     default_environment: rx.Field[str] = rx.field("")
     skills: rx.Field[list[str]] = rx.field(default_factory=list)
+    skill_options: rx.Field[list[SkillOption]] = rx.field(default_factory=list)
     mcp_servers: rx.Field[list[str]] = rx.field(default_factory=list)
+    mcp_policies: rx.Field[dict[str, dict[str, Any]]] = rx.field(default_factory=dict)
+    mcp_options: rx.Field[list[McpOption]] = rx.field(default_factory=list)
     # Bumped when a model is picked from the list: the model field re-mounts.
     model_version: rx.Field[int] = rx.field(0)
     save_state: rx.Field[str] = rx.field("")  # "" (nothing saved yet), "saving", "saved"
@@ -89,6 +105,23 @@ class PreviewState(ThreadChat, rx.State):
     @rx.var
     def ready(self) -> bool:
         return not self.blockers
+
+    @rx.var
+    def skill_rows(self) -> list[SkillRow]:
+        return bound_skill_rows(self.skills, self.skill_options)
+
+    @rx.var
+    def unbound_skills(self) -> list[SkillOption]:
+        bound = {parse_binding(binding)[0] for binding in self.skills}
+        return [option for option in self.skill_options if option.id not in bound]
+
+    @rx.var
+    def mcp_rows(self) -> list[McpRow]:
+        return bound_mcp_rows(self.mcp_servers, self.mcp_policies, self.mcp_options)
+
+    @rx.var
+    def unbound_mcp_servers(self) -> list[McpOption]:
+        return [option for option in self.mcp_options if option.id not in self.mcp_servers]
 
     @rx.var
     def status(self) -> str:
@@ -173,7 +206,10 @@ class PreviewState(ThreadChat, rx.State):
         self.environments = form.environments
         self.default_environment = form.default_environment
         self.skills = form.skills
+        self.skill_options = form.skill_options
         self.mcp_servers = form.mcp_servers
+        self.mcp_policies = form.mcp_policies
+        self.mcp_options = form.mcp_options
         self.save_state = ""
         self.apply_error = ""
         self.form_version += 1
@@ -407,16 +443,84 @@ class PreviewState(ThreadChat, rx.State):
                 yield update
 
     @event
-    async def remove_skill(self, skill_id: str) -> Any:
+    async def remove_skill(self, binding: str) -> Any:
         async for update in self._save_choice(
-            "skills", [s for s in self.skills if s != skill_id], self.skills
+            "skills", [s for s in self.skills if s != binding], self.skills
         ):
+            yield update
+
+    @event
+    async def add_skill(self, skill_id: str) -> Any:
+        """Bind one of the App's skills, following its latest version."""
+        if skill_id in {option.id for option in self.unbound_skills}:
+            async for update in self._save_choice("skills", [*self.skills, skill_id], self.skills):
+                yield update
+
+    @event
+    async def pin_skill(self, skill_id: str, version: str) -> Any:
+        """Follow the skill's latest version ("latest") or keep one version."""
+        binding = skill_id if version == "latest" else f"{skill_id}@{version}"
+        if not (version == "latest" or version.isdigit()) or binding in self.skills:
+            return
+        changed = [binding if parse_binding(s)[0] == skill_id else s for s in self.skills]
+        async for update in self._save_choice("skills", changed, self.skills):
             yield update
 
     @event
     async def remove_mcp_server(self, server_id: str) -> Any:
         remaining = [s for s in self.mcp_servers if s != server_id]
-        async for update in self._save_choice("mcp_servers", remaining, self.mcp_servers):
+        async for update in self._save_mcp(remaining, without(self.mcp_policies, server_id)):
+            yield update
+
+    # --- MCP servers: bindings and their tool policies, saved together ---
+
+    async def _save_mcp(self, servers: list[str], policies: dict[str, dict[str, Any]]) -> Any:
+        """Shown at once, saved at once (`mcp_servers` and `mcp_policies`), put back if
+        refused."""
+        previous = (self.mcp_servers, self.mcp_policies)
+        self.mcp_servers, self.mcp_policies = servers, policies
+        self.save_state = "saving"
+        yield
+        changes = agents.AgentChanges(mcp_servers=servers, mcp_policies=policies)
+        if not await self._persist("mcp_servers", save_fields, changes):
+            self.mcp_servers, self.mcp_policies = previous
+
+    @event
+    async def add_mcp_server(self, server_id: str) -> Any:
+        """Bind one of the App's servers, its tools on Ask (the service's default policy)."""
+        if server_id in {option.id for option in self.unbound_mcp_servers}:
+            servers = [*self.mcp_servers, server_id]
+            async for update in self._save_mcp(servers, dict(self.mcp_policies)):
+                yield update
+
+    async def _save_policy(self, server_id: str, policies: dict[str, Any] | None) -> Any:
+        if policies is not None and server_id in self.mcp_servers:
+            async for update in self._save_mcp(list(self.mcp_servers), policies):
+                yield update
+
+    @event
+    async def set_mcp_default(self, server_id: str, value: str | list[str]) -> Any:
+        """The policy of the server's tools that have none of their own."""
+        policy = (
+            with_default(self.mcp_policies, server_id, value) if isinstance(value, str) else None
+        )
+        async for update in self._save_policy(server_id, policy):
+            yield update
+
+    @event
+    async def set_mcp_tool(self, server_id: str, tool: str, value: str) -> Any:
+        """One tool's own policy, or ("default") the server's."""
+        async for update in self._save_policy(
+            server_id, with_tool(self.mcp_policies, server_id, tool, value)
+        ):
+            yield update
+
+    @event
+    async def set_mcp_required(self, server_id: str, value: bool) -> Any:
+        """Required: a run fails (`mcp_unavailable`) when the server cannot be reached."""
+        async for update in self._save_policy(
+            server_id, with_required(self.mcp_policies, server_id, value)
+        ):
             yield update
 
     @event

@@ -229,6 +229,35 @@ def test_attachments_are_mounted_read_only(
     assert (attachment / "report.csv").read_text() == "a,b\n1,2\n"
 
 
+def test_skills_are_mounted_read_only_below_the_read_only_runtime(
+    backend: SandboxBackend, make_sandbox: MakeSandbox, sandbox_tmp: Path
+) -> None:
+    # /opt/mosoo is the runtime (read-only, and on the process backend a bind of a host
+    # directory without these folders): each skill still gets its own mount point there.
+    mounts = []
+    for name in ("release-notes", "changelog"):
+        folder = Path(tempfile.mkdtemp(dir=sandbox_tmp))
+        (folder / "SKILL.md").write_text(f"---\nname: {name}\n---\n")
+        (folder / "SKILL.md").chmod(0o444)
+        folder.chmod(0o555)
+        mounts.append(Mount(folder, f"/opt/mosoo/skills/{name}"))
+    ref = make_sandbox(mounts=tuple(mounts))
+
+    assert (
+        _sh(backend, ref, "cat /opt/mosoo/skills/changelog/SKILL.md")
+        == "---\nname: changelog\n---\n"
+    )
+    assert _sh(backend, ref, "ls /opt/mosoo/skills").split() == ["changelog", "release-notes"]
+    for command in (
+        "touch /opt/mosoo/skills/changelog/new",
+        "mkdir /opt/mosoo/skills/other",
+        "touch /opt/mosoo/new",
+    ):
+        assert backend.exec(ref, ["sh", "-c", command]).exit_code != 0, command
+    # Without skills the runtime's folder is there, empty.
+    assert _sh(backend, make_sandbox(), "ls -A /opt/mosoo/skills") == ""
+
+
 def test_there_is_no_network_but_loopback(backend: SandboxBackend, sandbox: SandboxRef) -> None:
     # No route exists, so connect fails before any packet is sent.
     script = "import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)"
