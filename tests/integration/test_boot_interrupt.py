@@ -381,15 +381,17 @@ def test_a_stop_after_the_dispatcher_died_still_releases_the_boot(
         assert "run.cancelled" in [e.type for e in actions.stop_run(owner.account_id, thread_id)]
         stopped_at = time.monotonic()
         stack.start("worker-again", "worker", "--concurrency", "2")
-        # The dead dispatcher's mark lapses, then the teardown the stop asked for runs.
-        wait_for(
-            lambda: not _containers(subject),
-            2 * DISPATCHING_MARK_SECONDS + 30,
-            "the sandbox to be removed",
-        )
-        print(
-            f"stop (no dispatcher alive) to sandbox removed: {time.monotonic() - stopped_at:.2f}s"
-        )
+
+        # The dead dispatcher's mark lapses, then the teardown the stop asked for runs: it
+        # removes the sandbox, then marks the driver stopped (wait for both, not the first).
+        def released() -> bool:
+            instance_id = _run(engine, run_id).driver_instance_id
+            return not _containers(subject) and (
+                instance_id is not None and _driver(engine, instance_id).status == "stopped"
+            )
+
+        wait_for(released, 2 * DISPATCHING_MARK_SECONDS + 30, "the boot to be released")
+        print(f"stop (no dispatcher alive) to boot released: {time.monotonic() - stopped_at:.2f}s")
         stopped = _run(engine, run_id)
         assert (stopped.status, stopped.error_code) == ("cancelled", None)
         assert _driver(engine, stopped.driver_instance_id).status == "stopped"  # type: ignore[arg-type]
