@@ -20,6 +20,7 @@ from playwright.sync_api import Browser, Page, expect
 from mosoo_core import agents, skills
 from mosoo_core.db import session_scope
 from mosoo_core.settings import reset_settings_cache
+from tests.browser.actions import choose
 from tests.browser.test_console_journey import _sign_in
 from tests.browser.test_preview_chat import _account_id
 from tests.support.browser_stack import RunStack, browser_run_stack
@@ -86,8 +87,7 @@ def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_mov
         # A provider key pointing at the scripted model server.
         page.get_by_test_id("nav-providers").click()
         page.wait_for_url(re.compile(r"/providers$"))
-        page.get_by_test_id("provider-preset").click()
-        page.get_by_role("option", name="OpenAI-compatible", exact=True).click()
+        choose(page, page.get_by_test_id("provider-preset"), "OpenAI-compatible", exact=True)
         page.get_by_test_id("provider-name-input").fill("Scripted")
         page.get_by_test_id("provider-base-url-input").fill(model.base_url)
         page.get_by_test_id("provider-key-input").fill(PROVIDER_KEY)
@@ -149,8 +149,7 @@ def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_mov
         # 2. The provider key: "Fix" focuses the select; the choice saves at once.
         _blocker(page, "Provider key").get_by_test_id("readiness-fix").click()
         expect(page.get_by_test_id("agent-provider")).to_be_focused()
-        page.get_by_test_id("agent-provider").click()
-        page.get_by_role("option", name="Scripted (default)").click()
+        choose(page, page.get_by_test_id("agent-provider"), "Scripted (default)")
         expect(blockers).to_have_count(1)
 
         # 3. The MCP server that does not exist: removed from the bindings.
@@ -162,8 +161,7 @@ def test_an_agent_goes_from_nothing_to_two_published_versions_in_preview_and_mov
         assert saved().mcp_servers == [] and saved().skills == [SKILL]
 
         # 4. Skills: bind the App's skill from the picker, drop the missing one.
-        page.get_by_test_id("agent-skills-add").click()
-        page.get_by_role("option", name="changelog").click()
+        choose(page, page.get_by_test_id("agent-skills-add"), "changelog")
         bound = page.get_by_test_id("agent-skills-bound")
         expect(bound).to_have_count(2)
         bound.filter(has_text=SKILL).get_by_test_id("agent-skills-remove").click()

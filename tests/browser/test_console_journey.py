@@ -8,6 +8,7 @@ import uuid
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from tests.browser.actions import choose
 from tests.browser.conftest import WebServer
 
 pytestmark = pytest.mark.browser
@@ -76,8 +77,7 @@ def test_new_owner_signs_in_renames_creates_switches_and_signs_out(
     assert page.url != first_app_url
 
     # Switch back with the App switcher.
-    page.get_by_test_id("app-switcher").click()
-    page.get_by_role("option", name="Support Desk").click()
+    choose(page, page.get_by_test_id("app-switcher"), "Support Desk")
     page.wait_for_url(first_app_url)
     expect(page.get_by_test_id("page-title")).to_have_text("Support Desk")
 

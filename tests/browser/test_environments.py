@@ -20,6 +20,7 @@ from mosoo_core.sessions.driver_plane import NewEvent, append_events
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.environments import Environment, EnvironmentBuild, EnvironmentRevision
+from tests.browser.actions import choose
 from tests.browser.conftest import WebServer, received_frames
 from tests.browser.test_console_journey import _sign_in
 from tests.browser.test_preview_chat import _account_id
@@ -188,8 +189,7 @@ def test_owner_builds_an_environment_in_revisions_and_cannot_delete_it_while_bou
     agent_url = page.url
     expect(page.get_by_test_id("agent-name-input")).to_have_value("Helper")  # the form is loaded
     expect(page.get_by_test_id("agent-environment")).to_have_text("Default environment")
-    page.get_by_test_id("agent-environment").click()
-    page.get_by_role("option", name="Tools · Limited: 2 hosts").click()
+    choose(page, page.get_by_test_id("agent-environment"), "Tools · Limited: 2 hosts")
     expect(page.get_by_test_id("save-indicator")).to_have_text("Saved")
     page.reload()
     expect(page.get_by_test_id("agent-environment")).to_have_text("Tools · Limited: 2 hosts")
@@ -240,8 +240,7 @@ def test_owner_builds_an_environment_in_revisions_and_cannot_delete_it_while_bou
     page.goto(agent_url)
     expect(page.get_by_test_id("agent-environment")).to_have_text(f"Missing: {GONE}")
     expect(page.get_by_test_id("readiness-blocker").filter(has_text="Environment")).to_have_count(1)
-    page.get_by_test_id("agent-environment").click()
-    page.get_by_role("option", name="Default environment").click()
+    choose(page, page.get_by_test_id("agent-environment"), "Default environment")
     expect(page.get_by_test_id("agent-environment")).to_have_text("Default environment")
     expect(page.get_by_test_id("readiness-blocker").filter(has_text="Environment")).to_have_count(0)
 

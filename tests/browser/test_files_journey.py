@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from tests.browser.actions import choose
 from tests.browser.test_console_journey import _sign_in
 from tests.support.browser_stack import RunStack, browser_run_stack
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
@@ -47,16 +48,7 @@ def _set_up_agent(page: Page, stack: RunStack) -> None:
     """A provider key pointing at the scripted server and a Task agent with bash allowed."""
     page.get_by_test_id("nav-providers").click()
     page.wait_for_url(re.compile(r"/providers$"))
-    option = page.get_by_role("option", name="OpenAI-compatible", exact=True)
-    # The page may still be loading its state: a re-render closes a select opened too early.
-    for _attempt in range(3):
-        page.get_by_test_id("provider-preset").click()
-        try:
-            expect(option).to_be_visible(timeout=5_000)
-            break
-        except AssertionError:
-            page.keyboard.press("Escape")
-    option.click()
+    choose(page, page.get_by_test_id("provider-preset"), "OpenAI-compatible", exact=True)
     page.get_by_test_id("provider-name-input").fill("Scripted")
     page.get_by_test_id("provider-base-url-input").fill(stack.model.base_url)
     page.get_by_test_id("provider-key-input").fill(PROVIDER_KEY)
@@ -71,8 +63,7 @@ def _set_up_agent(page: Page, stack: RunStack) -> None:
     page.get_by_test_id("kind-cattle").click()
     page.get_by_test_id("new-agent-submit").click()
     page.wait_for_url(AGENT_URL)
-    page.get_by_test_id("agent-provider").click()
-    page.get_by_role("option", name="Scripted (default)").click()
+    choose(page, page.get_by_test_id("agent-provider"), "Scripted (default)")
     expect(page.get_by_test_id("agent-model")).to_have_value("test-model")
     # Fields save on their own; events of one tab run in order, so the message goes after.
     page.get_by_test_id("tool-bash").get_by_role("radio", name="Allow").click()

@@ -18,6 +18,7 @@ from mosoo_core import agents
 from mosoo_core.db import session_scope
 from mosoo_core.environments import MASK
 from mosoo_core.settings import reset_settings_cache
+from tests.browser.actions import choose
 from tests.browser.conftest import WebServer, received_frames
 from tests.browser.test_console_journey import _sign_in
 from tests.browser.test_preview_chat import _account_id
@@ -149,8 +150,7 @@ def test_owner_adds_tests_edits_binds_and_cannot_delete_a_bound_mcp_server(
     assert agent_match
     agent_id = agent_match.group(1)
     expect(page.get_by_test_id("agent-name-input")).to_have_value("Helper")
-    page.get_by_test_id("agent-mcp-servers-add").click()
-    page.get_by_role("option", name="tools", exact=True).click()
+    choose(page, page.get_by_test_id("agent-mcp-servers-add"), "tools", exact=True)
     bound = page.get_by_test_id("agent-mcp-servers-bound")
     expect(bound).to_have_count(1)
     expect(bound.get_by_test_id("agent-mcp-server-name")).to_have_text("tools")
@@ -163,8 +163,7 @@ def test_owner_adds_tests_edits_binds_and_cannot_delete_a_bound_mcp_server(
     echo_row = tools.filter(
         has=page.get_by_test_id("agent-mcp-tool-name").filter(has_text=re.compile("^echo$"))
     )
-    echo_row.get_by_test_id("agent-mcp-tool-policy").click()
-    page.get_by_role("option", name="Off", exact=True).click()
+    choose(page, echo_row.get_by_test_id("agent-mcp-tool-policy"), "Off", exact=True)
     expect(echo_row.get_by_test_id("agent-mcp-tool-policy")).to_have_text("Off")
     bound.get_by_test_id("agent-mcp-required").click()
     expect(bound.get_by_test_id("agent-mcp-tools-toggle")).to_contain_text("(1 of 6)")

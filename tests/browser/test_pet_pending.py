@@ -21,6 +21,7 @@ from mosoo_core.runtime.sandbox.docker_backend import DockerBackend
 from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
 from mosoo_core.sessions import driver_plane
 from mosoo_core.settings import reset_settings_cache
+from tests.browser.actions import choose
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
 from tests.browser.test_preview_chat import _account_id
@@ -149,7 +150,6 @@ def test_the_form_hides_what_the_runtime_cannot_do(
     expect(page.get_by_test_id("readiness-blocker")).to_contain_text("Runtime")
     page.get_by_test_id("readiness-fix").click()
     expect(page.get_by_test_id("agent-runtime")).to_be_focused()
-    page.get_by_test_id("agent-runtime").click()
-    page.get_by_role("option", name="OpenAI-compatible tool loop").click()
+    choose(page, page.get_by_test_id("agent-runtime"), "OpenAI-compatible tool loop")
     expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
     expect(page.get_by_test_id("agent-reasoning-effort")).to_be_visible()

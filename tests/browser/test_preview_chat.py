@@ -18,6 +18,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.sessions import driver_plane
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.sessions import DriverInstance
+from tests.browser.actions import choose
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
 from tests.support.processes import wait_for
@@ -286,8 +287,7 @@ def test_a_ready_agent_sends_from_the_composer_stops_and_shows_a_failed_run(
     # Choose the provider key; its first model fills in; each change saves on its own.
     page.goto(f"{server.url}/apps/{app_id}/agents/{agent_id}")
     expect(page.get_by_test_id("preview-status")).to_have_text("Setup required")
-    page.get_by_test_id("agent-provider").click()
-    page.get_by_role("option", name="OpenAI (default)").click()
+    choose(page, page.get_by_test_id("agent-provider"), "OpenAI (default)")
     expect(page.get_by_test_id("agent-model")).to_have_value("gpt-4o-mini")
     page.get_by_test_id("agent-model-choice").filter(has_text="gpt-4o").last.click()
     expect(page.get_by_test_id("agent-model")).to_have_value("gpt-4o")

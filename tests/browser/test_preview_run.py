@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, WebSocket, expect
 
+from tests.browser.actions import choose
 from tests.browser.test_console_journey import _sign_in
 from tests.support.browser_stack import RunStack, browser_run_stack
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
@@ -108,8 +109,7 @@ def test_owner_approves_a_real_tool_call_then_reloads_mid_stream_and_stops_a_lon
         # Providers: an OpenAI-compatible key pointing at the scripted server.
         page.get_by_test_id("nav-providers").click()
         page.wait_for_url(re.compile(r"/providers$"))
-        page.get_by_test_id("provider-preset").click()
-        page.get_by_role("option", name="OpenAI-compatible", exact=True).click()
+        choose(page, page.get_by_test_id("provider-preset"), "OpenAI-compatible", exact=True)
         page.get_by_test_id("provider-name-input").fill("Scripted")
         page.get_by_test_id("provider-base-url-input").fill(model.base_url)
         page.get_by_test_id("provider-key-input").fill(PROVIDER_KEY)
@@ -130,8 +130,7 @@ def test_owner_approves_a_real_tool_call_then_reloads_mid_stream_and_stops_a_lon
 
         # Preview: the provider key and its model, bash on Ask (each saved on its own) -> Ready.
         expect(page.get_by_test_id("preview-status")).to_have_text("Setup required")
-        page.get_by_test_id("agent-provider").click()
-        page.get_by_role("option", name="Scripted (default)").click()
+        choose(page, page.get_by_test_id("agent-provider"), "Scripted (default)")
         expect(page.get_by_test_id("agent-model")).to_have_value("test-model")
         page.get_by_test_id("tool-bash").get_by_role("radio", name="Ask").click()
         expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
@@ -258,11 +257,9 @@ def test_owner_gives_an_agent_a_package_and_a_limited_network_from_the_console(
         page.get_by_test_id("kind-cattle").click()
         page.get_by_test_id("new-agent-submit").click()
         page.wait_for_url(AGENT_URL)
-        page.get_by_test_id("agent-provider").click()
-        page.get_by_role("option", name="Scripted (default)").click()
+        choose(page, page.get_by_test_id("agent-provider"), "Scripted (default)")
         expect(page.get_by_test_id("agent-model")).to_have_value("test-model")
-        page.get_by_test_id("agent-environment").click()
-        page.get_by_role("option", name="Greeter · Limited: 1 host").click()
+        choose(page, page.get_by_test_id("agent-environment"), "Greeter · Limited: 1 host")
         page.get_by_test_id("tool-bash").get_by_role("radio", name="Allow").click()
         page.get_by_test_id("tool-web_fetch").get_by_role("radio", name="Allow").click()
         expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
@@ -349,11 +346,9 @@ def test_owner_uploads_a_skill_binds_it_in_preview_and_the_agent_reads_it_in_the
         page.get_by_test_id("new-agent-submit").click()
         page.wait_for_url(AGENT_URL)
         expect(page.get_by_test_id("preview-status")).to_have_text("Setup required")
-        page.get_by_test_id("agent-provider").click()
-        page.get_by_role("option", name="Scripted (default)").click()
+        choose(page, page.get_by_test_id("agent-provider"), "Scripted (default)")
         expect(page.get_by_test_id("agent-model")).to_have_value("test-model")
-        page.get_by_test_id("agent-skills-add").click()
-        page.get_by_role("option", name=SKILL_NAME).click()
+        choose(page, page.get_by_test_id("agent-skills-add"), SKILL_NAME)
         expect(page.get_by_test_id("agent-skill-name")).to_have_text(SKILL_NAME)
         expect(page.get_by_test_id("save-indicator")).to_have_text("Saved")
         expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
@@ -388,8 +383,7 @@ def test_owner_uploads_a_skill_binds_it_in_preview_and_the_agent_reads_it_in_the
 def _add_provider(page: Page, base_url: str) -> None:
     page.get_by_test_id("nav-providers").click()
     page.wait_for_url(re.compile(r"/providers$"))
-    page.get_by_test_id("provider-preset").click()
-    page.get_by_role("option", name="OpenAI-compatible", exact=True).click()
+    choose(page, page.get_by_test_id("provider-preset"), "OpenAI-compatible", exact=True)
     page.get_by_test_id("provider-name-input").fill("Scripted")
     page.get_by_test_id("provider-base-url-input").fill(base_url)
     page.get_by_test_id("provider-key-input").fill(PROVIDER_KEY)

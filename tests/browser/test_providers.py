@@ -11,6 +11,7 @@ from sqlmodel import Session, create_engine, select
 
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.vault import ProviderCredential
+from tests.browser.actions import choose
 from tests.browser.conftest import WebServer, received_frames
 from tests.browser.test_console_journey import _sign_in
 from tests.support.openai_server import ScriptedOpenAIServer
@@ -27,8 +28,7 @@ def _row_named(page: Page, name: str) -> Locator:
 
 
 def _choose_preset(page: Page, label: str) -> None:
-    page.get_by_test_id("provider-preset").click()
-    page.get_by_role("option", name=label, exact=True).click()
+    choose(page, page.get_by_test_id("provider-preset"), label, exact=True)
 
 
 def test_owner_adds_a_key_sees_it_masked_and_the_full_key_never_comes_back(

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from tests.browser.actions import choose
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
 from tests.support.hostile_zips import make_zip
@@ -157,13 +158,11 @@ def test_owner_uploads_versions_of_a_skill_binds_one_in_preview_and_uninstalls_i
     page.get_by_test_id("new-agent-submit").click()
     page.wait_for_url(AGENT_URL)
     agent_url = page.url
-    page.get_by_test_id("agent-skills-add").click()
-    page.get_by_role("option", name=NAME).click()
+    choose(page, page.get_by_test_id("agent-skills-add"), NAME)
     bound = page.get_by_test_id("agent-skills-bound")
     expect(bound.get_by_test_id("agent-skill-name")).to_have_text(NAME)
     expect(bound.get_by_test_id("agent-skill-version")).to_have_text("Latest version")
-    bound.get_by_test_id("agent-skill-version").click()
-    page.get_by_role("option", name="Version 1").click()
+    choose(page, bound.get_by_test_id("agent-skill-version"), "Version 1")
     expect(page.get_by_test_id("save-indicator")).to_have_text("Saved")
     page.reload()
     expect(bound.get_by_test_id("agent-skill-version")).to_have_text("Version 1")

@@ -19,6 +19,7 @@ from mosoo_core.sessions.driver_plane import NewEvent, append_events
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import AgentSession, SessionRun
+from tests.browser.actions import choose
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
 from tests.browser.test_preview_chat import _account_id
@@ -152,12 +153,10 @@ def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("Fetch the sales data")
     page.get_by_test_id("thread-failed-filter").click()
-    page.get_by_test_id("thread-agent-filter").click()
-    page.get_by_role("option", name="Other", exact=True).click()
+    choose(page, page.get_by_test_id("thread-agent-filter"), "Other", exact=True)
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("Hello from the other agent")
-    page.get_by_test_id("thread-agent-filter").click()
-    page.get_by_role("option", name="All agents").click()
+    choose(page, page.get_by_test_id("thread-agent-filter"), "All agents")
     expect(rows).to_have_count(3)
 
     # The detail: title from the first message, agent, version, history and files.
