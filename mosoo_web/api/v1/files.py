@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import IO, Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
-from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException, MultiPartParser
 
 from mosoo_core import files, sessions
 from mosoo_core.db import session_scope
-from mosoo_core.errors import InvalidInput, PayloadTooLarge
 from mosoo_core.sessions import actions
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
+from mosoo_web.api.v1._uploads import UploadLimit, check_upload_headers, upload_form
 from mosoo_web.api.v1.schemas import (
     AgentId,
     Deleted,
@@ -31,10 +29,11 @@ from mosoo_web.api.v1.schemas import (
 
 router = APIRouter(tags=["Files"])
 
-# Room for the multipart boundaries and part headers around a file of the maximum size.
-MULTIPART_OVERHEAD = 64 * 1024
-REQUEST_LIMIT = files.MAX_FILE_BYTES + MULTIPART_OVERHEAD
-_TOO_LARGE = f"Files are limited to {files.MAX_FILE_BYTES // (1024 * 1024)} MiB."
+_LIMIT = UploadLimit(
+    max_bytes=files.MAX_FILE_BYTES,
+    too_large=f"Files are limited to {files.MAX_FILE_BYTES // (1024 * 1024)} MiB.",
+    what="the file",
+)
 
 _UPLOAD_BODY = {
     "required": True,
@@ -56,16 +55,6 @@ _UPLOAD_BODY = {
 }
 
 
-async def _limited(stream: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
-    # A body without Content-Length (chunked) is cut off here rather than spooled without end.
-    received = 0
-    async for chunk in stream:
-        received += len(chunk)
-        if received > REQUEST_LIMIT:
-            raise PayloadTooLarge(_TOO_LARGE)
-        yield chunk
-
-
 @router.post(
     "/agents/{agent_id}/files",
     status_code=201,
@@ -80,35 +69,14 @@ async def _limited(stream: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
     responses=error_responses(404, 413),
 )
 async def upload_file(agent_id: AgentId, request: Request, caller: CallerDep) -> File:
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not (declared.isascii() and declared.isdigit()):
-            raise InvalidInput("Content-Length must be a number of bytes.", field="Content-Length")
-        if int(declared) > REQUEST_LIMIT:
-            raise PayloadTooLarge(_TOO_LARGE)
-    if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
-        raise InvalidInput(
-            "Send the file as multipart/form-data in a field named `file`.", field="file"
-        )
+    check_upload_headers(request, _LIMIT)
 
     def app_of_agent() -> str:
         with session_scope() as db:
             return actions.account_agent(db, caller.account_id, agent_id).app_id
 
     app_id = await run_in_threadpool(app_of_agent)
-    parser = MultiPartParser(
-        request.headers, _limited(request.stream()), max_files=1, max_fields=10
-    )
-    try:
-        form = await parser.parse()
-    except MultiPartException as error:
-        raise InvalidInput(
-            f"The multipart body is malformed: {error.message}", field="file"
-        ) from None
-    try:
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise InvalidInput("Send the file in a multipart field named `file`.", field="file")
+    async with upload_form(request, _LIMIT) as (upload, _form):
 
         def store(source: IO[bytes], filename: str, media_type: str | None) -> File:
             with session_scope() as db:
@@ -120,8 +88,6 @@ async def upload_file(agent_id: AgentId, request: Request, caller: CallerDep) ->
         return await run_in_threadpool(
             store, upload.file, upload.filename or "", upload.content_type
         )
-    finally:
-        await form.close()
 
 
 @router.get(

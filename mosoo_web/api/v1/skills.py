@@ -4,14 +4,11 @@ download, uninstall."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException, MultiPartParser
 
 from mosoo_core import identity, skills
 from mosoo_core.db import session_scope
@@ -19,6 +16,7 @@ from mosoo_core.errors import InvalidInput, PayloadTooLarge
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
 from mosoo_web.api.v1._idempotency import answer_once
+from mosoo_web.api.v1._uploads import UploadLimit, check_upload_headers, upload_form
 from mosoo_web.api.v1.environments import app_for
 from mosoo_web.api.v1.files import content_disposition
 from mosoo_web.api.v1.schemas import (
@@ -41,10 +39,11 @@ from mosoo_web.api.v1.skill_schemas import (
 router = APIRouter(tags=["Skills"])
 
 MAX_SKILL_BYTES = skills.SKILL_LIMITS.max_bytes
-# Room for the multipart boundaries, part headers and the `app_id` field.
-MULTIPART_OVERHEAD = 64 * 1024
-REQUEST_LIMIT = MAX_SKILL_BYTES + MULTIPART_OVERHEAD
-_TOO_LARGE = f"Skill uploads are limited to {MAX_SKILL_BYTES // (1024 * 1024)} MiB."
+_LIMIT = UploadLimit(
+    max_bytes=MAX_SKILL_BYTES,
+    too_large=f"Skill uploads are limited to {MAX_SKILL_BYTES // (1024 * 1024)} MiB.",
+    what="the skill",
+)
 MAX_VERSION = 2**31 - 1  # the `number` column (INTEGER)
 
 _UPLOAD_BODY = {
@@ -83,16 +82,6 @@ _SKILL_TOO_LARGE = {
     "model": ErrorResponse,
     "description": f"`payload_too_large`: the upload is over {MAX_SKILL_BYTES // (1024 * 1024)} MiB.",
 }
-
-
-async def _limited(stream: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
-    # A body without Content-Length (chunked) is cut off here rather than spooled without end.
-    received = 0
-    async for chunk in stream:
-        received += len(chunk)
-        if received > REQUEST_LIMIT:
-            raise PayloadTooLarge(_TOO_LARGE)
-        yield chunk
 
 
 @router.get(
@@ -151,29 +140,8 @@ async def list_skills(
 async def upload_skill(
     request: Request, caller: CallerDep, idempotency_key: IdempotencyKey = None
 ) -> JSONResponse:
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not (declared.isascii() and declared.isdigit()):
-            raise InvalidInput("Content-Length must be a number of bytes.", field="Content-Length")
-        if int(declared) > REQUEST_LIMIT:
-            raise PayloadTooLarge(_TOO_LARGE)
-    if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
-        raise InvalidInput(
-            "Send the skill as multipart/form-data in a field named `file`.", field="file"
-        )
-    parser = MultiPartParser(
-        request.headers, _limited(request.stream()), max_files=1, max_fields=10
-    )
-    try:
-        form = await parser.parse()
-    except MultiPartException as error:
-        raise InvalidInput(
-            f"The multipart body is malformed: {error.message}", field="file"
-        ) from None
-    try:
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise InvalidInput("Send the skill in a multipart field named `file`.", field="file")
+    check_upload_headers(request, _LIMIT)
+    async with upload_form(request, _LIMIT) as (upload, form):
         app_field = form.get("app_id")
         if app_field is not None and not isinstance(app_field, str):
             raise InvalidInput("app_id is text.", field="app_id")
@@ -181,10 +149,8 @@ async def upload_skill(
             raise InvalidInput("app_id is an App id.", field="app_id")
         data = await upload.read(MAX_SKILL_BYTES + 1)
         if len(data) > MAX_SKILL_BYTES:
-            raise PayloadTooLarge(_TOO_LARGE)
+            raise PayloadTooLarge(_LIMIT.too_large)
         filename = upload.filename or ""
-    finally:
-        await form.close()
 
     def work() -> SkillUploaded:
         app_id = app_for(caller.account_id, app_field or None)
