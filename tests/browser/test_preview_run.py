@@ -17,6 +17,7 @@ from playwright.sync_api import Browser, Page, WebSocket, expect
 from tests.browser.actions import choose
 from tests.browser.test_console_journey import _sign_in
 from tests.support.browser_stack import RunStack, browser_run_stack
+from tests.support.mcp_server import ALLOW_PRIVATE_NETWORKS, TOOL_NAMES, MCPTestServer
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.package_index import PyPIIndex
 from tests.support.pages import LoopbackPage
@@ -64,6 +65,7 @@ def run_stack(
         extra_env={
             "MOSOO_EGRESS_ALLOW_LOOPBACK": "1",  # the index and the pages are on loopback
             "MOSOO_PIP_INDEX_URL": indexes.simple_url,
+            **ALLOW_PRIVATE_NETWORKS,  # web tests, and control proxies to, a loopback MCP server
         },
     ) as stack:
         yield stack
@@ -315,11 +317,30 @@ description: How this team deploys. Use when asked how or when to deploy.
 """
 
 
-def test_owner_uploads_a_skill_binds_it_in_preview_and_the_agent_reads_it_in_the_sandbox(
-    page: Page, browser: Browser, run_stack: RunStack, tmp_path: Path
+MCP_SERVER = "release"
+MCP_TOKEN = "mcp-journey-VAULTED-" + uuid.uuid4().hex
+MCP_TEXT = "smoke tests passed on build 412"
+SKILL_ANSWER = f"The smoke tests passed and today is fine to deploy: {SKILL_LINE}"
+SERVER_URL = re.compile(r"/apps/[0-9A-Z]{26}/mcp/[0-9A-Z]{26}$")
+
+
+@pytest.fixture
+def mcp_server() -> Iterator[MCPTestServer]:
+    """A real MCP server (the SDK) on loopback that wants a bearer token."""
+    with MCPTestServer(bearer=MCP_TOKEN) as running:
+        yield running
+
+
+def test_owner_uploads_a_skill_and_adds_an_mcp_server_binds_both_and_the_agent_uses_them(
+    page: Page, browser: Browser, run_stack: RunStack, tmp_path: Path, mcp_server: MCPTestServer
 ) -> None:
-    """Skills page: upload a SKILL.md; Preview binds it; the prompt lists it (name and
-    description only) and the agent reads it from /opt/mosoo/skills/<name>/ in its sandbox."""
+    """Skills page: upload a SKILL.md. MCP page: add a server with a bearer token; Test
+    connection lists its tools. Preview binds both (the server's tools on Ask, its default
+    when bound); the prompt lists the skill (name and description only) and the agent reads it
+    from /opt/mosoo/skills/<name>/ in its sandbox, then calls the MCP tool: the prompt shows its
+    arguments, and once allowed its card (with the MCP badge) shows the call and the server's
+    answer. The server saw the vaulted token, never the sandbox's grant, and the token never
+    reached the page. (One journey on the shared stack: a second console stack costs ~20 s.)"""
     stack, model = run_stack, run_stack.model
     skill_file = tmp_path / "deploy.md"
     skill_file.write_text(SKILL_MD)
@@ -338,6 +359,25 @@ def test_owner_uploads_a_skill_binds_it_in_preview_and_the_agent_reads_it_in_the
         page.wait_for_url(re.compile(r"/skills/[0-9A-Z]{26}$"))
         expect(page.get_by_test_id("skill-rendered")).to_contain_text(SKILL_LINE)
 
+        # MCP page: a server on loopback with a bearer token; Test connection lists its tools.
+        page.get_by_test_id("nav-mcp").click()
+        page.wait_for_url(re.compile(r"/mcp$"))
+        page.get_by_test_id("new-mcp-server").click()
+        page.wait_for_url(re.compile(r"/mcp/new$"))
+        page.get_by_test_id("mcp-name-input").fill(MCP_SERVER)
+        page.get_by_test_id("mcp-url-input").fill(mcp_server.url)
+        page.get_by_test_id("mcp-auth-bearer").click()
+        page.get_by_test_id("mcp-bearer-token").fill(MCP_TOKEN)
+        page.get_by_test_id("mcp-save").click()
+        page.wait_for_url(SERVER_URL)
+        expect(page.get_by_test_id("page-title")).to_have_text(MCP_SERVER)
+        page.get_by_test_id("mcp-test").click()
+        expect(page.get_by_test_id("mcp-test-status")).to_contain_text("Connected")
+        expect(page.get_by_test_id("mcp-tool")).to_have_count(len(TOOL_NAMES))
+        expect(
+            page.get_by_test_id("mcp-tool-name").filter(has_text=re.compile("^echo$"))
+        ).to_be_visible()
+
         page.get_by_test_id("nav-agents").click()
         page.wait_for_url(re.compile(r"/agents$"))
         page.get_by_test_id("new-agent").click()
@@ -350,27 +390,57 @@ def test_owner_uploads_a_skill_binds_it_in_preview_and_the_agent_reads_it_in_the
         expect(page.get_by_test_id("agent-model")).to_have_value("test-model")
         choose(page, page.get_by_test_id("agent-skills-add"), SKILL_NAME)
         expect(page.get_by_test_id("agent-skill-name")).to_have_text(SKILL_NAME)
+        choose(page, page.get_by_test_id("agent-mcp-servers-add"), MCP_SERVER, exact=True)
+        bound = page.get_by_test_id("agent-mcp-servers-bound")
+        expect(bound.get_by_test_id("agent-mcp-server-name")).to_have_text(MCP_SERVER)
+        expect(
+            bound.get_by_test_id("agent-mcp-default").get_by_role("radio", name="Ask")
+        ).to_be_checked()
         expect(page.get_by_test_id("save-indicator")).to_have_text("Saved")
         expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
 
         skill_path = f"/opt/mosoo/skills/{SKILL_NAME}/SKILL.md"
+        mcp_tool = f"{MCP_SERVER}__echo"
         model.add(
             ToolCallsTurn([ToolCall("read", {"path": skill_path}, id="call_skill")]),
-            TextTurn(f"From the team's deploy skill: {SKILL_LINE}"),
+            ToolCallsTurn([ToolCall(mcp_tool, {"text": MCP_TEXT}, id="call_mcp")]),
+            TextTurn(SKILL_ANSWER),
         )
         first_request = len(model.chat_requests)
-        page.get_by_test_id("chat-input").fill("when may I deploy?")
+        tested = len(mcp_server.mcp_requests())
+        page.get_by_test_id("chat-input").fill("may I deploy build 412 today?")
         page.get_by_test_id("chat-input").press("Enter")
+
+        # The MCP call waits on Ask: the prompt names the tool and shows its arguments.
+        prompt = page.get_by_test_id("chat-permission")
+        expect(prompt.get_by_test_id("permission-allow")).to_be_visible(timeout=BOOT_TIMEOUT_MS)
+        expect(prompt).to_contain_text(mcp_tool)
+        expect(prompt).to_contain_text(MCP_TEXT)
+        prompt.get_by_test_id("permission-allow").click()
+        expect(prompt).to_contain_text("Allowed once")
         expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(
-            f"From the team's deploy skill: {SKILL_LINE}", timeout=BOOT_TIMEOUT_MS
+            SKILL_ANSWER, timeout=BOOT_TIMEOUT_MS
         )
-        tool = page.get_by_test_id("chat-tool-card")
-        expect(tool).to_have_count(1)
-        expect(tool).to_have_attribute("data-status", "done")
-        expect(tool).to_contain_text(skill_path)
-        tool.locator("summary").click()
-        expect(tool.get_by_test_id("tool-output")).to_contain_text(SKILL_LINE)
-        expect(tool.get_by_test_id("tool-output")).to_contain_text(f"name: {SKILL_NAME}")
+
+        tools = page.get_by_test_id("chat-tool-card")
+        expect(tools).to_have_count(2)
+        skill_card, mcp_card = tools.nth(0), tools.nth(1)
+        expect(skill_card).to_have_attribute("data-status", "done")
+        expect(skill_card).to_contain_text(skill_path)
+        expect(skill_card.get_by_test_id("tool-mcp")).to_have_count(0)
+        skill_card.locator("summary").click()
+        expect(skill_card.get_by_test_id("tool-output")).to_contain_text(SKILL_LINE)
+        expect(skill_card.get_by_test_id("tool-output")).to_contain_text(f"name: {SKILL_NAME}")
+
+        expect(mcp_card).to_have_attribute("data-status", "done")
+        expect(mcp_card.get_by_test_id("tool-name")).to_have_text(mcp_tool)
+        expect(mcp_card.get_by_test_id("tool-mcp")).to_have_text("MCP")
+        expect(mcp_card.get_by_test_id("tool-mcp")).to_have_attribute(
+            "title", f"Answered by the MCP server {MCP_SERVER}"
+        )
+        mcp_card.locator("summary").click()
+        expect(mcp_card.get_by_test_id("tool-input")).to_contain_text(MCP_TEXT)
+        expect(mcp_card.get_by_test_id("tool-output")).to_have_text(f"echo: {MCP_TEXT}")
 
         system = model.chat_requests[first_request].messages[0]
         assert system["role"] == "system"
@@ -378,6 +448,15 @@ def test_owner_uploads_a_skill_binds_it_in_preview_and_the_agent_reads_it_in_the
         assert f"<name>{SKILL_NAME}</name>" in system["content"]
         assert f"<location>{skill_path}</location>" in system["content"]
         assert SKILL_LINE not in system["content"], "the skill's body is read, not prompted"
+        offered = {t["function"]["name"] for t in model.chat_requests[first_request].body["tools"]}
+        assert mcp_tool in offered
+
+        # Test connection (web) and the call (control's proxy) both sent the vaulted token;
+        # the sandbox's grant never left control. The token never reached the browser.
+        seen = mcp_server.mcp_requests()
+        assert tested and len(seen) > tested, "both the test and the run reached the server"
+        assert {r.authorization for r in seen} == {f"Bearer {MCP_TOKEN}"}
+        assert MCP_TOKEN not in page.content()
 
 
 def _add_provider(page: Page, base_url: str) -> None:

@@ -2,11 +2,19 @@
 `mosoo control` and `mosoo worker`, and real MCP servers on loopback: ours (the SDK, bearer
 auth) and `@modelcontextprotocol/server-everything`, a peer no one here wrote.
 
-An agent calls one tool with Allow and one with Ask (approved); the server saw the vaulted
-token and never the sandbox's grant; the token and the server's URL are nowhere in the
-container (its configuration, any process's environment or command line, the files under
-/run/mosoo and /workspace), in the events, or in the answers. A down required server fails
-the run with `mcp_unavailable`; a down optional one is reported and the run goes on."""
+An Agent bound to a skill and to two MCP servers (bearer), in one run and one sandbox: the
+system prompt the model gets lists the skill (name, description, path; not its body) and
+the read tool returns its SKILL.md from /opt/mosoo/skills/<name>/; one tool is called with
+Allow and one with Ask (approved). Each server saw its vaulted token and never a grant; the
+tokens and the servers' URLs are nowhere in the container (its configuration, any process's
+environment or command line, the files under /run/mosoo, /workspace, /tmp, /home and the
+skill mount), in the events, the snapshot, or what the model was sent. From inside the
+sandbox, over control's socket, the real proxy opens the server to this run's grant for it
+and refuses this run's grant for the other server, a grant of another (cancelled) run and
+an unknown one; once the run is over its grant is refused too.
+
+A down required server fails the run with `mcp_unavailable`; a down optional one is
+reported and the run goes on."""
 
 from __future__ import annotations
 
@@ -25,10 +33,11 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from mosoo_core import agents, mcp
+from mosoo_core import agents, mcp, sessions, skills
 from mosoo_core.mcp import McpServerChanges
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT
 from mosoo_core.sessions import actions, driver_plane
+from mosoo_core.tables.sessions import SessionRun
 from tests.support.mcp_server import ALLOW_PRIVATE_NETWORKS, MCPTestServer
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import free_port, wait_for
@@ -48,8 +57,19 @@ pytestmark = pytest.mark.integration
 REDIS_DB = db_number(12)
 PROVIDER_KEY = "sk-mcp-e2e-TOPSECRET-1a2b3c4d"
 TOKEN = "mcp-e2e-VAULTED-Tq8Wn3Lr6Xb2Yc9"
+OTHER_TOKEN = "mcp-e2e-OTHER-VAULTED-Hs5Km2Pz8Vd4"
 EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
 EVERYTHING_DIR = Path(__file__).resolve().parents[2] / "data" / "test-tools" / "server-everything"
+SKILL_MD = """\
+---
+name: weather-report
+description: Report the weather of a city with the tools server. Use when asked for weather.
+---
+# Weather report
+
+Call `tools__forecast` for the city, then `tools__echo` the one-line summary.
+"""
+SKILL_PATH = "/opt/mosoo/skills/weather-report/SKILL.md"
 
 
 @pytest.fixture
@@ -73,6 +93,12 @@ def mcp_server() -> Iterator[MCPTestServer]:
         yield server
 
 
+@pytest.fixture
+def other_server() -> Iterator[MCPTestServer]:
+    with MCPTestServer(bearer=OTHER_TOKEN) as server:
+        yield server
+
+
 def _bind(
     engine: Engine, owner: Owner, changes: list[McpServerChanges], policies: dict[str, object]
 ) -> list[str]:
@@ -93,64 +119,171 @@ def _bind(
         return [m.id for m in made]
 
 
+def _bind_skill(engine: Engine, owner: Owner) -> skills.SkillUpload:
+    with Session(engine) as db:
+        upload = skills.upload_skill(
+            db, owner.account_id, owner.app_id, SKILL_MD.encode(), "weather-report.md"
+        )
+        agents.update_agent(
+            db,
+            owner.account_id,
+            owner.app_id,
+            owner.agent_id,
+            agents.AgentChanges(skills=[upload.skill.id]),
+        )
+        db.commit()
+        return upload
+
+
 def _events(engine: Engine, thread_id: str) -> list[tuple[str, dict[str, object]]]:
     with Session(engine) as db:
         return [(e.type, e.payload) for e in driver_plane.read_events(db, thread_id, limit=1000)]
+
+
+def _python(script: str, payload: object) -> str:
+    """A bash command running `script` with `payload` as its argument, base64-encoded JSON,
+    so the command line (which the secrets probe reads) does not hold the payload as is."""
+    encoded = base64.b64encode(json.dumps(payload).encode()).decode()
+    return f"python3 -c {shlex.quote(script)} {encoded}"
 
 
 _PROBE = """
 import base64, glob, json, os, sys
 needles = json.loads(base64.b64decode(sys.argv[1]))
 places = glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline")
-for top in ("/run/mosoo", "/workspace", "/tmp", "/home"):
+for top in ("/run/mosoo", "/workspace", "/tmp", "/home", "/opt/mosoo/skills"):
     for folder, _, names in os.walk(top):
         places += [os.path.join(folder, name) for name in names]
 found = {name: [] for name in needles}
+read, drivers = [], []
 for place in places:
     try:
         with open(place, "rb") as handle:
             data = handle.read(16 * 1024 * 1024)
     except OSError:
         continue
+    read.append(place)
+    if place.endswith("/cmdline") and b"driver.main" in data:
+        drivers.append(place.replace("/cmdline", "/environ"))
     for name, value in needles.items():
         if value.encode() in data:
             found[name].append(place)
-print(json.dumps({"searched": len(places), **found}))
+print(json.dumps({
+    "read": len(read),
+    "driver_environ": [place for place in drivers if place in read],
+    "skills": [place for place in read if place.startswith("/opt/mosoo/skills/")],
+    **found,
+}))
 """
 
 
 def _probe(needles: dict[str, str]) -> str:
     """Prints what holds each needle inside the sandbox: every process's environment and
-    command line, and the files under /run/mosoo, /workspace, /tmp and /home. The needles
-    travel base64-encoded, so the probe's own command line does not hold them."""
-    encoded = base64.b64encode(json.dumps(needles).encode()).decode()
-    return f"python3 -c {shlex.quote(_PROBE)} {encoded}"
+    command line, and the files under /run/mosoo, /workspace, /tmp, /home and the skill
+    mount; with how many it could read, the driver's environment and the skill files among
+    them."""
+    return _python(_PROBE, needles)
 
 
-def test_an_agent_calls_mcp_tools_with_allow_and_ask_and_no_secret_enters_the_sandbox(
-    stack: RuntimeStack, mcp_server: MCPTestServer
+_GRANT_PROBE = """
+import base64, http.client, json, socket, sys
+
+class Control(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect("/run/mosoo/control/control.sock")
+
+initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "probe", "version": "1"}}}
+answers = {}
+for label, (server, grant) in json.loads(base64.b64decode(sys.argv[1])).items():
+    control = Control("control", timeout=30)
+    control.request("POST", "/gateway/mcp/" + server, body=json.dumps(initialize), headers={
+        "Authorization": "Bearer " + grant, "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream"})
+    response = control.getresponse()
+    code = None
+    if response.getheader("content-type", "").startswith("application/json"):
+        error = json.loads(response.read()).get("error") or {}
+        code = (error.get("data") or {}).get("code")
+    answers[label] = [response.status, code]
+    control.close()
+print(json.dumps(answers))
+"""
+
+
+def _grant_probe(grants: dict[str, tuple[str, str]]) -> str:
+    """Prints, per label, the status and error code control's MCP proxy answers to an MCP
+    `initialize` sent from inside the sandbox, over control's socket (the way out under
+    `none`), to `/gateway/mcp/<server>` with `Authorization: Bearer <grant>`."""
+    return _python(_GRANT_PROBE, grants)
+
+
+def _issue_grants(
+    engine: Engine, owner: Owner, run_id: str, server_id: str, other_id: str
+) -> dict[str, tuple[str, str]]:
+    """Grants as the worker issues them at boot: of the live run for each server, and of a
+    run of another thread (cancelled before it started) for the same server."""
+    with Session(engine) as db:
+        run = db.get(SessionRun, run_id)
+        assert run is not None
+        elsewhere = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id)
+        sent = sessions.send_message(db, owner.account_id, elsewhere.id, "never dispatched")
+        other_run = db.get(SessionRun, sent.run.id)
+        assert other_run is not None
+        grants = {
+            "this run, this server": (server_id, mcp.issue_grant(db, run, server_id)),
+            "this run, other server": (server_id, mcp.issue_grant(db, run, other_id)),
+            "other run, this server": (server_id, mcp.issue_grant(db, other_run, server_id)),
+            "unknown": (server_id, "mcg_" + "x" * 43),
+        }
+        sessions.cancel_active_run(db, owner.account_id, elsewhere.id)
+        db.commit()
+        return grants
+
+
+def test_an_agent_reads_its_skill_calls_mcp_tools_with_allow_and_ask_and_no_secret_leaks(
+    stack: RuntimeStack, mcp_server: MCPTestServer, other_server: MCPTestServer
 ) -> None:
     address = f"127.0.0.1:{mcp_server.port}"
-    needles = {"token": TOKEN, "address": address}
+    other_address = f"127.0.0.1:{other_server.port}"
+    needles = {
+        "token": TOKEN,
+        "address": address,
+        "other_token": OTHER_TOKEN,
+        "other_address": other_address,
+    }
     stack.model.add(
+        ToolCallsTurn([ToolCall("read", {"path": SKILL_PATH}, id="r1")]),
         ToolCallsTurn([ToolCall("tools__forecast", {"city": "Oslo"}, id="m1")]),
         ToolCallsTurn([ToolCall("tools__echo", {"text": "asked first"}, id="m2")]),
-        ToolCallsTurn([ToolCall("bash", {"command": _probe(needles)}, id="b1")]),
-        TextTurn("Done."),
     )
-    owner = make_agent(stack.engine, stack.model.base_url, PROVIDER_KEY)
-    [server_id] = _bind(
+    owner = make_agent(
+        stack.engine,
+        stack.model.base_url,
+        PROVIDER_KEY,
+        tools={"read": "allow", "bash": "allow"},
+    )
+    upload = _bind_skill(stack.engine, owner)
+    server_id, other_id = _bind(
         stack.engine,
         owner,
         [
             McpServerChanges(
                 name="tools", url=mcp_server.url, auth_kind="bearer", bearer_token=TOKEN
-            )
+            ),
+            McpServerChanges(
+                name="other", url=other_server.url, auth_kind="bearer", bearer_token=OTHER_TOKEN
+            ),
         ],
-        {"tools": {"default": "allow", "tools": {"echo": "ask"}, "required": True}},
+        {
+            "tools": {"default": "allow", "tools": {"echo": "ask"}, "required": True},
+            "other": {"default": "allow", "required": True},
+        },
     )
     thread = new_thread(stack.engine, owner)
-    run_id = send(stack.engine, owner.account_id, thread, "Use the tools")
+    run_id = send(stack.engine, owner.account_id, thread, "Report the weather in Oslo")
 
     def asked() -> bool:
         return any(t == "tool.confirmation.required" for t, _ in _events(stack.engine, thread))
@@ -158,46 +291,76 @@ def test_an_agent_calls_mcp_tools_with_allow_and_ask_and_no_secret_enters_the_sa
     wait_for(asked, 240, "the Ask prompt for tools__echo")
     request = next(p for t, p in _events(stack.engine, thread) if t == "tool.confirmation.required")
     assert (request["name"], request["input"]) == ("tools__echo", {"text": "asked first"})
-    # While it waits, the container is live: its configuration holds neither secret.
+    # While it waits, the container is live: its configuration holds no secret.
     [container] = docker.from_env().containers.list(
         filters={"label": f"{LABEL_SUBJECT}=session:{thread}"}
     )
     configuration = json.dumps(container.attrs)
     assert container.attrs["HostConfig"]["NetworkMode"] == "none"
-    assert TOKEN not in configuration and address not in configuration
+    assert not [name for name, value in needles.items() if value in configuration]
+    # The run is live: once Ask is answered, the sandbox presents grants to the real proxy.
+    grants = _issue_grants(stack.engine, owner, run_id, server_id, other_id)
+    stack.model.add(
+        ToolCallsTurn([ToolCall("bash", {"command": _grant_probe(grants)}, id="g1")]),
+        ToolCallsTurn([ToolCall("bash", {"command": _probe(needles)}, id="b1")]),
+        TextTurn("Oslo: 21.5 °C, clear."),
+    )
     actions.answer_permission(owner.account_id, thread, str(request["request_id"]), "allow_once")
     run = wait_run(stack.engine, run_id, 240)
     assert run.status == "completed", (run.error_code, run.error_message)
 
+    # The model was told of the skill (where it is, not what it says) and read it there.
+    system = stack.model.chat_requests[0].messages[0]
+    assert system["role"] == "system"
+    assert "<available_skills>" in system["content"]
+    assert "<name>weather-report</name>" in system["content"]
+    assert f"<description>{upload.version.description}</description>" in system["content"]
+    assert f"<location>{SKILL_PATH}</location>" in system["content"]
+    assert "then `tools__echo` the one-line summary" not in system["content"]
     events = _events(stack.engine, thread)
     completed = {p["tool_call_id"]: p for t, p in events if t == "tool.use.completed"}
+    assert completed["r1"]["is_error"] is False
+    read = str(completed["r1"]["output"])
+    assert [line.split("\t", 1)[1] for line in read.splitlines()] == SKILL_MD.splitlines()
     assert completed["m1"]["structured_content"] == {
         "city": "Oslo",
         "temperature_c": 21.5,
         "sky": "clear",
     }
     assert completed["m2"]["output"] == "echo: asked first"
+    # Only this run's grant for this server opens it; the proxy itself refuses the others.
+    assert json.loads(str(completed["g1"]["output"])) == {
+        "this run, this server": [200, None],
+        "this run, other server": [401, "invalid_grant"],
+        "other run, this server": [401, "invalid_grant"],
+        "unknown": [401, "invalid_grant"],
+    }
     probe = json.loads(str(completed["b1"]["output"]))
-    assert probe["searched"] > 10 and (probe["token"], probe["address"]) == ([], []), probe
-    status = [p for t, p in events if t == "mcp.server.status"]
-    assert status and status[0]["status"] == "connected" and status[0]["server"] == "tools"
+    assert probe["read"] > 5 and probe["driver_environ"] and SKILL_PATH in probe["skills"], probe
+    assert all(probe[name] == [] for name in needles), probe
+    status = {p["server"]: p["status"] for t, p in events if t == "mcp.server.status"}
+    assert status == {"tools": "connected", "other": "connected"}
     calls = [p for t, p in events if t == "mcp.tool_call"]
     assert [(c["tool"], c["outcome"]) for c in calls] == [("forecast", "ok"), ("echo", "ok")]
     assert all(c["server_id"] == server_id for c in calls)
-    # The server saw the vaulted token on every request, never a grant.
+    # Each server saw its own vaulted token on every request, never a grant.
     seen = mcp_server.mcp_requests()
     assert seen and {r.authorization for r in seen} == {f"Bearer {TOKEN}"}
-    # Nor is either secret in the events, the snapshot, or what the model was sent.
+    other_seen = other_server.mcp_requests()
+    assert other_seen and {r.authorization for r in other_seen} == {f"Bearer {OTHER_TOKEN}"}
+    # Nor is any secret in the events, the snapshot, or what the model was sent.
     everything = json.dumps(events) + json.dumps(run.snapshot)
     everything += json.dumps([r.body for r in stack.model.requests])
-    assert TOKEN not in everything and address not in everything
-    # The grants of that run no longer open anything.
-    grant_less = httpx.post(
+    assert not [name for name, value in needles.items() if value in everything]
+    assert run.snapshot["skills"][0]["path"] == SKILL_PATH
+    # The run is over: the grant that opened the server a moment ago no longer does.
+    finished = httpx.post(
         f"http://127.0.0.1:{stack.env['MOSOO_CONTROL_PORT']}/gateway/mcp/{server_id}",
-        headers={"Authorization": "Bearer mcg_" + "x" * 43},
+        headers={"Authorization": f"Bearer {grants['this run, this server'][1]}"},
         json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
     )
-    assert grant_less.status_code == 401
+    assert finished.status_code == 401
+    assert finished.json()["error"]["data"]["code"] == "invalid_grant"
 
 
 def test_a_down_required_server_fails_the_run_and_a_down_optional_one_is_reported(
