@@ -33,6 +33,7 @@ def _configuration() -> dict[str, Any]:
                 "task": "mosoo.sweep_environment_builds",
                 "schedule": 300.0,
             },
+            "collect-skill-files": {"task": "mosoo.collect_skill_files", "schedule": 3600.0},
         },
         "beat_schedule_filename": str(
             (settings.data_dir / "run" / "celerybeat-schedule").resolve()

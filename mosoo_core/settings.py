@@ -107,6 +107,9 @@ class Settings(BaseSettings):
     # revision needs is kept after its last run (then the beat collects it).
     build_timeout_seconds: float = 900.0
     environment_layer_keep_hours: float = 168.0
+    # How long an extracted skill version (data/skills/<version id>) no sandbox mounts is kept
+    # after a run last used it (then the beat collects it; a later run extracts it again).
+    skill_cache_keep_hours: float = 168.0
 
     # Public API v1: requests a minute per access token, and how often an idle event
     # stream sends a keep-alive comment (proxies close connections that stay silent).

@@ -13,6 +13,7 @@ from mosoo_core.celery_app import app
 from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
 from mosoo_core.runtime import builds
+from mosoo_core.runtime import skills as skill_files
 from mosoo_core.runtime.runs import DISPATCHING_MARK_SECONDS, finish_run_sandbox, sweep_stuck_boots
 from mosoo_core.runtime.runs import dispatch_run as dispatch
 from mosoo_core.runtime.runs import sweep_sandboxes as sweep
@@ -107,6 +108,12 @@ def sweep_environment_builds() -> int:
     for packages_hash in builds.queued_builds(older_than=timedelta(seconds=30)):
         builds.build_packages(packages_hash)
     return builds.collect_layers()
+
+
+@app.task(name="mosoo.collect_skill_files")
+def collect_skill_files() -> int:
+    """Extracted skill versions no sandbox mounts and no run used lately are removed."""
+    return skill_files.collect_skill_files()
 
 
 __all__ = ["app"]

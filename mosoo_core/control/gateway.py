@@ -1,14 +1,21 @@
 """The model gateway: a run's grant becomes the provider's key here, in control's memory
-only; the provider's answer streams back unchanged and each call leaves one usage record."""
+only; the provider's answer streams back unchanged and each call leaves one usage record.
+
+Two APIs, one code path: the OpenAI-compatible one (`/gateway/openai/v1/...`) and
+Anthropic's Messages API (`/gateway/anthropic/v1/messages`, `.../messages/count_tokens`,
+`.../models`). An `Api` says only what differs between them: which paths it relays, how
+the key travels, the shape of the gateway's own errors and where the usage numbers are."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 from starlette.background import BackgroundTask
@@ -42,13 +49,6 @@ class Upstream:
     api_key: str | None
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    # OpenAI-style error body so SDKs surface a readable message.
-    return JSONResponse(
-        {"error": {"code": code, "message": message, "type": code}}, status_code=status
-    )
-
-
 def _bearer(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
@@ -56,8 +56,12 @@ def _bearer(request: Request) -> str | None:
     return request.headers.get("x-api-key")
 
 
-class UsageTap:
-    """Watches a streamed (SSE) or plain JSON answer for the provider's usage numbers."""
+# --- usage taps ---------------------------------------------------------------------------
+
+
+class UsageTap(abc.ABC):
+    """Watches a streamed (SSE) or plain JSON answer for the provider's usage numbers;
+    each API's tap says where they are (`_take`, called with every JSON object seen)."""
 
     def __init__(self, streaming: bool) -> None:
         self.streaming = streaming
@@ -83,11 +87,30 @@ class UsageTap:
             obj = json.loads(data)
         except ValueError:
             return
-        self._take(obj)
+        if isinstance(obj, dict):
+            self._take(obj)
 
-    def _take(self, obj: Any) -> None:
-        if not isinstance(obj, dict):
-            return
+    @abc.abstractmethod
+    def _take(self, obj: dict[str, Any]) -> None: ...
+
+    def finish(self) -> None:
+        if self.streaming:
+            self._line(self.buffer.strip())
+        else:
+            with contextlib.suppress(ValueError):
+                obj = json.loads(self.buffer or b"null")
+                if isinstance(obj, dict):
+                    self._take(obj)
+
+    @abc.abstractmethod
+    def numbers(self) -> usage.UsageNumbers | None: ...
+
+
+class OpenAIUsageTap(UsageTap):
+    """Chat Completions' usage chunk (or whole answer), the Responses API's
+    `response.completed`."""
+
+    def _take(self, obj: dict[str, Any]) -> None:
         if isinstance(obj.get("usage"), dict):
             self.usage = obj["usage"]
         response = obj.get("response")  # Responses API: response.completed carries usage
@@ -99,12 +122,132 @@ class UsageTap:
         if isinstance(obj.get("model"), str):
             self.model = obj["model"]
 
-    def finish(self) -> None:
-        if self.streaming:
-            self._line(self.buffer.strip())
-        else:
-            with contextlib.suppress(ValueError):
-                self._take(json.loads(self.buffer or b"null"))
+    def numbers(self) -> usage.UsageNumbers | None:
+        return usage.parse_usage(self.usage)
+
+
+class AnthropicUsageTap(UsageTap):
+    """Messages API: `message_start` carries the input counts (and the model), each
+    `message_delta` the cumulative counts so far (at least `output_tokens`); a whole
+    `message` carries them all."""
+
+    def _take(self, obj: dict[str, Any]) -> None:
+        kind = obj.get("type")
+        message = obj.get("message") if kind == "message_start" else obj
+        if kind in ("message_start", "message") and isinstance(message, dict):
+            if isinstance(message.get("model"), str):
+                self.model = message["model"]
+            if isinstance(message.get("usage"), dict):
+                self.usage = dict(message["usage"])
+        elif kind == "message_delta" and isinstance(obj.get("usage"), dict):
+            latest = {k: v for k, v in obj["usage"].items() if v is not None}
+            self.usage = {**(self.usage or {}), **latest}
+
+    def numbers(self) -> usage.UsageNumbers | None:
+        return usage.parse_anthropic_usage(self.usage)
+
+
+# --- the APIs -----------------------------------------------------------------------------
+
+
+class Api(abc.ABC):
+    """What one upstream API needs from the shared proxy."""
+
+    name: ClassVar[str]
+    tap: ClassVar[type[UsageTap]]
+
+    @abc.abstractmethod
+    def offers(self, method: str, path: str) -> bool:
+        """Whether the gateway relays this call at all."""
+
+    @abc.abstractmethod
+    def bills(self, method: str, path: str) -> bool:
+        """Whether a successful call is a model call that leaves a usage record."""
+
+    @abc.abstractmethod
+    def error(self, status: int, code: str, message: str) -> JSONResponse: ...
+
+    def prepare(self, path: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+        """A rewritten request body, or None to relay the caller's bytes unchanged."""
+        return None
+
+    @abc.abstractmethod
+    def upstream_headers(self, request: Request, upstream: Upstream) -> dict[str, str]: ...
+
+
+class OpenAIApi(Api):
+    name = "openai"
+    tap = OpenAIUsageTap
+
+    def offers(self, method: str, path: str) -> bool:
+        return True
+
+    def bills(self, method: str, path: str) -> bool:
+        return method == "POST"
+
+    def error(self, status: int, code: str, message: str) -> JSONResponse:
+        # OpenAI-style error body so SDKs surface a readable message.
+        return JSONResponse(
+            {"error": {"code": code, "message": message, "type": code}}, status_code=status
+        )
+
+    def prepare(self, path: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+        if payload.get("stream") and path.endswith("chat/completions"):
+            # Ask for the usage chunk so every streamed call can be recorded exactly.
+            options = {**(payload.get("stream_options") or {}), "include_usage": True}
+            return {**payload, "stream_options": options}
+        return None
+
+    def upstream_headers(self, request: Request, upstream: Upstream) -> dict[str, str]:
+        return vault.provider_headers(upstream.provider, upstream.api_key)
+
+
+# Anthropic's error types by status, for the gateway's own refusals.
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+}
+# The caller's own Anthropic headers that shape the call (API version, beta features).
+_ANTHROPIC_PASSTHROUGH = ("anthropic-version", "anthropic-beta")
+
+
+class AnthropicApi(Api):
+    name = "anthropic"
+    tap = AnthropicUsageTap
+    # Model calls and model listing only: batches, files and the rest would spend or hold
+    # data outside any usage record.
+    _POST = re.compile(r"messages(/count_tokens)?")
+    _GET = re.compile(r"models(/[A-Za-z0-9._:@-]+)?")
+
+    def offers(self, method: str, path: str) -> bool:
+        pattern = self._POST if method == "POST" else self._GET
+        return pattern.fullmatch(path) is not None
+
+    def bills(self, method: str, path: str) -> bool:
+        return method == "POST" and path == "messages"  # count_tokens is free
+
+    def error(self, status: int, code: str, message: str) -> JSONResponse:
+        kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error")
+        return JSONResponse(
+            {"type": "error", "error": {"type": kind, "message": message, "code": code}},
+            status_code=status,
+        )
+
+    def upstream_headers(self, request: Request, upstream: Upstream) -> dict[str, str]:
+        # Anthropic itself takes `x-api-key` (plus a version); a Messages-compatible
+        # endpoint of another kind takes a bearer key.
+        passed = {k: v for k in _ANTHROPIC_PASSTHROUGH if (v := request.headers.get(k))}
+        return {
+            **vault.provider_headers(upstream.provider, upstream.api_key, native=True),
+            **passed,
+        }
+
+
+# --- the proxy ----------------------------------------------------------------------------
 
 
 def build_routes(
@@ -115,28 +258,30 @@ def build_routes(
     client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(600.0, connect=15.0))
 
     def authorize(
-        token: str | None, model: str | None
+        api: Api, token: str | None, model: str | None
     ) -> tuple[driver_plane.GrantContext, Upstream] | JSONResponse:
         with session_scope() as db:
             grant = driver_plane.resolve_model_grant(db, token)
             if grant is None:
-                return _error(
+                return api.error(
                     401, "invalid_grant", "The model grant is unknown, expired or its run is over."
                 )
             if model is not None and grant.allowed_models and model not in grant.allowed_models:
-                return _error(
+                return api.error(
                     403, "model_not_allowed", f"Model {model!r} is not allowed for this run."
                 )
             try:
                 return grant, resolve_upstream(db, grant)
             except (LookupError, MosooError):
-                return _error(409, "provider_missing", "The run's provider key no longer exists.")
+                return api.error(
+                    409, "provider_missing", "The run's provider key no longer exists."
+                )
 
     def record(
         grant: driver_plane.GrantContext, upstream: Upstream, model: str, tap: UsageTap
     ) -> None:
         tap.finish()
-        numbers = usage.parse_usage(tap.usage)
+        numbers = tap.numbers()
         if numbers is None:
             log.warning("gateway.no_usage", run_id=grant.run_id, model=model)
             return
@@ -153,35 +298,32 @@ def build_routes(
                 purpose=grant.purpose,
             )
 
-    async def openai_proxy(request: Request) -> Response:
+    async def relay(api: Api, request: Request) -> Response:
         path = request.path_params["path"]
+        if not api.offers(request.method, path):
+            return api.error(404, "not_offered", f"The gateway does not relay {path!r}.")
         body = await request.body()
         if len(body) > MAX_REQUEST_BYTES:
-            return _error(413, "request_too_large", "Request body exceeds 8 MiB.")
+            return api.error(413, "request_too_large", "Request body exceeds 8 MiB.")
         payload: Any = None
         if body:
             try:
                 payload = json.loads(body)
             except ValueError:
-                return _error(400, "invalid_json", "Request body is not JSON.")
+                return api.error(400, "invalid_json", "Request body is not JSON.")
         model = payload.get("model") if isinstance(payload, dict) else None
-        outcome = await asyncio.to_thread(authorize, _bearer(request), model)
+        outcome = await asyncio.to_thread(authorize, api, _bearer(request), model)
         if isinstance(outcome, JSONResponse):
             return outcome
         grant, upstream = outcome
         streaming = isinstance(payload, dict) and bool(payload.get("stream"))
-        if streaming and path.endswith("chat/completions"):
-            # Ask for the usage chunk so every streamed call can be recorded exactly.
-            payload["stream_options"] = {
-                **(payload.get("stream_options") or {}),
-                "include_usage": True,
-            }
-            body = json.dumps(payload).encode()
+        if isinstance(payload, dict) and (rewritten := api.prepare(path, payload)) is not None:
+            body = json.dumps(rewritten).encode()
         # Identity encoding: the bytes we relay are exactly the provider's bytes.
         headers = {
             "content-type": request.headers.get("content-type", "application/json"),
             "accept-encoding": "identity",
-            **vault.provider_headers(upstream.provider, upstream.api_key),
+            **api.upstream_headers(request, upstream),
         }
         url = f"{upstream.base_url.rstrip('/')}/{path}"
         try:
@@ -195,33 +337,43 @@ def build_routes(
             answer = await client.send(upstream_request, stream=True)
         except httpx.HTTPError as error:
             log.warning(
-                "gateway.upstream_unreachable", run_id=grant.run_id, error=type(error).__name__
+                "gateway.upstream_unreachable",
+                api=api.name,
+                run_id=grant.run_id,
+                error=type(error).__name__,
             )
-            return _error(
+            return api.error(
                 502,
                 "upstream_unreachable",
                 f"The provider could not be reached ({type(error).__name__}).",
             )
-        tap = UsageTap(streaming=streaming)
+        tap = api.tap(streaming=streaming)
 
-        async def relay() -> AsyncIterator[bytes]:
+        async def stream() -> AsyncIterator[bytes]:
             async for chunk in answer.aiter_bytes():
                 tap.feed(chunk)
                 yield chunk
 
         async def done() -> None:
             await answer.aclose()
-            if answer.status_code < 400 and request.method == "POST":
+            # An error answer (its status and body relayed as they are) bills nothing.
+            if answer.status_code < 400 and api.bills(request.method, path):
                 await asyncio.to_thread(record, grant, upstream, model or "", tap)
 
         response_headers = {
             k: v for k, v in answer.headers.items() if k.lower() not in _HOP_HEADERS
         }
         return StreamingResponse(
-            relay(),
+            stream(),
             status_code=answer.status_code,
             headers=response_headers,
             background=BackgroundTask(done),
         )
 
-    return [Route("/gateway/openai/v1/{path:path}", openai_proxy, methods=["GET", "POST"])]
+    def route(prefix: str, api: Api) -> Route:
+        async def endpoint(request: Request) -> Response:
+            return await relay(api, request)
+
+        return Route(f"/gateway/{prefix}/v1/{{path:path}}", endpoint, methods=["GET", "POST"])
+
+    return [route("openai", OpenAIApi()), route("anthropic", AnthropicApi())]

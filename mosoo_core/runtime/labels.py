@@ -13,6 +13,9 @@ LABEL_BUILT_FROM = "mosoo.built_from"
 # layer's collection can see it is in use; on build sandboxes: the packages hash they build.
 LABEL_ENV_LAYER = "mosoo.env_layer"
 LABEL_BUILD = "mosoo.build"
+# On run sandboxes: the skill versions they mount ("<version id>,..."; "" for none), so a Pet
+# run lists what its sandbox has and the collection of extracted skills sees what is in use.
+LABEL_SKILLS = "mosoo.skills"
 
 
 def installation_label() -> dict[str, str]:

@@ -70,7 +70,7 @@ from mosoo_core.tables.environments import EnvironmentRevision
 from mosoo_core.tables.files import StoredFile
 from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
 from mosoo_core.tables.vault import ProviderCredential
-from mosoo_core.vault.types import ProviderKind
+from mosoo_core.vault.types import PROVIDER_PRESETS, ProviderKind
 
 log = get_logger(__name__)
 READY_TIMEOUT_SECONDS = 60.0
@@ -188,8 +188,21 @@ def openai_api_style(db: Session, credential_id: str) -> Literal["chat_completio
     return "chat_completions"
 
 
-def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.StoredEvent]]:
-    """Freeze the run's snapshot and register its driver. None when there is nothing to boot."""
+def gateway_api(db: Session, credential_id: str) -> Literal["openai", "anthropic"]:
+    """The gateway route a run's provider speaks natively: the Anthropic preset has the
+    Messages API (`/gateway/anthropic/v1`), every other preset the OpenAI-compatible one."""
+    credential = db.get(ProviderCredential, credential_id)
+    if credential is None or credential.provider not in PROVIDER_PRESETS:
+        return "openai"
+    return PROVIDER_PRESETS[ProviderKind(credential.provider)].gateway_api
+
+
+def plan_boot(
+    db: Session, run_id: str, backend: SandboxBackend | None = None
+) -> tuple[BootPlan | None, list[sessions.StoredEvent]]:
+    """Freeze the run's snapshot and register its driver. None when there is nothing to boot.
+    For a Pet, `backend` (default: the configured one) says whether its sandbox exists and
+    what that sandbox mounts."""
     run = db.get(SessionRun, run_id)
     if run is None or run.status != "queued":
         return None, []
@@ -217,6 +230,8 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         )
     assert profile.provider_credential_id is not None
     subject = f"agent:{agent.id}" if profile.kind == "pet" else f"session:{session.id}"
+    # Asked before anything is written: a Pet run uses the Agent's sandbox if there is one.
+    pet_sandbox = _pet_sandbox(backend or get_backend(), subject) if profile.kind == "pet" else None
     driver = driver_plane.register_driver(
         db, app_id=run.app_id, subject=subject, runtime=profile.runtime, session_id=session.id
     )
@@ -247,6 +262,10 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         if profile.kind == "pet"
         else _frozen_revision(db, session, profile.environment_id)
     )
+    if pet_sandbox is not None:
+        # Until Apply the Pet's sandbox keeps the skills it was made with: the run lists those
+        # (the prompt must never name a SKILL.md that is not mounted), not the ones bound since.
+        bound_skills = _mounted_skills(db, pet_sandbox, profile, revision.id, bound_skills)
     variables = environments.run_variables(db, revision.id)
     packages = {k: list(v) for k, v in (revision.packages or {}).items() if v}
     layer_env = _layer_environment(packages)
@@ -260,7 +279,9 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
         tools=dict(profile.tools),
         provider_options=dict(profile.provider_options),
         gateway=GatewayGrant(
-            grant=grant, api_style=openai_api_style(db, profile.provider_credential_id)
+            grant=grant,
+            provider=gateway_api(db, profile.provider_credential_id),
+            api_style=openai_api_style(db, profile.provider_credential_id),
         ),
         skills=[
             SkillBinding(
@@ -342,6 +363,30 @@ def plan_boot(db: Session, run_id: str) -> tuple[BootPlan | None, list[sessions.
     return plan, []
 
 
+def _pet_sandbox(backend: SandboxBackend, subject: str) -> SandboxRef | None:
+    """The Pet's sandbox, as `_sandbox_for` finds it; None when the run will make one."""
+    refs = backend.list_by_label({LABEL_SUBJECT: subject, **installation_label()})
+    return refs[0] if refs else None
+
+
+def _mounted_skills(
+    db: Session,
+    ref: SandboxRef,
+    profile: agents.AgentView,
+    revision_id: str,
+    bound: list[skills.BoundSkill],
+) -> list[skills.BoundSkill]:
+    """The skill versions an existing Pet sandbox mounts (its label). One made before that
+    label mounts the bound ones when its skills are not pending; else nothing is listed."""
+    version_ids = skill_files.mounted_versions(ref.labels)
+    if version_ids is not None:
+        return skills.bound_versions(db, profile.app_id, version_ids)
+    pending = agents.pending_sandbox_fields(
+        profile, ref.labels.get(LABEL_BUILT_FROM), revision_id, [b.version_id for b in bound]
+    )
+    return [] if "skills" in pending else bound
+
+
 def _layer_environment(packages: dict[str, list[str]]) -> dict[str, str]:
     """What finds the packages of a layer (the image's PATH already names its `bin`
     folders, and its NODE_PATH the node_modules). Python's path is set only for the agent's
@@ -387,6 +432,7 @@ def _sandbox_for(
         labels[LABEL_ENV_LAYER] = layer.layer
         mounts = (builds.layer_mount(layer.path),)
     mounts += skill_files.skill_mounts(plan.skills)
+    labels |= skill_files.skills_label(plan.skills)
     spec = SandboxSpec(
         subject=plan.subject,
         app_id=plan.app_id,
@@ -532,7 +578,7 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
             and run.started_at is None
         )
         if not stopped_boot:
-            plan, events = plan_boot(db, run_id)
+            plan, events = plan_boot(db, run_id, backend)
     streams.publish_events(events)
     if stopped_boot:
         _release_run_sandbox(run_id, backend)

@@ -501,21 +501,43 @@ def bound_skills(db: Session, app_id: str, bindings: Sequence[str]) -> list[Boun
         row = _version_row(db, skill.id, number if number is not None else skill.latest_version)
         if row is None:
             continue
-        found.append(
-            BoundSkill(
-                binding=binding,
-                skill_id=skill.id,
-                name=skill.name,
-                description=row.description,
-                version=row.number,
-                version_id=row.id,
-                pinned=number is not None,
-                kind=row.kind,
-                object_key=row.object_key,
-                content_sha256=row.content_sha256,
-            )
-        )
+        found.append(_bound(binding, skill, row, pinned=number is not None))
     return found
+
+
+def bound_versions(db: Session, app_id: str, version_ids: Sequence[str]) -> list[BoundSkill]:
+    """These versions of the App's skills as a run lists and mounts them, in the order
+    given (a Pet sandbox keeps the versions it was made with until Apply). Versions of an
+    uninstalled skill are kept: the sandbox still mounts them. Unknown ids are left out."""
+    if not version_ids:
+        return []
+    rows = {
+        row.id: (row, skill)
+        for row, skill in db.exec(
+            select(SkillVersion, Skill)
+            .join(Skill, col(Skill.id) == col(SkillVersion.skill_id))
+            .where(col(SkillVersion.id).in_(list(version_ids)), SkillVersion.app_id == app_id)
+        ).all()
+    }
+    return [
+        _bound(f"{skill.id}@{row.number}", skill, row, pinned=True)
+        for row, skill in (rows[version_id] for version_id in version_ids if version_id in rows)
+    ]
+
+
+def _bound(binding: str, skill: Skill, row: SkillVersion, *, pinned: bool) -> BoundSkill:
+    return BoundSkill(
+        binding=binding,
+        skill_id=skill.id,
+        name=skill.name,
+        description=row.description,
+        version=row.number,
+        version_id=row.id,
+        pinned=pinned,
+        kind=row.kind,
+        object_key=row.object_key,
+        content_sha256=row.content_sha256,
+    )
 
 
 def missing_skill_names(db: Session, app_id: str, bindings: Sequence[str]) -> dict[str, str]:

@@ -21,8 +21,11 @@ class UsageEvent(SQLModel, table=True):
     purpose: str = Field(default="preview", max_length=16)
     provider: str = Field(max_length=32)
     model: str = Field(max_length=200)
+    # The whole prompt, cache reads and writes included (Anthropic's own `input_tokens`
+    # is the remainder: input - cached - cache creation).
     input_tokens: int = 0
     cached_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
     # Pricing arrives with the Usage issue; until then calls are recorded with cost unknown.

@@ -12,10 +12,15 @@ from mosoo_core.tables.usage import UsageEvent
 
 @dataclass(frozen=True)
 class UsageNumbers:
+    """One call's tokens, counted the OpenAI way whatever the provider: `input_tokens` is the
+    whole prompt, of which `cached_input_tokens` were read from the provider's cache and
+    `cache_creation_input_tokens` were written to it (Anthropic's prompt caching)."""
+
     input_tokens: int = 0
     cached_input_tokens: int = 0
     output_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_creation_input_tokens: int = 0
 
 
 def _int(value: Any) -> int:
@@ -42,6 +47,23 @@ def parse_usage(usage: dict[str, Any] | None) -> UsageNumbers | None:
     )
 
 
+def parse_anthropic_usage(usage: dict[str, Any] | None) -> UsageNumbers | None:
+    """Anthropic Messages usage (`input_tokens`, `cache_creation_input_tokens`,
+    `cache_read_input_tokens`, `output_tokens`). Anthropic's `input_tokens` leaves out both
+    cache counts; the ledger's input is the whole prompt, so they are added back in."""
+    if not isinstance(usage, dict) or "output_tokens" not in usage:
+        return None
+    uncached = _int(usage.get("input_tokens"))
+    created = _int(usage.get("cache_creation_input_tokens"))
+    read = _int(usage.get("cache_read_input_tokens"))
+    return UsageNumbers(
+        input_tokens=uncached + created + read,
+        cached_input_tokens=read,
+        cache_creation_input_tokens=created,
+        output_tokens=_int(usage.get("output_tokens")),
+    )
+
+
 def record_usage(
     db: Session,
     *,
@@ -65,6 +87,7 @@ def record_usage(
         model=model[:200],
         input_tokens=numbers.input_tokens,
         cached_input_tokens=numbers.cached_input_tokens,
+        cache_creation_input_tokens=numbers.cache_creation_input_tokens,
         output_tokens=numbers.output_tokens,
         reasoning_tokens=numbers.reasoning_tokens,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from typing import Literal
 
 
 class ProviderKind(StrEnum):
@@ -22,13 +23,18 @@ class ProviderPreset:
     label: str
     base_url: str
     needs_key: bool
+    # The model gateway's route for this provider's own API: Anthropic's Messages API or the
+    # OpenAI-compatible one (which Anthropic offers too, for OpenAI-style clients).
+    gateway_api: Literal["openai", "anthropic"] = "openai"
 
 
 PROVIDER_PRESETS: dict[ProviderKind, ProviderPreset] = {
     preset.provider: preset
     for preset in (
         ProviderPreset(ProviderKind.OPENAI, "OpenAI", "https://api.openai.com/v1", True),
-        ProviderPreset(ProviderKind.ANTHROPIC, "Anthropic", "https://api.anthropic.com/v1", True),
+        ProviderPreset(
+            ProviderKind.ANTHROPIC, "Anthropic", "https://api.anthropic.com/v1", True, "anthropic"
+        ),
         ProviderPreset(ProviderKind.DEEPSEEK, "DeepSeek", "https://api.deepseek.com/v1", True),
         ProviderPreset(ProviderKind.OPENROUTER, "OpenRouter", "https://openrouter.ai/api/v1", True),
         ProviderPreset(ProviderKind.OLLAMA, "Ollama", "http://127.0.0.1:11434/v1", False),

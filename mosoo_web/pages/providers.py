@@ -29,6 +29,15 @@ FORM_FIELDS = ("name", "provider", "base_url", "api_key", "models")
 DEFAULT_PRESET = vault.ProviderKind.OPENAI.value
 PRESET_BASE_URLS = {kind.value: preset.base_url for kind, preset in vault.PROVIDER_PRESETS.items()}
 PRESET_LABELS = {kind.value: preset.label for kind, preset in vault.PROVIDER_PRESETS.items()}
+# How Agents reach each preset: the model gateway's route for it (the key stays on the server).
+GATEWAY_ROUTES = {
+    "anthropic": "Agents call it through the gateway's Anthropic Messages API.",
+    "openai": "Agents call it through the gateway's OpenAI-compatible API.",
+}
+PRESET_ROUTES = {
+    kind.value: GATEWAY_ROUTES[preset.gateway_api]
+    for kind, preset in vault.PROVIDER_PRESETS.items()
+}
 # A provider may list hundreds of models; the row shows the first ones.
 SHOWN_MODELS = 20
 
@@ -102,6 +111,10 @@ class ProvidersState(rx.State):
         if self.editing_id and self.preset == self.editing_provider:
             return self.form_base_url
         return PRESET_BASE_URLS.get(self.preset, "")
+
+    @rx.var
+    def preset_route(self) -> str:
+        return PRESET_ROUTES.get(self.preset, "")
 
     @rx.var
     def form_title(self) -> str:
@@ -432,6 +445,12 @@ def _provider_form() -> rx.Component:
                 ),
                 error=ProvidersState.provider_error,
                 test_id="provider",
+                hint=rx.text(
+                    ProvidersState.preset_route,
+                    size="1",
+                    color_scheme="gray",
+                    data_testid="provider-route",
+                ),
             ),
             labelled(
                 "Name",

@@ -49,6 +49,13 @@ def test_owner_adds_a_key_sees_it_masked_and_the_full_key_never_comes_back(
     expect(page.get_by_test_id("provider-base-url-input")).to_have_value(
         "https://api.openai.com/v1"
     )
+    expect(page.get_by_test_id("provider-route")).to_contain_text("OpenAI-compatible API")
+    # The Anthropic preset is called through the gateway's Messages route.
+    _choose_preset(page, "Anthropic")
+    expect(page.get_by_test_id("provider-base-url-input")).to_have_value(
+        "https://api.anthropic.com/v1"
+    )
+    expect(page.get_by_test_id("provider-route")).to_contain_text("Anthropic Messages API")
     _choose_preset(page, "OpenAI-compatible")
     expect(page.get_by_test_id("provider-base-url-input")).to_have_value("")
     page.get_by_test_id("provider-name-input").fill("Local vLLM")
