@@ -101,6 +101,9 @@ class Settings(BaseSettings):
     # operator whose servers live on their own network: private, loopback and CGNAT addresses
     # then pass; the metadata service and link-local never do). See mosoo_core/network/outbound.
     mcp_allow_private_networks: bool = False
+    # Model providers likewise (the gateway, a key's Test connection): Ollama on this machine
+    # or vLLM on the operator's network need it on; off, a tenant's base URL cannot reach them.
+    provider_allow_private_networks: bool = False
     # How long an environment's setup script may run in a new sandbox.
     setup_timeout_seconds: float = 600.0
     # How long installing a revision's packages may take, and how long a layer no current

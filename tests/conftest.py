@@ -40,6 +40,8 @@ def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     monkeypatch.setenv("MOSOO_DATA_DIR", str(data_dir))
     monkeypatch.setenv("MOSOO_SECRET_KEY", "test-secret-key")
     monkeypatch.setenv("MOSOO_LOG_JSON", "false")
+    # The scripted model servers listen on loopback (a test of the refusal turns this off).
+    monkeypatch.setenv("MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS", "true")
     monkeypatch.chdir(tmp_path)
     reset_settings_cache()
     yield data_dir

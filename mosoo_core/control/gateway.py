@@ -27,6 +27,8 @@ from mosoo_core import usage, vault
 from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError
 from mosoo_core.logs import get_logger
+from mosoo_core.network import outbound
+from mosoo_core.network.outbound import PROVIDERS
 from mosoo_core.sessions import driver_plane
 
 log = get_logger(__name__)
@@ -254,8 +256,12 @@ def build_routes(
     resolve_upstream: Callable[[Any, driver_plane.GrantContext], Upstream],
     transport: httpx.AsyncBaseTransport | None = None,
 ) -> list[Route]:
-    """`resolve_upstream(db, grant)` decrypts the run's credential (vault)."""
-    client = httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(600.0, connect=15.0))
+    """`resolve_upstream(db, grant)` decrypts the run's credential (vault). Every connection
+    to a provider goes through the outbound guard (an owner typed its base URL)."""
+    client = httpx.AsyncClient(
+        transport=transport or outbound.async_transport(outbound.OutboundGuard(reach=PROVIDERS)),
+        timeout=httpx.Timeout(600.0, connect=15.0),
+    )
 
     def authorize(
         api: Api, token: str | None, model: str | None
@@ -336,6 +342,23 @@ def build_routes(
             )
             answer = await client.send(upstream_request, stream=True)
         except httpx.HTTPError as error:
+            refusal = outbound.refusal_in(error)
+            if refusal is not None:
+                # The host and address go to control's log; the sandbox gets the rule only.
+                log.warning(
+                    "gateway.upstream_refused",
+                    api=api.name,
+                    run_id=grant.run_id,
+                    host=refusal.host,
+                    address=refusal.address,
+                    reason=refusal.reason,
+                )
+                return api.error(
+                    502,
+                    "upstream_refused",
+                    outbound.describe_refusal("the provider", refusal.reason, reach=PROVIDERS)
+                    + ".",
+                )
             log.warning(
                 "gateway.upstream_unreachable",
                 api=api.name,

@@ -1,6 +1,7 @@
-"""Requests control and web make to a URL an owner typed (the MCP feature: control's proxy,
-Test connection, OAuth discovery and token requests) go through one guard, so a tenant
-cannot point them at the operator's network (SSRF).
+"""Requests control and web make to a URL an owner typed go through one guard, so a tenant
+cannot point them at the operator's network (SSRF): MCP (control's proxy, Test connection,
+OAuth discovery and token requests) and model providers (the model gateway, a provider
+key's Test connection).
 
 The guard is an httpcore network backend: for every new connection it resolves the host
 once, checks every address it resolves to with the egress proxy's address rules
@@ -9,9 +10,11 @@ the checked address itself, so no second lookup can answer something else (DNS r
 httpcore still passes the host name for TLS, so SNI and the certificate check are the name's.
 Redirects open connections through the same backend and are checked the same way.
 
-`MOSOO_MCP_ALLOW_PRIVATE_NETWORKS=true` lets private, loopback and CGNAT addresses through,
-for an operator whose MCP servers live on their own network; the metadata service and other
-link-local addresses stay refused whatever the setting (no MCP server lives there).
+Each feature has its own setting (a `Reach`): `MOSOO_MCP_ALLOW_PRIVATE_NETWORKS=true` and
+`MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS=true` let private, loopback and CGNAT addresses
+through, for an operator whose MCP servers, or models (Ollama, vLLM), live on their own
+network; the metadata service and other link-local addresses stay refused whatever the
+setting (no MCP server or model lives there).
 
 httpx (control's proxy, OAuth) and httpx2 (the `mcp` SDK's fork, Test connection) each have
 their own httpcore (`httpcore`, `httpcore2`): the same checks, one backend class per library.
@@ -36,7 +39,6 @@ import httpx2
 from mosoo_core.network.policy import address_allowed, is_ip_literal
 from mosoo_core.settings import get_settings
 
-ALLOW_PRIVATE_SETTING = "MOSOO_MCP_ALLOW_PRIVATE_NETWORKS"
 # What no setting lets through: the cloud metadata service and the link-local range it lives
 # in (ECS and EKS credentials, Azure's DNS...), and anything that is not an address.
 ALWAYS_REFUSED = frozenset({"metadata_address", "link_local_address", "invalid_address"})
@@ -60,7 +62,31 @@ _KEEPALIVE_EXPIRY = 5.0
 Resolver = Callable[[str, int], Sequence[str]]
 
 
-def describe_refusal(subject: str, reason: str, address: str | None = None) -> str:
+@dataclass(frozen=True)
+class Reach:
+    """Which feature's setting lets private networks through, and how a refusal says so."""
+
+    setting: str  # the environment variable
+    hint: str  # "if <hint>"
+    allowed: Callable[[], bool]
+
+
+MCP = Reach(
+    "MOSOO_MCP_ALLOW_PRIVATE_NETWORKS",
+    "your MCP servers live on your own network",
+    lambda: get_settings().mcp_allow_private_networks,
+)
+PROVIDERS = Reach(
+    "MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS",
+    "your models are served on your own network (Ollama, vLLM)",
+    lambda: get_settings().provider_allow_private_networks,
+)
+ALLOW_PRIVATE_SETTING = MCP.setting
+
+
+def describe_refusal(
+    subject: str, reason: str, address: str | None = None, *, reach: Reach = MCP
+) -> str:
     """One line for the owner: what was refused and, when the setting would lift it, how."""
     phrase = _PHRASES.get(reason, reason.replace("_", " "))
     if address is None:
@@ -71,15 +97,16 @@ def describe_refusal(subject: str, reason: str, address: str | None = None) -> s
         text = f"refused: {subject} resolves to {phrase} ({address})"
     if reason in ALWAYS_REFUSED:
         return text
-    return f"{text}; set {ALLOW_PRIVATE_SETTING}=true if your MCP servers live on your own network"
+    return f"{text}; set {reach.setting}=true if {reach.hint}"
 
 
 class OutboundRefused(Exception):
     """A connection the guard would not make: `host` resolves to `address`, refused for
     `reason` (one of `address_allowed`'s)."""
 
-    def __init__(self, host: str, address: str, reason: str) -> None:
-        super().__init__(describe_refusal(host, reason, address))
+    def __init__(self, host: str, address: str, reason: str, reach: Reach = MCP) -> None:
+        super().__init__(describe_refusal(host, reason, address, reach=reach))
+        self.reach = reach
         self.host = host
         self.address = address
         self.reason = reason
@@ -114,14 +141,16 @@ def refusal_in(error: BaseException) -> OutboundRefused | None:
 
 def private_networks_allowed() -> bool:
     """`MOSOO_MCP_ALLOW_PRIVATE_NETWORKS`: the operator's servers live on their own network."""
-    return get_settings().mcp_allow_private_networks
+    return MCP.allowed()
 
 
-def address_refusal(ip: str, *, allow_private: bool | None = None) -> str | None:
+def address_refusal(
+    ip: str, *, allow_private: bool | None = None, reach: Reach = MCP
+) -> str | None:
     """None when an outbound connection may go to `ip`, else `address_allowed`'s reason.
-    `allow_private` None reads `MOSOO_MCP_ALLOW_PRIVATE_NETWORKS`."""
+    `allow_private` None reads the reach's setting."""
     if allow_private is None:
-        allow_private = private_networks_allowed()
+        allow_private = reach.allowed()
     reason = address_allowed(ip)
     if reason is None or (allow_private and reason not in ALWAYS_REFUSED):
         return None
@@ -147,14 +176,16 @@ def literal_address(host: str) -> str | None:
         return None
 
 
-def literal_refusal(host: str, *, allow_private: bool | None = None) -> str | None:
+def literal_refusal(
+    host: str, *, allow_private: bool | None = None, reach: Reach = MCP
+) -> str | None:
     """The refusal message for a URL whose host is an IP literal of a refused range (checked
     before any connection, for a form error), else None; names go through the guard."""
     address = literal_address(host)
     if address is None:
         return None
-    reason = address_refusal(address, allow_private=allow_private)
-    return describe_refusal(host, reason, address) if reason else None
+    reason = address_refusal(address, allow_private=allow_private, reach=reach)
+    return describe_refusal(host, reason, address, reach=reach) if reason else None
 
 
 def resolve(host: str, port: int) -> list[str]:
@@ -165,23 +196,23 @@ def resolve(host: str, port: int) -> list[str]:
 
 @dataclass(frozen=True)
 class OutboundGuard:
-    """The rules of one client: `allow_private` None reads the setting at each connection
-    (so a changed environment applies without rebuilding clients); `resolver` is the system's."""
+    """The rules of one client: `allow_private` None reads the reach's setting at each
+    connection (so a changed environment applies without rebuilding clients); `resolver` is
+    the system's."""
 
     allow_private: bool | None = None
     resolver: Resolver = resolve
+    reach: Reach = MCP
 
     def check(self, host: str, addresses: Iterable[str]) -> list[str]:
         """`addresses` when every one may be dialled; `OutboundRefused` naming the first that
         may not (one bad answer refuses the name: the next lookup could pick it)."""
         checked = list(addresses)
-        allow_private = (
-            private_networks_allowed() if self.allow_private is None else self.allow_private
-        )
+        allow_private = self.reach.allowed() if self.allow_private is None else self.allow_private
         for address in checked:
             reason = address_refusal(address, allow_private=allow_private)
             if reason is not None:
-                raise OutboundRefused(host, address, reason)
+                raise OutboundRefused(host, address, reason, self.reach)
         return checked
 
 
@@ -192,7 +223,7 @@ def _checked(
     try:
         addresses = guard.check(host, answers)
     except OutboundRefused as refusal:
-        raise refused(refusal.host, refusal.address, refusal.reason) from None
+        raise refused(refusal.host, refusal.address, refusal.reason, refusal.reach) from None
     if not addresses:
         raise OSError(f"{host} resolves to no address")
     return addresses

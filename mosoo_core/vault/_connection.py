@@ -9,6 +9,8 @@ import httpx
 from sqlmodel import Session
 
 from mosoo_core.logs import get_logger
+from mosoo_core.network import outbound
+from mosoo_core.network.outbound import PROVIDERS
 from mosoo_core.vault._credentials import _owned_credential, reveal_provider_key
 from mosoo_core.vault._headers import provider_headers
 from mosoo_core.vault.types import ConnectionResult
@@ -42,7 +44,12 @@ def check_provider_connection(
     started = time.perf_counter()
     status: int | None = None
     try:
-        with httpx.Client(timeout=CONNECTION_TIMEOUT_SECONDS, follow_redirects=False) as client:
+        with httpx.Client(
+            # An owner typed the base URL: the guard keeps it off the operator's network.
+            transport=outbound.transport(outbound.OutboundGuard(reach=PROVIDERS)),
+            timeout=CONNECTION_TIMEOUT_SECONDS,
+            follow_redirects=False,
+        ) as client:
             answer = client.get(f"{base_url.rstrip('/')}/models", headers=headers)
         status = answer.status_code
         latency_ms = round((time.perf_counter() - started) * 1000)
@@ -77,9 +84,17 @@ def check_provider_connection(
             f"{host} did not answer within {CONNECTION_TIMEOUT_SECONDS:.0f} s.",
             latency_ms=latency_ms,
         )
-    except httpx.HTTPError:
+    except httpx.HTTPError as error:
         latency_ms = round((time.perf_counter() - started) * 1000)
-        result = ConnectionResult(False, f"Could not reach {host}.", latency_ms=latency_ms)
+        refusal = outbound.refusal_in(error)
+        if refusal is None:
+            message = f"Could not reach {host}."
+        else:
+            text = outbound.describe_refusal(
+                refusal.host, refusal.reason, refusal.address, reach=PROVIDERS
+            )
+            message = text[:1].upper() + text[1:] + "."
+        result = ConnectionResult(False, message, latency_ms=latency_ms)
     # Only ids, the outcome and the status: never the key, the headers or the answer's body.
     log.info(
         "provider_credential.tested",

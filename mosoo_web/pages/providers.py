@@ -19,6 +19,7 @@ from reflex.vars import ObjectVar
 from mosoo_core import vault
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
+from mosoo_core.network.outbound import PROVIDERS
 from mosoo_web.components.dialogs import confirm_dialog, trash_button
 from mosoo_web.components.forms import error_text, labelled
 from mosoo_web.components.layout import app_page, card_section, console_shell, page_header
@@ -114,7 +115,14 @@ class ProvidersState(rx.State):
 
     @rx.var
     def preset_route(self) -> str:
-        return PRESET_ROUTES.get(self.preset, "")
+        route = PRESET_ROUTES.get(self.preset, "")
+        if self.preset == vault.ProviderKind.OLLAMA.value and not PROVIDERS.allowed():
+            # Its preset URL is loopback: say up front what Test connection would refuse.
+            route += (
+                " On this machine it needs MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS=true on the"
+                " server."
+            )
+        return route
 
     @rx.var
     def form_title(self) -> str:

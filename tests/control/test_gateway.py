@@ -13,6 +13,7 @@ from driver.protocol import BootPayload
 from mosoo_core import vault
 from mosoo_core.runtime.runs import plan_boot
 from mosoo_core.sessions import driver_plane
+from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import SessionRun
 from mosoo_core.tables.usage import UsageEvent
@@ -109,6 +110,35 @@ def test_streamed_call_reaches_provider_with_the_real_key_and_records_usage(
         row.output_tokens,
         row.cached_input_tokens,
     ) == (run_id, "test-model", 11, 4, 3)
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_a_provider_on_the_operators_network_is_refused_unless_allowed(
+    control: ControlServer,
+    engine: Engine,
+    upstream: ScriptedOpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+    api: str,
+) -> None:
+    # The base URL is the owner's: off (the default), a run cannot make control call into
+    # the operator's own network (here loopback), on either route.
+    monkeypatch.setenv("MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS", "false")
+    reset_settings_cache()
+    grant, _run_id = _grant(engine, upstream.base_url)
+    path = "chat/completions" if api == "openai" else "messages"
+    with _client(control) as client:
+        response = client.post(
+            f"/gateway/{api}/v1/{path}",
+            json={"model": "test-model", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {grant}"},
+        )
+    assert response.status_code == 502
+    text = response.text
+    assert "upstream_refused" in text and "MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS" in text
+    assert upstream.requests == []
+    assert PROVIDER_KEY not in text and "127.0.0.1" not in text
+    with Session(engine) as db:
+        assert db.exec(select(UsageEvent)).all() == []
 
 
 @pytest.mark.parametrize("token", ["mgr_forged", "sk-anything", "mgr_" + "x" * 300])

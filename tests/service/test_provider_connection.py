@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 
 from mosoo_core import identity, vault
 from mosoo_core.errors import Conflict, NotFound
+from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.vault import ProviderCredential, VaultSecret
 from tests.support.openai_server import ScriptedOpenAIServer
@@ -187,3 +188,33 @@ def test_another_owners_credential_is_not_found_and_not_called(
     with pytest.raises(NotFound):
         vault.check_provider_connection(db, stranger_id, app_id, credential.id)
     assert provider.requests == []
+
+
+def test_a_private_address_is_refused_unless_the_operator_allows_it(
+    db: Session, provider: ScriptedOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An owner types the base URL: off (the default), it cannot reach the operator's network.
+    account_id, app_id = _owner(db)
+    credential = _credential(db, account_id, app_id, base_url=provider.base_url)
+    monkeypatch.setenv("MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS", "false")
+    reset_settings_cache()
+    result = vault.check_provider_connection(db, account_id, app_id, credential.id)
+    assert not result.ok
+    assert result.message == (
+        "Refused: 127.0.0.1 is a loopback address; set MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS=true "
+        "if your models are served on your own network (Ollama, vLLM)."
+    )
+    assert provider.requests == []
+    _assert_no_key(result, KEY)
+
+    monkeypatch.setenv("MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS", "true")
+    reset_settings_cache()
+    assert vault.check_provider_connection(db, account_id, app_id, credential.id).ok
+
+
+def test_the_metadata_address_is_refused_whatever_the_setting(db: Session) -> None:
+    account_id, app_id = _owner(db)  # the suite allows private networks: not this one
+    credential = _credential(db, account_id, app_id, base_url="http://169.254.169.254/latest")
+    result = vault.check_provider_connection(db, account_id, app_id, credential.id)
+    assert not result.ok
+    assert result.message == "Refused: 169.254.169.254 is the cloud metadata address."

@@ -59,6 +59,9 @@ def mosoo_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]
         # Every browser test signs in from 127.0.0.1 against one database per backend; the
         # per-IP limit on code requests (tested in tests/service) would cut the suite short.
         MOSOO_EMAIL_SENDS_PER_IP_PER_HOUR="1000",
+        # The scripted model servers listen on loopback, which a provider's base URL may
+        # reach only with this on (tests/service/test_provider_connection.py: off refuses).
+        MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS="true",
     )
     env.update(extra)
     return env
