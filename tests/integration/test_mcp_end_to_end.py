@@ -38,6 +38,7 @@ from mosoo_core.mcp import McpServerChanges
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT
 from mosoo_core.sessions import actions, driver_plane
 from mosoo_core.tables.sessions import SessionRun
+from tests.integration.test_skills_end_to_end import bind_skill
 from tests.support.mcp_server import ALLOW_PRIVATE_NETWORKS, MCPTestServer
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import free_port, wait_for
@@ -120,19 +121,7 @@ def _bind(
 
 
 def _bind_skill(engine: Engine, owner: Owner) -> skills.SkillUpload:
-    with Session(engine) as db:
-        upload = skills.upload_skill(
-            db, owner.account_id, owner.app_id, SKILL_MD.encode(), "weather-report.md"
-        )
-        agents.update_agent(
-            db,
-            owner.account_id,
-            owner.app_id,
-            owner.agent_id,
-            agents.AgentChanges(skills=[upload.skill.id]),
-        )
-        db.commit()
-        return upload
+    return bind_skill(engine, owner, SKILL_MD.encode(), "weather-report.md")
 
 
 def _events(engine: Engine, thread_id: str) -> list[tuple[str, dict[str, object]]]:

@@ -61,10 +61,13 @@ def _package() -> bytes:
 
 
 def _bind_skill(engine: Engine, owner: Owner) -> skills.SkillUpload:
+    return bind_skill(engine, owner, _package(), "release-notes.zip")
+
+
+def bind_skill(engine: Engine, owner: Owner, data: bytes, filename: str) -> skills.SkillUpload:
+    """Upload a skill to the owner's App and bind it to their Agent (latest version)."""
     with Session(engine) as db:
-        upload = skills.upload_skill(
-            db, owner.account_id, owner.app_id, _package(), "release-notes.zip"
-        )
+        upload = skills.upload_skill(db, owner.account_id, owner.app_id, data, filename)
         agents.update_agent(
             db,
             owner.account_id,
