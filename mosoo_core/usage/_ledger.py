@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlmodel import Session
 
+from mosoo_core.clock import utcnow
 from mosoo_core.tables.usage import UsageEvent
+from mosoo_core.usage._pricing import bucket_prices, cost_micros, price_in_effect
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,23 @@ def record_usage(
     session_id: str | None = None,
     run_id: str | None = None,
     purpose: str = "preview",
+    at: datetime | None = None,
 ) -> UsageEvent:
-    """One row per model call."""
+    """One row per model call, priced now at the price in effect at `at` (the call's time,
+    default now): a later price change never rewrites it. No price: cost 0, `unpriced`."""
+    at = at or utcnow()
+    model = model[:200]
+    price = price_in_effect(db, app_id=app_id, provider=provider, model=model, at=at)
+    cost = 0
+    if price is not None:
+        cost = cost_micros(
+            bucket_prices(price),
+            input_tokens=numbers.input_tokens,
+            cached_input_tokens=numbers.cached_input_tokens,
+            cache_creation_input_tokens=numbers.cache_creation_input_tokens,
+            output_tokens=numbers.output_tokens,
+            reasoning_tokens=numbers.reasoning_tokens,
+        )
     row = UsageEvent(
         app_id=app_id,
         agent_id=agent_id,
@@ -84,12 +102,15 @@ def record_usage(
         run_id=run_id,
         purpose=purpose,
         provider=provider,
-        model=model[:200],
+        model=model,
         input_tokens=numbers.input_tokens,
         cached_input_tokens=numbers.cached_input_tokens,
         cache_creation_input_tokens=numbers.cache_creation_input_tokens,
         output_tokens=numbers.output_tokens,
         reasoning_tokens=numbers.reasoning_tokens,
+        cost_usd_micros=cost,
+        unpriced=price is None,
+        created_at=at,
     )
     db.add(row)
     db.flush()

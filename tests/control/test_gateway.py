@@ -10,11 +10,12 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
 from driver.protocol import BootPayload
-from mosoo_core import vault
+from mosoo_core import usage, vault
 from mosoo_core.runtime.runs import plan_boot
 from mosoo_core.sessions import driver_plane
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.identity import App, Organization
 from mosoo_core.tables.sessions import SessionRun
 from mosoo_core.tables.usage import UsageEvent
 from tests.control.conftest import ControlServer, boot_fixture
@@ -110,6 +111,56 @@ def test_streamed_call_reaches_provider_with_the_real_key_and_records_usage(
         row.output_tokens,
         row.cached_input_tokens,
     ) == (run_id, "test-model", 11, 4, 3)
+
+
+def test_a_call_is_recorded_at_the_apps_price_and_an_unpriced_one_is_flagged(
+    control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer
+) -> None:
+    for _ in range(2):
+        upstream.add(
+            TextTurn(
+                "Priced",
+                usage={"prompt_tokens": 1000, "completion_tokens": 10, "cached_tokens": 400},
+            )
+        )
+    grant, run_id = _grant(engine, upstream.base_url)
+    body = {"model": "test-model", "messages": [{"role": "user", "content": "hi"}]}
+
+    def call() -> None:
+        with _client(control) as client:
+            response = client.post(
+                "/gateway/openai/v1/chat/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {grant}"},
+            )
+            assert response.status_code == 200
+
+    def usage_rows() -> list[UsageEvent]:
+        with Session(engine) as db:
+            return list(db.exec(select(UsageEvent).order_by(UsageEvent.created_at)).all())
+
+    call()
+    wait_for(lambda: len(usage_rows()) == 1, 10, "the unpriced usage record")
+    with Session(engine) as db:
+        run = db.get(SessionRun, run_id)
+        assert run is not None
+        app = db.get(App, run.app_id)
+        assert app is not None
+        owner = db.get(Organization, app.organization_id)
+        assert owner is not None
+        usage.set_app_price(
+            db,
+            owner.owner_account_id,
+            app.id,
+            usage.PriceInput("openai_compatible", "test-*", "2", "8", cached_input_price="0.5"),
+        )
+        db.commit()
+    call()
+    wait_for(lambda: len(usage_rows()) == 2, 10, "the priced usage record")
+    first, second = usage_rows()
+    assert (first.cost_usd_micros, first.unpriced) == (0, True)
+    # 600 * $2 + 400 * $0.50 + 10 * $8 per million tokens.
+    assert (second.cost_usd_micros, second.unpriced) == (1_200 + 200 + 80, False)
 
 
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
