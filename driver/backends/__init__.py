@@ -6,7 +6,7 @@ from driver.backends.base import Backend, EventSink, RunFailure, RunInput
 from driver.backends.unsupported import UnsupportedBackend
 from driver.protocol import ExecutionSpec
 
-SUPPORTED_RUNTIMES = ["openai"]
+SUPPORTED_RUNTIMES = ["openai", "claude", "acp"]
 
 
 def create_backend(
@@ -17,6 +17,24 @@ def create_backend(
         from driver.backends.openai import OpenAIBackend  # imports the SDK only when used
 
         return OpenAIBackend(
+            spec,
+            sink,
+            model_base_url=f"{gateway_url}/openai/v1",
+            mcp_base_url=f"{gateway_url}/mcp",
+        )
+    if runtime == "claude":
+        from driver.backends.claude import ClaudeBackend  # imports the Claude Agent SDK only here
+
+        return ClaudeBackend(
+            spec,
+            sink,
+            model_base_url=f"{gateway_url}/anthropic",
+            mcp_base_url=f"{gateway_url}/mcp",
+        )
+    if runtime == "acp":
+        from driver.backends.acp import AcpBackend  # imports the ACP client only here
+
+        return AcpBackend(
             spec,
             sink,
             model_base_url=f"{gateway_url}/openai/v1",

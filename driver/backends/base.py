@@ -337,3 +337,22 @@ def _parse_run_input(payload: dict[str, Any]) -> RunInput:
         raise InvalidCommand("input.start attachments must be a list")
     items = [item if isinstance(item, dict) else {"path": str(item)} for item in attachments]
     return RunInput(run_id=run_id, text=text, attachments=items)
+
+
+def user_text(run: RunInput) -> str:
+    """The user's message as the model gets it: the text, then the attached files' paths."""
+    if not run.attachments:
+        return run.text
+    lines = [run.text, "", "Attached files (read-only):"]
+    for item in run.attachments:
+        path = item.get("path") or item.get("mount_path")
+        if not path and item.get("file_id") and item.get("name"):
+            path = f"/mnt/attachments/{item['file_id']}/{item['name']}"
+        details = [str(item[key]) for key in ("mime_type",) if item.get(key)]
+        if isinstance(item.get("size"), int):
+            details.append(f"{item['size']} bytes")
+        lines.append(
+            f"- {path or item.get('name', 'unnamed file')}"
+            + (f" ({', '.join(details)})" if details else "")
+        )
+    return "\n".join(lines)

@@ -42,7 +42,7 @@ from xml.sax.saxutils import escape as xml_escape
 import httpx
 import openai
 
-from driver.backends.base import Backend, EventSink, RunFailure, RunInput
+from driver.backends.base import Backend, EventSink, RunFailure, RunInput, user_text
 from driver.backends.mcp_tools import McpConnections, connect_servers
 from driver.protocol import ExecutionSpec, SkillBinding
 from driver.tools import Tool, ToolContext, ToolResult, builtin_tools
@@ -261,7 +261,7 @@ class OpenAIBackend(Backend):
 
     async def execute(self, run: RunInput) -> str:
         await self._connect_mcp(run.run_id)
-        self.messages.append({"role": "user", "content": _user_content(run)})
+        self.messages.append({"role": "user", "content": user_text(run)})
         self._save_conversation()
         for step_number in range(1, self.max_steps + 1):
             step = await self._model_step(run.run_id)
@@ -664,24 +664,6 @@ def skills_prompt(skills: list[SkillBinding]) -> str:
             "</skill>",
         ]
     lines.append("</available_skills>")
-    return "\n".join(lines)
-
-
-def _user_content(run: RunInput) -> str:
-    if not run.attachments:
-        return run.text
-    lines = [run.text, "", "Attached files (read-only):"]
-    for item in run.attachments:
-        path = item.get("path") or item.get("mount_path")
-        if not path and item.get("file_id") and item.get("name"):
-            path = f"/mnt/attachments/{item['file_id']}/{item['name']}"
-        details = [str(item[key]) for key in ("mime_type",) if item.get(key)]
-        if isinstance(item.get("size"), int):
-            details.append(f"{item['size']} bytes")
-        lines.append(
-            f"- {path or item.get('name', 'unnamed file')}"
-            + (f" ({', '.join(details)})" if details else "")
-        )
     return "\n".join(lines)
 
 

@@ -15,6 +15,9 @@ class Runtime:
     providers: tuple[str, ...]
     capabilities: frozenset[str]
     implemented: bool
+    # Whether a key of another provider cannot work at all (the readiness check refuses it):
+    # Claude Code speaks only Anthropic's Messages API.
+    providers_only: bool = False
 
 
 RUNTIMES: dict[str, Runtime] = {
@@ -47,15 +50,31 @@ RUNTIMES: dict[str, Runtime] = {
                 "permission_requests",
                 "cancel",
                 "usage",
+                "resume",
             }
         ),
-        implemented=False,
+        implemented=True,
+        providers_only=True,
     ),
+    # OpenCode by default (driver/backends/acp.py; another ACP agent by the `acp_command`
+    # provider option). It reaches models through OpenAI-compatible providers only: the one
+    # provider SDK OpenCode bundles that needs no download.
     "acp": Runtime(
         name="acp",
         label="ACP agent (OpenCode)",
-        providers=("openai", "anthropic", "openrouter", "openai_compatible"),
-        capabilities=frozenset({"text_stream", "tool_stream", "permission_requests", "cancel"}),
-        implemented=False,
+        providers=("openai", "deepseek", "openrouter", "ollama", "openai_compatible"),
+        capabilities=frozenset(
+            {
+                "text_stream",
+                "thinking_stream",
+                "tool_stream",
+                "permission_requests",
+                "cancel",
+                "usage",
+                "resume",
+            }
+        ),
+        implemented=True,
+        providers_only=True,
     ),
 }

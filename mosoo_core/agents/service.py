@@ -140,6 +140,12 @@ PROVIDER_OPTION_RULES = {
 }
 
 
+# The `acp` runtime's agent, when it is not OpenCode (driver/backends/acp.py): a command line
+# run in the sandbox, e.g. ["my-agent", "--acp"].
+ACP_COMMAND_OPTION = "acp_command"
+MAX_COMMAND_PARTS = 32
+
+
 def _option_in_range(key: str, value: Any) -> bool:
     if key == "temperature":
         return not isinstance(value, bool) and isinstance(value, int | float) and 0 <= value <= 2
@@ -164,7 +170,21 @@ def _clean_provider_options(options: Any, field_name: str | None) -> dict[str, A
     for key, message in PROVIDER_OPTION_RULES.items():
         if key in cleaned and not _option_in_range(key, cleaned[key]):
             raise InvalidInput(message, field=field_name or key)
+    if ACP_COMMAND_OPTION in cleaned and not _is_command_line(cleaned[ACP_COMMAND_OPTION]):
+        raise InvalidInput(
+            f"{ACP_COMMAND_OPTION} is the ACP agent's command line: a list of 1 to "
+            f"{MAX_COMMAND_PARTS} strings, the program first.",
+            field=field_name or "provider_options",
+        )
     return cleaned
+
+
+def _is_command_line(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and 1 <= len(value) <= MAX_COMMAND_PARTS
+        and all(isinstance(part, str) and 0 < len(part) <= 1000 for part in value)
+    )
 
 
 def parse_provider_option(key: str, text: str) -> ProviderOptionChanges:
@@ -420,6 +440,17 @@ def readiness(db: Session, agent: AgentView) -> Readiness:
                 "provider_credential_id",
             )
         )
+    elif runtime is not None and runtime.providers_only:
+        credential = db.get(ProviderCredential, agent.provider_credential_id)
+        if credential is not None and credential.provider not in runtime.providers:
+            blockers.append(
+                Blocker(
+                    "provider_unsupported",
+                    f"The {runtime.label} runtime needs a key of "
+                    f"{' or '.join(runtime.providers)}, not {credential.provider}.",
+                    "provider_credential_id",
+                )
+            )
     if not agent.model:
         blockers.append(Blocker("model_not_set", "Set the model.", "model"))
     if agent.environment_id and not environment_exists(db, agent.app_id, agent.environment_id):

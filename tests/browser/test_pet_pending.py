@@ -140,16 +140,15 @@ def test_the_form_hides_what_the_runtime_cannot_do(
     expect(page.get_by_test_id("agent-reasoning-effort")).to_be_visible()
     expect(page.get_by_test_id("tool-bash").get_by_role("radio", name="Ask")).to_be_visible()
 
-    # The ACP runtime streams no thinking: no reasoning effort. (It is not implemented yet,
-    # so it also blocks, and the runtime field is where that is fixed.)
+    # Every runtime streams thinking now; what one cannot take shows as a blocker on its
+    # field instead: Claude Code with this OpenAI-compatible key. The ACP runtime takes it.
     with session_scope() as db:
-        agents.update_agent(db, account_id, app_id, agent_id, agents.AgentChanges(runtime="acp"))
+        agents.update_agent(db, account_id, app_id, agent_id, agents.AgentChanges(runtime="claude"))
     page.reload()
     expect(page.get_by_test_id("preview-status")).to_have_text("Setup required")
-    expect(page.get_by_test_id("agent-reasoning-effort")).to_have_count(0)
-    expect(page.get_by_test_id("readiness-blocker")).to_contain_text("Runtime")
+    expect(page.get_by_test_id("readiness-blocker")).to_contain_text("Provider key")
     page.get_by_test_id("readiness-fix").click()
-    expect(page.get_by_test_id("agent-runtime")).to_be_focused()
-    choose(page, page.get_by_test_id("agent-runtime"), "OpenAI-compatible tool loop")
+    expect(page.get_by_test_id("agent-provider")).to_be_focused()
+    choose(page, page.get_by_test_id("agent-runtime"), "ACP agent (OpenCode)")
     expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
     expect(page.get_by_test_id("agent-reasoning-effort")).to_be_visible()

@@ -116,8 +116,13 @@ def test_agent_preview_streams_a_thread_survives_reload_and_answers_a_permission
     page.wait_for_url(re.compile(r"/agents$"))
     expect(page.get_by_test_id("agents-empty")).to_be_visible()
     page.get_by_test_id("new-agent").click()
-    expect(page.get_by_test_id("runtime-claude")).to_be_disabled()
-    expect(page.get_by_test_id("runtime-openai")).to_be_enabled()
+    for runtime in agents.RUNTIMES.values():
+        choice = expect(page.get_by_test_id(f"runtime-{runtime.name}"))
+        if runtime.implemented:
+            choice.to_be_enabled()
+        else:
+            choice.to_be_disabled()
+    expect(page.get_by_test_id("runtime-claude")).to_be_enabled()
     page.get_by_test_id("new-agent-submit").click()
     expect(page.get_by_test_id("new-agent-name-error")).to_contain_text("name")
     page.get_by_test_id("new-agent-name").fill("Workspace helper")

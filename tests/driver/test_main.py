@@ -208,7 +208,7 @@ def test_an_unsupported_runtime_connects_and_fails_each_run_clearly(
     harness: ControlHarness, tmp_path: Path
 ) -> None:
     payload_file = write_payload(
-        tmp_path, harness.control_url, tmp_path / "workspace", runtime="acp"
+        tmp_path, harness.control_url, tmp_path / "workspace", runtime="gemini"
     )
     log_file = tmp_path / "driver.log"
     process = start_driver(payload_file, log_file)
@@ -216,12 +216,12 @@ def test_an_unsupported_runtime_connects_and_fails_each_run_clearly(
         harness.wait_sync(lambda: harness.of_type("ready") != [], timeout=20, what="ready")
         assert harness.of_type("hello")[0]["capabilities"] == []
         command_id = harness.send_command(
-            "input.start", {"run_id": "run-acp", "text": "hi", "attachments": []}
+            "input.start", {"run_id": "run-gemini", "text": "hi", "attachments": []}
         )
         harness.wait_sync(
             lambda: harness.command_updates(command_id) == ["failed"], what="the refusal"
         )
-        assert harness.event_kinds("run-acp") == ["run.failed"]
+        assert harness.event_kinds("run-gemini") == ["run.failed"]
         assert harness.events[-1]["payload"]["code"] == "runtime_unsupported"
     finally:
         stop(process)

@@ -573,8 +573,8 @@ async def test_attachments_are_named_in_the_user_message(
 async def test_an_unsupported_runtime_refuses_each_input_clearly(workspace: Path) -> None:
     sink = RecordingSink()
     backend = create_backend(
-        "claude",
-        make_spec(workspace, runtime="claude"),
+        "gemini",
+        make_spec(workspace, runtime="gemini"),
         sink,
         gateway_url="http://127.0.0.1:9/gateway",
     )
@@ -586,7 +586,7 @@ async def test_an_unsupported_runtime_refuses_each_input_clearly(workspace: Path
     failure = sink.of_kind("run.failed")[0]
     assert (
         failure["code"] == "runtime_unsupported"
-        and "'claude'" in failure["message"]
+        and "'gemini'" in failure["message"]
         and failure["retryable"] is False
     )
     assert sink.statuses(cmd.command_id) == ["failed"]

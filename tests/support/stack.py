@@ -27,6 +27,7 @@ from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.sessions import SessionRun
 from mosoo_core.tasks_client import enqueue_run_dispatch
+from tests.support.anthropic_server import ScriptedAnthropicServer
 from tests.support.openai_server import ScriptedOpenAIServer
 from tests.support.processes import free_port, mosoo_env, running, stop_group, wait_for
 
@@ -67,6 +68,8 @@ class RuntimeStack:
     env: dict[str, str]
     processes: contextlib.ExitStack = field(repr=False)
     started: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # The scripted Anthropic Messages server, for `claude` Agents (`anthropic_key=`).
+    anthropic: ScriptedAnthropicServer | None = None
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         """Start `mosoo <args>` (logging to logs/<name>.log) and wait until it is ready."""
@@ -92,10 +95,16 @@ def runtime_stack(
     redis_db: int,
     start_control: bool = True,
     extra_env: dict[str, str] | None = None,
+    anthropic_key: str | None = None,
 ) -> Iterator[RuntimeStack]:
+    """With `anthropic_key`, also a scripted Anthropic server that takes only that key."""
     env = runtime_env(tmp_path / "data", database_url, redis_db, monkeypatch, **(extra_env or {}))
     with contextlib.ExitStack() as processes, ScriptedOpenAIServer(models=["test-model"]) as model:
         stack = RuntimeStack(engine, model, tmp_path / "data", tmp_path / "logs", env, processes)
+        if anthropic_key is not None:
+            stack.anthropic = processes.enter_context(
+                ScriptedAnthropicServer(models=["claude-test"], api_key=anthropic_key)
+            )
         try:
             if start_control:
                 stack.start("control", "control")
@@ -171,9 +180,19 @@ def make_agent(
     kind: str = "cattle",
     tools: dict[str, str] | None = None,
     environment: environments.EnvironmentChanges | None = None,
+    runtime: str = "openai",
 ) -> Owner:
     """An account whose App has a provider key (pointing at base_url) and a ready Agent,
-    bound to a new environment "E2E" with `environment` when it is given."""
+    bound to a new environment "E2E" with `environment` when it is given. The `claude`
+    runtime gets an Anthropic key and the model `claude-test`."""
+    provider, model = (
+        ("anthropic", "claude-test")
+        if runtime == "claude"
+        else (
+            "openai_compatible",
+            "test-model",
+        )
+    )
     with Session(engine) as db:
         account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
         app_id = identity.list_apps(db, account.id)[0].id
@@ -183,13 +202,15 @@ def make_agent(
             app_id,
             vault.ProviderCredentialInput(
                 name=f"Scripted {kind}",
-                provider="openai_compatible",
+                provider=provider,
                 base_url=base_url,
                 api_key=provider_key,
-                models=["test-model"],
+                models=[model],
             ),
         )
-        agent = agents.create_agent(db, account.id, app_id, name=f"E2E {kind}", kind=kind)
+        agent = agents.create_agent(
+            db, account.id, app_id, name=f"E2E {kind}", kind=kind, runtime=runtime
+        )
         agents.update_agent(
             db,
             account.id,
@@ -197,7 +218,7 @@ def make_agent(
             agent.id,
             agents.AgentChanges(
                 provider_credential_id=credential.id,
-                model="test-model",
+                model=model,
                 system_prompt="You are a test agent.",
                 tools=tools if tools is not None else {"bash": "allow"},
                 environment_id=(

