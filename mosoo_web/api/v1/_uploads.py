@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request
 from starlette.datastructures import FormData, UploadFile
@@ -28,6 +29,17 @@ class UploadLimit:
     @property
     def request_limit(self) -> int:
         return self.max_bytes + MULTIPART_OVERHEAD
+
+
+def upload_body(file_description: str, **fields: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI request body of an upload endpoint: a required `file` part described as
+    given, plus the endpoint's other form fields (their JSON schemas)."""
+    properties: dict[str, Any] = {
+        "file": {"type": "string", "format": "binary", "description": file_description},
+        **fields,
+    }
+    schema = {"type": "object", "required": ["file"], "properties": properties}
+    return {"required": True, "content": {"multipart/form-data": {"schema": schema}}}
 
 
 def check_upload_headers(request: Request, limit: UploadLimit) -> None:

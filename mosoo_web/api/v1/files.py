@@ -15,7 +15,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.sessions import actions
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
-from mosoo_web.api.v1._uploads import UploadLimit, check_upload_headers, upload_form
+from mosoo_web.api.v1._uploads import UploadLimit, check_upload_headers, upload_body, upload_form
 from mosoo_web.api.v1.schemas import (
     AgentId,
     Deleted,
@@ -35,24 +35,7 @@ _LIMIT = UploadLimit(
     what="the file",
 )
 
-_UPLOAD_BODY = {
-    "required": True,
-    "content": {
-        "multipart/form-data": {
-            "schema": {
-                "type": "object",
-                "required": ["file"],
-                "properties": {
-                    "file": {
-                        "type": "string",
-                        "format": "binary",
-                        "description": "The file (≤ 64 MiB).",
-                    }
-                },
-            }
-        }
-    },
-}
+_UPLOAD_BODY = upload_body("The file (≤ 64 MiB).")
 
 
 @router.post(

@@ -16,7 +16,7 @@ from mosoo_core.errors import InvalidInput, PayloadTooLarge
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
 from mosoo_web.api.v1._idempotency import answer_once
-from mosoo_web.api.v1._uploads import UploadLimit, check_upload_headers, upload_form
+from mosoo_web.api.v1._uploads import UploadLimit, check_upload_headers, upload_body, upload_form
 from mosoo_web.api.v1.environments import app_for
 from mosoo_web.api.v1.files import content_disposition
 from mosoo_web.api.v1.schemas import (
@@ -46,32 +46,16 @@ _LIMIT = UploadLimit(
 )
 MAX_VERSION = 2**31 - 1  # the `number` column (INTEGER)
 
-_UPLOAD_BODY = {
-    "required": True,
-    "content": {
-        "multipart/form-data": {
-            "schema": {
-                "type": "object",
-                "required": ["file"],
-                "properties": {
-                    "file": {
-                        "type": "string",
-                        "format": "binary",
-                        "description": "A `.md` file (it becomes SKILL.md) or a `.zip` with "
-                        "SKILL.md at its root or in one top folder "
-                        f"(≤ {MAX_SKILL_BYTES // (1024 * 1024)} MiB).",
-                    },
-                    "app_id": {
-                        "type": "string",
-                        "maxLength": 26,
-                        "pattern": NO_NUL,
-                        "description": "The App; the account's first App if left out.",
-                    },
-                },
-            }
-        }
+_UPLOAD_BODY = upload_body(
+    "A `.md` file (it becomes SKILL.md) or a `.zip` with SKILL.md at its root or in one top "
+    f"folder (≤ {MAX_SKILL_BYTES // (1024 * 1024)} MiB).",
+    app_id={
+        "type": "string",
+        "maxLength": 26,
+        "pattern": NO_NUL,
+        "description": "The App; the account's first App if left out.",
     },
-}
+)
 _INVALID = (
     "`invalid_request`: the upload is not a skill; `field` names what is at fault: `file` (not "
     "a .md or .zip, no SKILL.md, a path, a size or a file the `.agent` checks refuse), "
