@@ -180,9 +180,15 @@ class Api(abc.ABC):
 class OpenAIApi(Api):
     name = "openai"
     tap = OpenAIUsageTap
+    # Model calls and model listing only. The key behind the grant is the owner's account
+    # key: files, batches, fine-tuning, assistants or vector stores would let a sandbox read,
+    # spend or delete the owner's data outside any usage record.
+    _POST = re.compile(r"chat/completions|completions|responses|embeddings")
+    _GET = re.compile(r"models(/[A-Za-z0-9._:@/-]+)?")
 
     def offers(self, method: str, path: str) -> bool:
-        return True
+        pattern = {"POST": self._POST, "GET": self._GET}.get(method)
+        return pattern is not None and pattern.fullmatch(path) is not None
 
     def bills(self, method: str, path: str) -> bool:
         return method == "POST"
@@ -226,8 +232,8 @@ class AnthropicApi(Api):
     _GET = re.compile(r"models(/[A-Za-z0-9._:@-]+)?")
 
     def offers(self, method: str, path: str) -> bool:
-        pattern = self._POST if method == "POST" else self._GET
-        return pattern.fullmatch(path) is not None
+        pattern = {"POST": self._POST, "GET": self._GET}.get(method)
+        return pattern is not None and pattern.fullmatch(path) is not None
 
     def bills(self, method: str, path: str) -> bool:
         return method == "POST" and path == "messages"  # count_tokens is free

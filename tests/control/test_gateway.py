@@ -207,6 +207,44 @@ def test_unknown_grants_are_refused(
     assert upstream.requests == []
 
 
+def test_only_model_calls_and_model_listing_are_relayed(
+    control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer
+) -> None:
+    """The key behind a grant is the owner's account key: a sandbox must not reach their
+    files, batches, fine-tunes or assistants through it, to read, spend or delete."""
+    grant, _ = _grant(engine, upstream.base_url)
+    refused = [
+        ("POST", "files"),
+        ("GET", "files"),
+        ("POST", "batches"),
+        ("POST", "fine_tuning/jobs"),
+        ("POST", "assistants"),
+        ("POST", "vector_stores"),
+        ("POST", "audio/speech"),
+        ("POST", "images/generations"),
+        ("GET", "chat/completions"),
+        ("POST", "chat/completions/../files"),
+        ("POST", "models"),
+    ]
+    with _client(control) as client:
+        for method, path in refused:
+            response = client.request(
+                method,
+                f"/gateway/openai/v1/{path}",
+                json={"model": "test-model"} if method == "POST" else None,
+                headers={"Authorization": f"Bearer {grant}"},
+            )
+            assert response.status_code == 404, (method, path)
+            assert response.json()["error"]["code"] == "not_offered", (method, path)
+        listed = client.get(
+            "/gateway/openai/v1/models", headers={"Authorization": f"Bearer {grant}"}
+        )
+    assert listed.status_code == 200
+    assert [r.path for r in upstream.requests] == ["/v1/models"]
+    with Session(engine) as db:
+        assert db.exec(select(UsageEvent)).all() == []
+
+
 def test_a_model_outside_the_grant_is_refused(
     control: ControlServer, engine: Engine, upstream: ScriptedOpenAIServer
 ) -> None:
