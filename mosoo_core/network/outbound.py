@@ -27,6 +27,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import anyio
@@ -298,6 +299,38 @@ class GuardedBackend(httpcore.NetworkBackend):
         self._dial.sleep(seconds)
 
 
+async def _connect_checked(
+    guard: OutboundGuard,
+    dial: Any,
+    lib: ModuleType,
+    refused: type[OutboundRefused],
+    host: str,
+    port: int,
+    timeout: float | None,
+    local_address: str | None,
+    socket_options: Iterable[Any] | None,
+) -> Any:
+    # The async connect of both httpcore generations (`lib`: httpcore or httpcore2, whose
+    # APIs are the same): resolve, check every address, dial the first that answers.
+    deadline = _deadline(timeout)
+    try:
+        addresses = await _checked_async(guard, host, port, timeout, refused)
+    except TimeoutError as error:
+        raise lib.ConnectTimeout(f"{host}: the name did not resolve in time") from error
+    except OSError as error:
+        raise lib.ConnectError(f"{host}: {error}") from error
+    failure: Exception | None = None
+    for address in addresses:
+        try:
+            return await dial.connect_tcp(
+                address, port, _remaining(deadline), local_address, socket_options
+            )
+        except (lib.ConnectError, lib.ConnectTimeout) as error:
+            failure = error
+    assert failure is not None
+    raise failure
+
+
 class AsyncGuardedBackend(httpcore.AsyncNetworkBackend):
     """httpcore's async backend (anyio, so asyncio and trio), dialling only checked addresses."""
 
@@ -315,23 +348,11 @@ class AsyncGuardedBackend(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        deadline = _deadline(timeout)
-        try:
-            addresses = await _checked_async(self._guard, host, port, timeout, _Refused)
-        except TimeoutError as error:
-            raise httpcore.ConnectTimeout(f"{host}: the name did not resolve in time") from error
-        except OSError as error:
-            raise httpcore.ConnectError(f"{host}: {error}") from error
-        failure: Exception | None = None
-        for address in addresses:
-            try:
-                return await self._dial.connect_tcp(
-                    address, port, _remaining(deadline), local_address, socket_options
-                )
-            except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
-                failure = error
-        assert failure is not None
-        raise failure
+        stream: httpcore.AsyncNetworkStream = await _connect_checked(
+            self._guard, self._dial, httpcore, _Refused,
+            host, port, timeout, local_address, socket_options,
+        )  # fmt: skip
+        return stream
 
     async def connect_unix_socket(
         self,
@@ -365,23 +386,11 @@ class AsyncGuardedBackend2(httpcore2.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore2.AsyncNetworkStream:
-        deadline = _deadline(timeout)
-        try:
-            addresses = await _checked_async(self._guard, host, port, timeout, _Refused2)
-        except TimeoutError as error:
-            raise httpcore2.ConnectTimeout(f"{host}: the name did not resolve in time") from error
-        except OSError as error:
-            raise httpcore2.ConnectError(f"{host}: {error}") from error
-        failure: Exception | None = None
-        for address in addresses:
-            try:
-                return await self._dial.connect_tcp(
-                    address, port, _remaining(deadline), local_address, socket_options
-                )
-            except (httpcore2.ConnectError, httpcore2.ConnectTimeout) as error:
-                failure = error
-        assert failure is not None
-        raise failure
+        stream: httpcore2.AsyncNetworkStream = await _connect_checked(
+            self._guard, self._dial, httpcore2, _Refused2,
+            host, port, timeout, local_address, socket_options,
+        )  # fmt: skip
+        return stream
 
     async def connect_unix_socket(
         self,
