@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import reflex as rx
+from reflex.vars import ArrayVar
 from reflex_components_radix.themes.base import LiteralSpacing
 from reflex_components_radix.themes.color_mode import ColorModeIconButton
 
@@ -255,6 +256,37 @@ def page_header(title: rx.Var[str] | str, subtitle: rx.Var[str] | str = "") -> r
         rx.text(subtitle, color_scheme="gray", size="2"),
         spacing="1",
         margin_bottom="24px",
+    )
+
+
+def list_page(
+    title: str,
+    action: rx.Component,
+    description: str,
+    *,
+    loaded: rx.Var[bool],
+    rows: ArrayVar[Any],
+    row: Callable[[Any], rx.Component],
+    empty: rx.Component | None = None,
+    notices: tuple[rx.Component, ...] = (),
+) -> rx.Component:
+    """An App's page that lists one kind of thing (environments, skills, MCP servers): the
+    title with its action on the right, what the things are, any `notices` (an upload's
+    error), then one card per row once loaded, or `empty` when there are none."""
+    listed = rx.vstack(rx.foreach(rows, row), width="100%", spacing="2")
+    body = listed if empty is None else rx.cond(rows.length() > 0, listed, empty)
+    return app_page(
+        rx.hstack(
+            page_header(title, SessionState.current_app_name),
+            rx.spacer(),
+            action,
+            align="start",
+            width="100%",
+        ),
+        rx.text(description, size="2", color_scheme="gray"),
+        *notices,
+        rx.cond(loaded, body, rx.fragment()),
+        spacing="3",
     )
 
 

@@ -15,7 +15,7 @@ from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_web.components.dialogs import confirm_dialog, form_dialog, trash_button
 from mosoo_web.components.forms import error_text, labelled
 from mosoo_web.components.icons import icon_tile
-from mosoo_web.components.layout import app_page, console_shell, page_header
+from mosoo_web.components.layout import console_shell, list_page
 from mosoo_web.pages.environments.labels import POLICY_COLORS
 from mosoo_web.pages.environments.services import EnvironmentRow, delete, fork, list_rows, rename
 from mosoo_web.reflex_typing import event, match_value
@@ -263,33 +263,19 @@ def _environment_card(row: ObjectVar[EnvironmentRow]) -> rx.Component:
 
 
 def _content() -> rx.Component:
-    return app_page(
-        rx.hstack(
-            page_header("Environments", SessionState.current_app_name),
-            rx.spacer(),
-            rx.link(
-                rx.button(rx.icon("plus", size=16), "New environment", size="3"),
-                href=environments_href("/new"),
-                data_testid="new-environment",
-            ),
-            align="start",
-            width="100%",
+    return list_page(
+        "Environments",
+        rx.link(
+            rx.button(rx.icon("plus", size=16), "New environment", size="3"),
+            href=environments_href("/new"),
+            data_testid="new-environment",
         ),
-        rx.text(
-            "What an Agent's sandbox starts from: a setup script, variables and secrets, and "
-            "what it may reach on the network. Every save is a new revision; a thread keeps the "
-            "revision it started with.",
-            size="2",
-            color_scheme="gray",
-        ),
-        rx.cond(
-            EnvironmentsState.loaded,
-            rx.vstack(
-                rx.foreach(EnvironmentsState.rows, _environment_card), width="100%", spacing="2"
-            ),
-            rx.fragment(),
-        ),
-        spacing="3",
+        "What an Agent's sandbox starts from: a setup script, variables and secrets, and "
+        "what it may reach on the network. Every save is a new revision; a thread keeps the "
+        "revision it started with.",
+        loaded=EnvironmentsState.loaded,
+        rows=EnvironmentsState.rows,
+        row=_environment_card,
     )
 
 

@@ -16,11 +16,10 @@ from mosoo_web.components.dialogs import confirm_dialog, trash_button
 from mosoo_web.components.forms import error_text
 from mosoo_web.components.icons import icon_tile
 from mosoo_web.components.layout import (
-    app_page,
     console_shell,
     empty_note,
     empty_state,
-    page_header,
+    list_page,
 )
 from mosoo_web.pages.mcp_servers.services import McpServerRow, delete, list_rows, set_enabled
 from mosoo_web.reflex_typing import cond_value, event, match_component
@@ -223,43 +222,26 @@ def _server_card(row: ObjectVar[McpServerRow]) -> rx.Component:
 
 
 def _content() -> rx.Component:
-    return app_page(
-        rx.hstack(
-            page_header("MCP servers", SessionState.current_app_name),
-            rx.spacer(),
-            rx.link(
-                rx.button(rx.icon("plus", size=16), "Add MCP server", size="3"),
-                href=mcp_href("/new"),
-                data_testid="new-mcp-server",
+    return list_page(
+        "MCP servers",
+        rx.link(
+            rx.button(rx.icon("plus", size=16), "Add MCP server", size="3"),
+            href=mcp_href("/new"),
+            data_testid="new-mcp-server",
+        ),
+        "Remote tools your Agents can use, over MCP's Streamable HTTP. Credentials stay "
+        "with Mosoo: the sandbox reaches a server only through Mosoo, which adds them.",
+        loaded=McpServersState.loaded,
+        rows=McpServersState.rows,
+        row=_server_card,
+        empty=empty_state(
+            "plug",
+            empty_note(
+                "No MCP servers yet. Add one, test its connection to see its tools, "
+                "then bind it to an Agent in Preview."
             ),
-            align="start",
-            width="100%",
+            test_id="mcp-servers-empty",
         ),
-        rx.text(
-            "Remote tools your Agents can use, over MCP's Streamable HTTP. Credentials stay "
-            "with Mosoo: the sandbox reaches a server only through Mosoo, which adds them.",
-            size="2",
-            color_scheme="gray",
-        ),
-        rx.cond(
-            McpServersState.loaded,
-            rx.cond(
-                McpServersState.rows.length() > 0,
-                rx.vstack(
-                    rx.foreach(McpServersState.rows, _server_card), width="100%", spacing="2"
-                ),
-                empty_state(
-                    "plug",
-                    empty_note(
-                        "No MCP servers yet. Add one, test its connection to see its tools, "
-                        "then bind it to an Agent in Preview."
-                    ),
-                    test_id="mcp-servers-empty",
-                ),
-            ),
-            rx.fragment(),
-        ),
-        spacing="3",
     )
 
 

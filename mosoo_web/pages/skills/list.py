@@ -14,11 +14,10 @@ from reflex.vars import ObjectVar, StringVar
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_web.components.icons import icon_tile
 from mosoo_web.components.layout import (
-    app_page,
     console_shell,
     empty_note,
     empty_state,
-    page_header,
+    list_page,
 )
 from mosoo_web.pages.skills.services import SkillRow, list_rows, upload
 from mosoo_web.pages.skills.upload import LIMIT_TEXT, REJECTED, read_skill_file, upload_button
@@ -193,40 +192,25 @@ def _upload_error() -> rx.Component:
 
 
 def _content() -> rx.Component:
-    return app_page(
-        rx.hstack(
-            page_header("Skills", SessionState.current_app_name),
-            rx.spacer(),
-            upload_button(
-                "Upload skill",
-                upload_id=UPLOAD_ID,
-                on_drop=SkillsState.upload,
-                on_drop_rejected=SkillsState.reject_upload,
-                busy=SkillsState.uploading,
-                test_id="skill-upload-button",
-                size="3",
-            ),
-            align="start",
-            width="100%",
+    return list_page(
+        "Skills",
+        upload_button(
+            "Upload skill",
+            upload_id=UPLOAD_ID,
+            on_drop=SkillsState.upload,
+            on_drop_rejected=SkillsState.reject_upload,
+            busy=SkillsState.uploading,
+            test_id="skill-upload-button",
+            size="3",
         ),
-        rx.text(
-            "Instructions and scripts an Agent reads when a task fits them: only each skill's "
-            "name and description are in its prompt. Uploading a name the App has makes that "
-            f"skill's next version. A .md or a .zip of at most {LIMIT_TEXT}.",
-            size="2",
-            color_scheme="gray",
-        ),
-        _upload_error(),
-        rx.cond(
-            SkillsState.loaded,
-            rx.cond(
-                SkillsState.rows.length() > 0,
-                rx.vstack(rx.foreach(SkillsState.rows, _skill_card), width="100%", spacing="2"),
-                _empty(),
-            ),
-            rx.fragment(),
-        ),
-        spacing="3",
+        "Instructions and scripts an Agent reads when a task fits them: only each skill's "
+        "name and description are in its prompt. Uploading a name the App has makes that "
+        f"skill's next version. A .md or a .zip of at most {LIMIT_TEXT}.",
+        loaded=SkillsState.loaded,
+        rows=SkillsState.rows,
+        row=_skill_card,
+        empty=_empty(),
+        notices=(_upload_error(),),
     )
 
 
