@@ -290,6 +290,54 @@ def list_page(
     )
 
 
+def item_card(
+    icon: str,
+    href: rx.Var[str],
+    *,
+    title: tuple[rx.Component, ...],
+    lines: tuple[rx.Component, ...],
+    actions: rx.Component,
+    error: rx.Component,
+    test_id: str,
+) -> rx.Component:
+    """One row of a `list_page`: the icon, `title` (name and badges) over its `lines`, all a
+    link to the item (`{test_id}-open`); `actions` on the right; an action's `error` below."""
+    return rx.card(
+        rx.vstack(
+            rx.hstack(
+                rx.link(
+                    rx.hstack(
+                        icon_tile(icon, 18, "7px", radius="9px"),
+                        rx.vstack(
+                            rx.hstack(*title, align="center", spacing="2", wrap="wrap"),
+                            *lines,
+                            spacing="1",
+                            min_width="0",
+                        ),
+                        align="center",
+                        spacing="3",
+                    ),
+                    href=href,
+                    underline="none",
+                    color="inherit",
+                    flex="1",
+                    min_width="0",
+                    data_testid=f"{test_id}-open",
+                ),
+                actions,
+                align="center",
+                spacing="3",
+                width="100%",
+            ),
+            error,
+            spacing="2",
+            width="100%",
+        ),
+        width="100%",
+        data_testid=f"{test_id}-row",
+    )
+
+
 def card_section(
     title: rx.Var[str] | str, description: str, *children: rx.Component
 ) -> rx.Component:

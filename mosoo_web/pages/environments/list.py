@@ -14,8 +14,7 @@ from reflex.vars import ObjectVar, StringVar
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_web.components.dialogs import confirm_dialog, form_dialog, trash_button
 from mosoo_web.components.forms import error_text, labelled
-from mosoo_web.components.icons import icon_tile
-from mosoo_web.components.layout import console_shell, list_page
+from mosoo_web.components.layout import console_shell, item_card, list_page
 from mosoo_web.pages.environments.labels import POLICY_COLORS
 from mosoo_web.pages.environments.services import EnvironmentRow, delete, fork, list_rows, rename
 from mosoo_web.reflex_typing import event, match_value
@@ -174,91 +173,52 @@ def _delete_button(row: ObjectVar[EnvironmentRow]) -> rx.Component:
 
 
 def _environment_card(row: ObjectVar[EnvironmentRow]) -> rx.Component:
-    return rx.card(
-        rx.vstack(
-            rx.hstack(
-                rx.link(
-                    rx.hstack(
-                        icon_tile("package", 18, "7px", radius="9px"),
-                        rx.vstack(
-                            rx.hstack(
-                                rx.text(
-                                    row.name,
-                                    size="3",
-                                    weight="bold",
-                                    data_testid="environment-name",
-                                ),
-                                rx.cond(
-                                    row.is_default,
-                                    rx.badge(
-                                        "Default",
-                                        color_scheme="green",
-                                        data_testid="environment-default-badge",
-                                    ),
-                                    rx.fragment(),
-                                ),
-                                _policy_badge(row),
-                                align="center",
-                                spacing="2",
-                                wrap="wrap",
-                            ),
-                            rx.text(
-                                rx.text(
-                                    "Revision ",
-                                    row.revision.to_string(),
-                                    as_="span",
-                                    data_testid="environment-revision",
-                                ),
-                                " · ",
-                                rx.text(
-                                    row.packages_label,
-                                    as_="span",
-                                    data_testid="environment-packages",
-                                ),
-                                " · Updated ",
-                                row.updated,
-                                size="1",
-                                color_scheme="gray",
-                            ),
-                            spacing="1",
-                            min_width="0",
-                        ),
-                        align="center",
-                        spacing="3",
-                    ),
-                    href=environments_href("/" + row.id.to(str)),
-                    underline="none",
-                    color="inherit",
-                    flex="1",
-                    min_width="0",
-                    data_testid="environment-open",
-                ),
-                rx.hstack(
-                    _rename_dialog(row),
-                    rx.button(
-                        rx.icon("copy", size=14),
-                        "Fork",
-                        size="1",
-                        variant="soft",
-                        color_scheme="gray",
-                        on_click=EnvironmentsState.fork(row.id),
-                        data_testid="environment-fork",
-                    ),
-                    # The default cannot be deleted: every Agent without one runs on it.
-                    rx.cond(row.is_default, rx.fragment(), _delete_button(row)),
-                    spacing="2",
-                    align="center",
-                ),
-                align="center",
-                spacing="3",
-                width="100%",
+    return item_card(
+        "package",
+        environments_href("/" + row.id.to(str)),
+        title=(
+            rx.text(row.name, size="3", weight="bold", data_testid="environment-name"),
+            rx.cond(
+                row.is_default,
+                rx.badge("Default", color_scheme="green", data_testid="environment-default-badge"),
+                rx.fragment(),
             ),
-            error_text(row.delete_error, "environment-delete-error"),
-            spacing="2",
-            width="100%",
+            _policy_badge(row),
         ),
-        width="100%",
-        data_testid="environment-row",
+        lines=(
+            rx.text(
+                rx.text(
+                    "Revision ",
+                    row.revision.to_string(),
+                    as_="span",
+                    data_testid="environment-revision",
+                ),
+                " · ",
+                rx.text(row.packages_label, as_="span", data_testid="environment-packages"),
+                " · Updated ",
+                row.updated,
+                size="1",
+                color_scheme="gray",
+            ),
+        ),
+        actions=rx.hstack(
+            _rename_dialog(row),
+            rx.button(
+                rx.icon("copy", size=14),
+                "Fork",
+                size="1",
+                variant="soft",
+                color_scheme="gray",
+                on_click=EnvironmentsState.fork(row.id),
+                data_testid="environment-fork",
+            ),
+            # The default cannot be deleted: every Agent without one runs on it.
+            rx.cond(row.is_default, rx.fragment(), _delete_button(row)),
+            spacing="2",
+            align="center",
+        ),
+        error=error_text(row.delete_error, "environment-delete-error"),
+        test_id="environment",
     )
 
 

@@ -14,11 +14,11 @@ from reflex.vars import ObjectVar, StringVar
 from mosoo_core.errors import Conflict, NotFound
 from mosoo_web.components.dialogs import confirm_dialog, trash_button
 from mosoo_web.components.forms import error_text
-from mosoo_web.components.icons import icon_tile
 from mosoo_web.components.layout import (
     console_shell,
     empty_note,
     empty_state,
+    item_card,
     list_page,
 )
 from mosoo_web.pages.mcp_servers.services import McpServerRow, delete, list_rows, set_enabled
@@ -131,93 +131,63 @@ def _delete_button(row: ObjectVar[McpServerRow]) -> rx.Component:
 
 
 def _server_card(row: ObjectVar[McpServerRow]) -> rx.Component:
-    return rx.card(
-        rx.vstack(
-            rx.hstack(
-                rx.link(
-                    rx.hstack(
-                        icon_tile("plug", 18, "7px", radius="9px"),
-                        rx.vstack(
-                            rx.hstack(
-                                rx.text(
-                                    row.name,
-                                    size="3",
-                                    weight="bold",
-                                    font_family="monospace",
-                                    data_testid="mcp-server-name",
-                                ),
-                                _test_summary(row),
-                                rx.cond(
-                                    row.enabled,
-                                    rx.fragment(),
-                                    rx.badge(
-                                        "Disabled",
-                                        color_scheme="amber",
-                                        data_testid="mcp-server-disabled",
-                                    ),
-                                ),
-                                align="center",
-                                spacing="2",
-                                wrap="wrap",
-                            ),
-                            rx.text(
-                                rx.text(row.host, as_="span", data_testid="mcp-server-host"),
-                                " · ",
-                                rx.text(row.auth_label, as_="span", data_testid="mcp-server-auth"),
-                                rx.cond(
-                                    row.tested != "",
-                                    rx.text(" · Tested ", row.tested, as_="span"),
-                                    rx.fragment(),
-                                ),
-                                size="1",
-                                color_scheme="gray",
-                            ),
-                            rx.cond(
-                                row.used_by != "",
-                                rx.text(
-                                    "Used by " + row.used_by.to(str),
-                                    size="1",
-                                    color_scheme="gray",
-                                    data_testid="mcp-server-used-by",
-                                ),
-                                rx.fragment(),
-                            ),
-                            spacing="1",
-                            min_width="0",
-                        ),
-                        align="center",
-                        spacing="3",
-                    ),
-                    href=mcp_href("/" + row.id.to(str)),
-                    underline="none",
-                    color="inherit",
-                    flex="1",
-                    min_width="0",
-                    data_testid="mcp-server-open",
-                ),
-                rx.hstack(
-                    rx.tooltip(
-                        rx.switch(
-                            checked=row.enabled,
-                            on_change=lambda value: McpServersState.set_enabled(row.id, value),
-                            data_testid="mcp-server-enabled",
-                        ),
-                        content=cond_value(row.enabled, "Enabled", "Disabled"),
-                    ),
-                    _delete_button(row),
-                    spacing="3",
-                    align="center",
-                ),
-                align="center",
-                spacing="3",
-                width="100%",
+    return item_card(
+        "plug",
+        mcp_href("/" + row.id.to(str)),
+        title=(
+            rx.text(
+                row.name,
+                size="3",
+                weight="bold",
+                font_family="monospace",
+                data_testid="mcp-server-name",
             ),
-            error_text(row.delete_error, "mcp-server-delete-error"),
-            spacing="2",
-            width="100%",
+            _test_summary(row),
+            rx.cond(
+                row.enabled,
+                rx.fragment(),
+                rx.badge("Disabled", color_scheme="amber", data_testid="mcp-server-disabled"),
+            ),
         ),
-        width="100%",
-        data_testid="mcp-server-row",
+        lines=(
+            rx.text(
+                rx.text(row.host, as_="span", data_testid="mcp-server-host"),
+                " · ",
+                rx.text(row.auth_label, as_="span", data_testid="mcp-server-auth"),
+                rx.cond(
+                    row.tested != "",
+                    rx.text(" · Tested ", row.tested, as_="span"),
+                    rx.fragment(),
+                ),
+                size="1",
+                color_scheme="gray",
+            ),
+            rx.cond(
+                row.used_by != "",
+                rx.text(
+                    "Used by " + row.used_by.to(str),
+                    size="1",
+                    color_scheme="gray",
+                    data_testid="mcp-server-used-by",
+                ),
+                rx.fragment(),
+            ),
+        ),
+        actions=rx.hstack(
+            rx.tooltip(
+                rx.switch(
+                    checked=row.enabled,
+                    on_change=lambda value: McpServersState.set_enabled(row.id, value),
+                    data_testid="mcp-server-enabled",
+                ),
+                content=cond_value(row.enabled, "Enabled", "Disabled"),
+            ),
+            _delete_button(row),
+            spacing="3",
+            align="center",
+        ),
+        error=error_text(row.delete_error, "mcp-server-delete-error"),
+        test_id="mcp-server",
     )
 
 
