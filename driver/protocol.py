@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 1024 * 1024
@@ -59,6 +66,22 @@ PUBLIC_EVENT_TYPES = {
     "mcp.server.status": "mcp.server.status",
 }
 
+# What a backend can say it supports in `hello` (PRODUCT.md "Runtimes"); the catalog of
+# runtimes (mosoo_core/agents/_catalog.py) uses the same names, and a test checks they agree.
+CAPABILITIES = frozenset(
+    {
+        "text_stream",  # agent.message.delta
+        "thinking_stream",  # agent.thinking.delta
+        "tool_stream",  # tool.use.started / completed
+        "permission_requests",  # tool.confirmation.required for an Ask policy
+        "cancel",  # Stop ends the run as cancelled
+        "usage",  # usage.updated from the provider's numbers
+        "resume",  # a thread's next run continues the conversation
+        "skills",  # bound skills reach the agent
+        "mcp",  # bound MCP servers, through control's MCP proxy
+    }
+)
+
 COMMAND_KINDS = frozenset(
     {"input.start", "turn.cancel", "permission.resolve", "session.stop", "checkpoint.prepare"}
 )
@@ -82,6 +105,14 @@ class Hello(_Message):
     capabilities: list[str] = Field(default_factory=list, max_length=32)
     pid: int
     last_acked_source_event_id: str | None = Field(default=None, max_length=64)
+
+    @field_validator("capabilities")
+    @classmethod
+    def _known_capabilities(cls, value: list[str]) -> list[str]:
+        unknown = sorted(set(value) - CAPABILITIES)
+        if unknown:
+            raise ValueError(f"unknown capabilities {unknown}; known: {sorted(CAPABILITIES)}")
+        return value
 
 
 class Ready(_Message):

@@ -222,6 +222,10 @@ class _Client:
 
 class AcpBackend(Backend):
     runtime = "acp"
+    # Skills and MCP as OpenCode, the default agent, takes them (`skills.paths`; its
+    # `initialize` advertises HTTP MCP). The report comes before the agent is started, so an
+    # agent named by `acp_command` that takes no HTTP MCP learns it per run instead: its
+    # servers show `mcp.server.status` failed, a required one fails the run `mcp_unavailable`.
     capabilities = (
         "text_stream",
         "thinking_stream",
@@ -230,6 +234,8 @@ class AcpBackend(Backend):
         "cancel",
         "usage",
         "resume",
+        "skills",
+        "mcp",
     )
 
     def __init__(

@@ -163,6 +163,8 @@ class ClaudeBackend(Backend):
         "cancel",
         "usage",
         "resume",
+        "skills",
+        "mcp",
     )
 
     def __init__(

@@ -130,6 +130,8 @@ class OpenAIBackend(Backend):
         "cancel",
         "usage",
         "resume",
+        "skills",
+        "mcp",
     )
 
     def __init__(

@@ -3,6 +3,7 @@
 What front doors may call; the driver-facing calls are in `sessions.driver_plane`."""
 
 from mosoo_core.ownership import owned_thread
+from mosoo_core.sessions._drivers import live_capabilities
 from mosoo_core.sessions.service import (
     RunView,
     Sent,
@@ -49,6 +50,7 @@ __all__ = [
     "get_thread",
     "list_events",
     "list_threads",
+    "live_capabilities",
     "owned_thread",
     "rename_thread",
     "resolve_permission",

@@ -16,7 +16,10 @@ from sqlmodel import Session, col, select
 from driver.protocol import COMMAND_KINDS, CommandUpdate, Hello
 from mosoo_core.clock import utcnow
 from mosoo_core.db import commit_refusal
+from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.ids import new_id
+from mosoo_core.ownership import owned_agent, owned_thread
+from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import DriverCommand, DriverInstance
 
 BOOT_TOKEN_TTL = timedelta(seconds=60)
@@ -117,6 +120,8 @@ def accept_hello(db: Session, hello: Hello, *, now: datetime | None = None) -> D
     instance.status = "connected"
     instance.last_heartbeat_at = now
     instance.disconnected_at = None
+    # What this backend supports (the protocol refuses unknown names), for the console.
+    instance.capabilities = list(hello.capabilities)
     db.add(instance)
     db.flush()
     return DriverWelcome(
@@ -126,6 +131,38 @@ def accept_hello(db: Session, hello: Hello, *, now: datetime | None = None) -> D
         connection_id=instance.connection_id,
         resume_token=resume_token,
     )
+
+
+def live_capabilities(
+    db: Session,
+    account_id: str,
+    *,
+    agent_id: str | None = None,
+    thread_id: str | None = None,
+) -> list[str] | None:
+    """What the running driver reported in hello (PROTOCOL.md): the one serving the Pet
+    Agent `agent_id` (its shared sandbox), or the thread `thread_id` (a Pet's or a Task's
+    driver of that thread). None when no driver is ready: the console uses the catalog then.
+    Exactly one of `agent_id` and `thread_id`; another owner's id is NotFound."""
+    if (agent_id is None) == (thread_id is None):
+        raise InvalidInput("Name an Agent or a thread.", field="agent_id")
+    query = select(DriverInstance).where(
+        DriverInstance.status == "connected", col(DriverInstance.ready_at).is_not(None)
+    )
+    if thread_id is not None:
+        thread = owned_thread(db, account_id, thread_id)
+        query = query.where(DriverInstance.session_id == thread.id)
+    else:
+        agent = db.get(Agent, agent_id) if agent_id else None
+        if agent is None:
+            raise NotFound("Agent not found.")
+        owned_agent(db, account_id, agent.app_id, agent.id)
+        query = query.where(DriverInstance.subject == f"agent:{agent.id}")
+    # The newest first: an `acp` thread's earlier driver stays connected beside the next one.
+    instance = db.exec(
+        query.order_by(col(DriverInstance.created_at).desc(), col(DriverInstance.id).desc())
+    ).first()
+    return list(instance.capabilities) if instance is not None else None
 
 
 def _live_instance(db: Session, instance_id: str, connection_id: str) -> DriverInstance:

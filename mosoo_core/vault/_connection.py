@@ -16,6 +16,7 @@ from mosoo_core.vault._headers import provider_headers
 from mosoo_core.vault.types import ConnectionResult
 
 CONNECTION_TIMEOUT_SECONDS = 10.0
+ANTHROPIC_MODELS_LIMIT = 1000
 log = get_logger("mosoo.vault")
 
 
@@ -50,7 +51,12 @@ def check_provider_connection(
             timeout=CONNECTION_TIMEOUT_SECONDS,
             follow_redirects=False,
         ) as client:
-            answer = client.get(f"{base_url.rstrip('/')}/models", headers=headers)
+            answer = client.get(
+                f"{base_url.rstrip('/')}/models",
+                headers=headers,
+                # Anthropic pages its list: 20 models by default, at most 1000 a page.
+                params={"limit": ANTHROPIC_MODELS_LIMIT} if provider == "anthropic" else None,
+            )
         status = answer.status_code
         latency_ms = round((time.perf_counter() - started) * 1000)
         if status in (401, 403):

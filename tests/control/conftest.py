@@ -107,6 +107,7 @@ def hello(
     boot_token: str | None = None,
     resume_token: str | None = None,
     runtime: str = "openai",
+    capabilities: list[str] | None = None,
 ) -> str:
     message: dict[str, Any] = {
         "type": "hello",
@@ -114,7 +115,7 @@ def hello(
         "protocol_version": PROTOCOL_VERSION,
         "driver_version": "test",
         "runtime": runtime,
-        "capabilities": [],
+        "capabilities": capabilities or [],
         "pid": 1,
     }
     if boot_token:

@@ -10,6 +10,7 @@ import redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
+from mosoo_core import sessions
 from mosoo_core.sessions import driver_plane
 from mosoo_core.tables.sessions import AgentSession, DriverCommand, DriverInstance, SessionRun
 from tests.control.conftest import (
@@ -79,6 +80,73 @@ def test_events_are_stored_in_seq_order_acked_and_streamed(
     seqs = [int(fields[b"seq"]) for _, fields in streamed]
     assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))
     assert redis.Redis(db=TEST_REDIS_DB).get(f"driver:{booted.instance_id}:ready") == b"1"
+
+
+def test_the_capabilities_a_driver_reports_in_hello_are_kept_for_the_console(
+    control: ControlServer, engine: Engine
+) -> None:
+    with Session(engine) as db:
+        booted = boot_fixture(db)
+    reported = ["text_stream", "cancel", "skills", "mcp"]
+
+    def live() -> list[str] | None:
+        with Session(engine) as db:
+            return sessions.live_capabilities(db, booted.account_id, thread_id=booted.session_id)
+
+    def ready() -> bool:
+        with Session(engine) as db:
+            instance = db.get(DriverInstance, booted.instance_id)
+            return instance is not None and instance.ready_at is not None
+
+    async def scenario() -> tuple[list[str] | None, list[str] | None]:
+        async with control.connect() as ws:
+            await ws.send(
+                hello(booted.instance_id, boot_token=booted.boot_token, capabilities=reported)
+            )
+            assert (await recv_json(ws))["type"] == "welcome"
+            before_ready = live()  # booting its backend: the console keeps to the catalog
+            await ws.send(json.dumps({"type": "ready", "at": "now"}))
+            for _ in range(200):
+                if ready():
+                    break
+                await asyncio.sleep(0.05)
+            return before_ready, live()
+
+    before_ready, running = asyncio.run(scenario())
+    assert before_ready is None
+    assert running == reported
+    with Session(engine) as db:
+        instance = db.get(DriverInstance, booted.instance_id)
+        assert instance is not None and instance.capabilities == reported
+        driver_plane.mark_stopped(db, booted.instance_id)
+        db.commit()
+    assert live() is None  # nothing runs for the thread any more
+
+
+def test_a_hello_with_an_unknown_capability_is_refused(
+    control: ControlServer, engine: Engine
+) -> None:
+    with Session(engine) as db:
+        booted = boot_fixture(db)
+
+    async def scenario() -> dict:
+        async with control.connect() as ws:
+            await ws.send(
+                hello(
+                    booted.instance_id,
+                    boot_token=booted.boot_token,
+                    capabilities=["text_stream", "teleport"],
+                )
+            )
+            return await recv_json(ws)
+
+    refused = asyncio.run(scenario())
+    assert refused["type"] == "close" and refused["code"] == "invalid_message"
+    assert "teleport" in refused["reason"]
+    with Session(engine) as db:
+        instance = db.get(DriverInstance, booted.instance_id)
+        assert instance is not None and instance.connection_id is None
+        assert instance.capabilities == []
 
 
 def test_replayed_boot_token_is_refused(control: ControlServer, engine: Engine) -> None:

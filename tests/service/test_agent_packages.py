@@ -511,3 +511,53 @@ def test_compression_bomb_with_a_lying_size_header_is_refused_quickly(
         tracemalloc.stop()
     assert elapsed < 5
     assert peak < 64 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("runtime", "provider", "base_url", "options"),
+    [
+        (
+            "acp",
+            "openai_compatible",
+            BASE_URL,
+            {"acp_command": ["my-agent", "--acp", "--log-level", "warn"], "temperature": 0.3},
+        ),
+        ("claude", "anthropic", "https://api.anthropic.com/v1", {"max_tokens": 4096}),
+    ],
+)
+def test_round_trip_keeps_the_runtime_and_its_options(
+    db: Session, runtime: str, provider: str, base_url: str, options: dict[str, Any]
+) -> None:
+    account_id, app_id = _owner(db)
+    credential = _credential(db, account_id, app_id, provider=provider, base_url=base_url)
+    created = agents.create_agent(db, account_id, app_id, name=f"{runtime} agent", runtime=runtime)
+    original = agents.update_agent(
+        db,
+        account_id,
+        app_id,
+        created.id,
+        agents.AgentChanges(
+            model="example-large",
+            tools={"bash": "ask", "web_fetch": "allow"},
+            provider_options=options,
+            provider_credential_id=credential.id,
+        ),
+    )
+    assert original.runtime == runtime and original.provider_options == options
+    package = agents.export_agent(db, account_id, app_id, original.id)
+    with zipfile.ZipFile(io.BytesIO(package)) as archive:
+        exported = json.loads(archive.read("manifest.json"))["agent"]
+    assert exported["runtime"] == runtime and exported["provider_options"] == options
+    other_account, other_app = _owner(db, "other@example.com")
+    matching = _credential(
+        db, other_account, other_app, provider=provider, base_url=base_url, name="Theirs"
+    )
+
+    report = agents.import_agent(db, other_account, other_app, package)
+
+    imported = agents.get_agent(db, other_account, other_app, report.agent_id)
+    assert imported.runtime == runtime
+    assert imported.provider_options == options
+    assert imported.tools == original.tools and imported.model == original.model
+    assert imported.provider_credential_id == matching.id
+    assert agents.readiness(db, imported).ready, agents.readiness(db, imported).blockers

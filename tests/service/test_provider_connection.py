@@ -218,3 +218,36 @@ def test_the_metadata_address_is_refused_whatever_the_setting(db: Session) -> No
     result = vault.check_provider_connection(db, account_id, app_id, credential.id)
     assert not result.ok
     assert result.message == "Refused: 169.254.169.254 is the cloud metadata address."
+
+
+def test_an_anthropic_key_lists_anthropics_own_models_in_one_page(db: Session) -> None:
+    """Against the scripted Messages server: `x-api-key` and `anthropic-version` sent, the
+    `{"data": [{"id": ...}]}` list read, and a page big enough for all of Anthropic's models
+    (its default page is 20)."""
+    from tests.support.anthropic_server import ScriptedAnthropicServer
+
+    models = [f"claude-test-{n}" for n in range(25)]
+    with ScriptedAnthropicServer(models=models, api_key=KEY) as anthropic:
+        account_id, app_id = _owner(db)
+        credential = _credential(
+            db, account_id, app_id, provider="anthropic", base_url=anthropic.base_url
+        )
+        result = vault.check_provider_connection(db, account_id, app_id, credential.id)
+        wrong = _credential(
+            db,
+            account_id,
+            app_id,
+            name="Wrong",
+            provider="anthropic",
+            base_url=anthropic.base_url,
+            api_key=WRONG_KEY,
+        )
+        refused = vault.check_provider_connection(db, account_id, app_id, wrong.id)
+        requests = anthropic.requests
+    assert result.ok, result.message
+    assert result.models == models
+    first = requests[0]
+    assert (first.method, first.path, first.query) == ("GET", "/v1/models", "limit=1000")
+    assert first.headers["x-api-key"] == KEY and first.headers["anthropic-version"]
+    assert not refused.ok and refused.message == "The provider refused the key."
+    _assert_no_key(refused, WRONG_KEY)

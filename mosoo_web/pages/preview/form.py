@@ -210,9 +210,27 @@ def _policy_control(tool: str, with_ask: bool) -> rx.Component:
 
 
 def _tool_row(tool: str) -> rx.Component:
+    # The runtime's own name for the tool ("Bash" in Claude Code), Mosoo's beside it when
+    # they differ.
+    label = PreviewState.tool_labels.to(dict[str, str])[tool]
     return rx.hstack(
         rx.vstack(
-            rx.text(tool, size="2", weight="bold", font_family="monospace"),
+            rx.hstack(
+                rx.text(
+                    cond_value(label, label, tool),
+                    size="2",
+                    weight="bold",
+                    font_family="monospace",
+                    data_testid=f"tool-name-{tool}",
+                ),
+                rx.cond(
+                    label & (label != tool),
+                    rx.text(tool, size="1", color_scheme="gray", font_family="monospace"),
+                    rx.fragment(),
+                ),
+                spacing="2",
+                align="baseline",
+            ),
             rx.text(TOOL_DESCRIPTIONS[tool], size="1", color_scheme="gray"),
             spacing="0",
         ),

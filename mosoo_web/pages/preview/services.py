@@ -109,7 +109,7 @@ class AgentForm:
     blockers: list[BlockerRow]
     warnings: list[BlockerRow]
     runtime: str
-    capabilities: list[str]
+    capabilities: list[str]  # the catalog's, for the form (`chat_capabilities` for the chat)
     environment_id: str
     environments: list[EnvironmentOption]
     default_environment: str  # the policy of the App's default, for the picker's hint
@@ -118,6 +118,8 @@ class AgentForm:
     skill_options: list[SkillOption] = field(default_factory=list)  # the App's skills
     mcp_policies: dict[str, Any] = field(default_factory=dict)
     mcp_options: list[McpOption] = field(default_factory=list)  # the App's MCP servers
+    # Mosoo's tool -> what the runtime's agent calls it ("Bash" under `claude`).
+    tool_labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -127,6 +129,32 @@ class Saved:
     agent: agents.AgentView
     blockers: list[BlockerRow]
     warnings: list[BlockerRow]
+
+
+def tool_labels(runtime: str) -> dict[str, str]:
+    """Each built-in tool under the name the runtime's own agent gives it, e.g. `bash` is
+    "Bash" in Claude Code and `edit` "Edit, NotebookEdit"; Mosoo's name where it has none."""
+    known = agents.RUNTIMES.get(runtime)
+    return {tool: known.tool_label(tool) if known else tool for tool in agents.BUILTIN_TOOLS}
+
+
+def chat_capabilities(
+    account_id: str, agent_id: str, thread_id: str, kind: str
+) -> list[str] | None:
+    """What the running driver of the chat's sandbox reported in hello: the Preview
+    thread's, else (no thread yet) a Pet's shared sandbox's. None when none runs (or the
+    thread or Agent is gone): the chat keeps to the catalog then."""
+    if not thread_id and kind != "pet":
+        return None
+    with session_scope() as db:
+        try:
+            if thread_id:
+                reported = sessions.live_capabilities(db, account_id, thread_id=thread_id)
+            else:
+                reported = sessions.live_capabilities(db, account_id, agent_id=agent_id)
+        except NotFound:
+            return None
+    return sorted(reported) if reported is not None else None
 
 
 def readiness_rows(items: list[agents.Blocker]) -> list[BlockerRow]:
@@ -189,6 +217,7 @@ def load_agent_form(account_id: str, app_id: str, agent_id: str) -> AgentForm:
         mcp_options=[
             McpOption(s.id, s.name, s.enabled, [t.name for t in s.tools]) for s in app_servers
         ],
+        tool_labels=tool_labels(agent.runtime),
     )
 
 

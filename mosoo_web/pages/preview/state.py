@@ -46,12 +46,14 @@ from mosoo_web.pages.preview.services import (
     SkillOption,
     SkillRow,
     bound_skill_rows,
+    chat_capabilities,
     load_agent_form,
     pet_status,
     save_fields,
     save_options,
     send_message,
     thread_of_agent,
+    tool_labels,
 )
 from mosoo_web.reflex_typing import event
 from mosoo_web.state.session import SessionState, current_app_ids
@@ -82,7 +84,11 @@ class PreviewState(ThreadChat, rx.State):
     blockers: rx.Field[list[BlockerRow]] = rx.field(default_factory=list)
     warnings: rx.Field[list[BlockerRow]] = rx.field(default_factory=list)
     runtime: rx.Field[str] = rx.field("")
-    capabilities: rx.Field[list[str]] = rx.field(default_factory=list)
+    capabilities: rx.Field[list[str]] = rx.field(default_factory=list)  # the catalog's
+    # What the chat's running driver reported in hello (`chat_capabilities`), if one runs.
+    driver_capabilities: rx.Field[list[str]] = rx.field(default_factory=list)
+    driver_reported: rx.Field[bool] = rx.field(False)
+    tool_labels: rx.Field[dict[str, str]] = rx.field(default_factory=dict)
     environment_id: rx.Field[str] = rx.field(DEFAULT_ENVIRONMENT)
     environments: rx.Field[list[EnvironmentOption]] = rx.field(default_factory=list)
     default_environment: rx.Field[str] = rx.field("")
@@ -153,6 +159,23 @@ class PreviewState(ThreadChat, rx.State):
         return "permission_requests" in self.capabilities
 
     @rx.var
+    def chat_capabilities(self) -> list[str]:
+        """The chat shows what the running sandbox's driver reported, else the catalog's."""
+        return self.driver_capabilities if self.driver_reported else self.capabilities
+
+    @rx.var
+    def chat_can_think(self) -> bool:
+        return "thinking_stream" in self.chat_capabilities
+
+    @rx.var
+    def chat_can_ask(self) -> bool:
+        return "permission_requests" in self.chat_capabilities
+
+    @rx.var
+    def chat_can_stop(self) -> bool:
+        return "cancel" in self.chat_capabilities
+
+    @rx.var
     def save_label(self) -> str:
         """The form header's indicator: the first field left unsaved wins over "Saved"."""
         if self.save_state == "saving":
@@ -202,6 +225,7 @@ class PreviewState(ThreadChat, rx.State):
         self.warnings = form.warnings
         self.runtime = form.runtime
         self.capabilities = form.capabilities
+        self.tool_labels = form.tool_labels
         self.environment_id = form.environment_id
         self.environments = form.environments
         self.default_environment = form.default_environment
@@ -214,6 +238,14 @@ class PreviewState(ThreadChat, rx.State):
         self.apply_error = ""
         self.form_version += 1
         self.field_errors = {}
+
+    def _show_driver_report(self, reported: list[str] | None) -> None:
+        self.driver_reported = reported is not None
+        self.driver_capabilities = reported or []
+
+    def _chat_sandbox(self) -> tuple[str, str, str]:
+        """What `chat_capabilities` asks about: the Agent, the open thread, the kind."""
+        return self.current_agent_id, self.thread_id, self.kind
 
     def _show_error(self, field_name: str, message: str) -> None:
         """`message` next to the field ("" clears it). A refusal for a field the form has no
@@ -246,12 +278,19 @@ class PreviewState(ThreadChat, rx.State):
         self.agent_missing = False
         self._apply_form(form)
         await self._refresh_pet(account_id, app_id, agent_id)
+        # No thread open yet: a Pet's running sandbox (if any) serves the next message.
+        self._show_driver_report(
+            await asyncio.to_thread(chat_capabilities, account_id, *self._chat_sandbox())
+        )
         versions = await self.get_state(VersionsState)
         await versions.refresh(account_id, app_id, agent_id)
         thread_id = str(self.router.url.query_parameters.get("thread", "") or "")
         if thread_id:
             if await asyncio.to_thread(thread_of_agent, account_id, agent_id, thread_id):
                 self.thread_id = thread_id
+                self._show_driver_report(
+                    await asyncio.to_thread(chat_capabilities, account_id, *self._chat_sandbox())
+                )
                 return PreviewState.watch
             self.thread_missing = True
             return thread_url_script("")
@@ -419,6 +458,7 @@ class PreviewState(ThreadChat, rx.State):
         if self.runtime == value:
             self.runtime_label = runtime.label
             self.capabilities = sorted(runtime.capabilities)
+            self.tool_labels = tool_labels(value)
 
     @event
     async def set_tool_policy(self, tool: str, value: str | list[str]) -> Any:
@@ -567,6 +607,7 @@ class PreviewState(ThreadChat, rx.State):
     def new_chat(self) -> Any:
         self._reset_chat()
         self.thread_id = ""
+        self._show_driver_report(None)
         return thread_url_script("")
 
     @event(background=True)
@@ -600,6 +641,11 @@ class PreviewState(ThreadChat, rx.State):
                 self._reset_chat()
                 self.thread_id = sent_thread
             self.run_active = True  # until the watcher has the events
+            sandbox = self._chat_sandbox()
+        reported = await asyncio.to_thread(chat_capabilities, account_id, *sandbox)
+        async with self:
+            if self.thread_id == sent_thread:
+                self._show_driver_report(reported)
         if new_thread:
             return [thread_url_script(sent_thread), PreviewState.watch]
         return None
