@@ -13,8 +13,10 @@ would idle there and hold the thread's session files the next run's agent needs.
 Each run is one `session/prompt`; the agent's `session/update` notifications become our
 events: message chunks `message.started/delta/completed`, thought chunks `thought.delta`,
 tool calls `tool.call.started` (once the call has its input: in progress, asking, or done)
-and `tool.call.completed`, file diffs `file.changed`, and the usage the prompt's answer
-reports `usage.updated` (OpenCode's is its last model call's; the gateway's ledger has all).
+and `tool.call.completed`, file diffs `file.changed`, and the prompt's usage `usage.updated`:
+for OpenCode, the sum over the prompt's model calls from its session database (its answer
+reports only the last call's, see `opencode.prompt_usage`); for another agent, what its
+answer reports. The gateway's ledger, one record per model call, stays the source of truth.
 A `session/request_permission` becomes our permission prompt; Allow once and Reject pick
 the agent's `allow_once` / `reject_once` option (never an "always" one). Stop cancels the
 run task: we send `session/cancel`, answer a pending permission with `cancelled`, and wait
@@ -462,6 +464,7 @@ class AcpBackend(Backend):
         prompt_text = f"{self._replay}\n\n{text}" if self._replay else text
         turn = _Turn(run.run_id)
         self._turn = turn
+        prompt_started_ms = int(time.time() * 1000)
         prompt = asyncio.create_task(
             agent.connection.prompt(
                 session_id=agent.session_id,
@@ -484,22 +487,9 @@ class AcpBackend(Backend):
         self._finish_turn(turn, interrupted=False)
         self._replay = ""
         self._remember(agent.session_id, text, turn.last_text)
-        usage = getattr(response, "usage", None)
+        usage = self._prompt_usage(agent, response, prompt_started_ms)
         if usage is not None:
-            # As the agent reports it (ACP's usage is still unstable: OpenCode gives its last
-            # model call's numbers, input without the cached part); the gateway's ledger has
-            # every call's own. Our input_tokens count the cached ones, as the openai runtime's.
-            cached = usage.cached_read_tokens or 0
-            numbers: dict[str, Any] = {
-                "input_tokens": usage.input_tokens + cached,
-                "output_tokens": usage.output_tokens,
-                "model": self.spec.model,
-            }
-            if usage.cached_read_tokens is not None:
-                numbers["cached_input_tokens"] = usage.cached_read_tokens
-            if usage.thought_tokens is not None:
-                numbers["reasoning_tokens"] = usage.thought_tokens
-            self.emit(run.run_id, "usage.updated", **numbers)
+            self.emit(run.run_id, "usage.updated", **usage, model=self.spec.model)
         stop = response.stop_reason
         if stop == "max_turn_requests":
             raise RunFailure(
@@ -510,6 +500,41 @@ class AcpBackend(Backend):
         if stop != "end_turn":
             log.warning("prompt_stopped", extra={"run_id": run.run_id, "stop_reason": stop})
         return turn.last_text
+
+    def _prompt_usage(
+        self, agent: _AgentProcess, response: Any, started_ms: int
+    ) -> dict[str, int] | None:
+        """The prompt's tokens, counted as the openai runtime counts them: input_tokens is the
+        whole prompt, cached ones included. OpenCode's are summed over the prompt's model calls
+        (read once it has exited, so its database is whole); another agent's are what its
+        answer reports (ACP's usage is still unstable)."""
+        if self.command is not None and opencode.is_opencode(self.command):
+            summed = opencode.prompt_usage(self.state_dir, agent.session_id, started_ms)
+            if summed is not None:
+                numbers = {
+                    "input_tokens": summed["input"] + summed["read"] + summed["write"],
+                    "output_tokens": summed["output"],
+                    "cached_input_tokens": summed["read"],
+                }
+                if summed["write"]:
+                    numbers["cache_creation_input_tokens"] = summed["write"]
+                if summed["reasoning"]:
+                    numbers["reasoning_tokens"] = summed["reasoning"]
+                return numbers
+            log.info("opencode_usage_unread", extra={"session": agent.session_id})
+        usage = getattr(response, "usage", None)
+        if usage is None:
+            return None
+        cached = usage.cached_read_tokens or 0
+        reported = {
+            "input_tokens": usage.input_tokens + cached,
+            "output_tokens": usage.output_tokens,
+        }
+        if usage.cached_read_tokens is not None:
+            reported["cached_input_tokens"] = usage.cached_read_tokens
+        if usage.thought_tokens is not None:
+            reported["reasoning_tokens"] = usage.thought_tokens
+        return reported
 
     async def _wait_prompt(self, agent: _AgentProcess, prompt: asyncio.Task[Any]) -> Any:
         """The prompt's answer; an agent error or death fails the run. The prompt task is

@@ -21,12 +21,18 @@ state (`<workspace>/.mosoo/acp/<session>/`), never the read-only root. OpenCode 
 `@opencode-ai/plugin` into each config directory at start unless that directory already has a
 `node_modules` and a lock file listing it (checked in OpenCode 1.18's `Npm.install`): we write
 that empty install, so it never runs npm (it would reach for the registry).
+
+Usage: OpenCode answers a prompt with its last model call's tokens only (its assistant
+message per model call keeps its own), so `prompt_usage` sums the prompt's calls from
+OpenCode's own session database, under the same XDG data directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +193,49 @@ def _write_plugin_install(config_dir: Path) -> None:
         gitignore.write_text(
             "node_modules\npackage.json\npackage-lock.json\nbun.lock\n.gitignore\n"
         )
+
+
+def prompt_usage(state: Path, session_id: str, since_ms: int) -> dict[str, int] | None:
+    """The tokens of every model call OpenCode made for one prompt: the sum over the session's
+    assistant messages (OpenCode keeps one per model call, with that call's tokens) created
+    since `since_ms`, read from its database under `state`'s XDG data directory. None when
+    there is none to read (no database, another layout, no call), so the caller falls back to
+    what the prompt's answer reported."""
+    data_dir = state / "xdg" / "data" / "opencode"
+    totals = {"input": 0, "output": 0, "reasoning": 0, "read": 0, "write": 0}
+    calls = 0
+    for path in sorted(data_dir.glob("opencode*.db")):
+        try:
+            with contextlib.closing(
+                sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=2)
+            ) as db:
+                rows = db.execute(
+                    "SELECT data FROM message WHERE session_id = ? AND time_created >= ?",
+                    (session_id, since_ms),
+                ).fetchall()
+        except sqlite3.Error:
+            continue
+        for (raw,) in rows:
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(message, dict) or message.get("role") != "assistant":
+                continue
+            tokens = message.get("tokens")
+            if not isinstance(tokens, dict):
+                continue
+            cache = tokens.get("cache")
+            if not isinstance(cache, dict):
+                cache = {}
+            calls += 1
+            for key, value in (
+                ("input", tokens.get("input")),
+                ("output", tokens.get("output")),
+                ("reasoning", tokens.get("reasoning")),
+                ("read", cache.get("read")),
+                ("write", cache.get("write")),
+            ):
+                if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+                    totals[key] += int(value)
+    return totals if calls else None
