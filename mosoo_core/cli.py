@@ -296,6 +296,59 @@ def sandbox_gc(
             )
 
 
+usage_app = typer.Typer(
+    help="Usage: the daily rollup of the model-call ledger.", no_args_is_help=True
+)
+app.add_typer(usage_app, name="usage")
+
+
+@usage_app.command("rebuild")
+def usage_rebuild(
+    start: datetime | None = typer.Option(
+        None,
+        "--from",
+        formats=["%Y-%m-%d"],
+        help="First UTC day to recompute. Default: the oldest raw record's day.",
+    ),
+    end: datetime | None = typer.Option(
+        None, "--to", formats=["%Y-%m-%d"], help="Last UTC day to recompute. Default: today."
+    ),
+) -> None:
+    """Recompute the daily usage rollup from the raw records, day by day, in one transaction.
+
+    Each day is replaced whole, so running it again gives the same rollup. Days whose raw
+    records were already pruned (past MOSOO_USAGE_RAW_RETENTION_DAYS) keep their rollup.
+    """
+    from mosoo_core import usage
+    from mosoo_core.clock import utcnow
+    from mosoo_core.db import session_scope
+    from mosoo_core.errors import InvalidInput
+
+    try:
+        with session_scope() as db:
+            result = usage.rebuild(
+                db,
+                start=start.date() if start else None,
+                end=end.date() if end else None,
+                now=utcnow(),
+            )
+    except InvalidInput as error:
+        typer.echo(f"usage rebuild: {error.message}", err=True)
+        raise typer.Exit(1) from None
+    if result.days:
+        typer.echo(
+            f"rebuilt {len(result.days)} day(s) from {result.days[0]} to {result.days[-1]}:"
+            f" {result.rows} rollup row(s)"
+        )
+    else:
+        typer.echo("no day to rebuild")
+    if result.skipped:
+        typer.echo(
+            f"kept {len(result.skipped)} day(s) whose raw records are pruned:"
+            f" {', '.join(str(day) for day in result.skipped)}"
+        )
+
+
 # --- The client side: sign in to a Mosoo server and use its public API --------------------
 
 

@@ -119,6 +119,11 @@ class Settings(BaseSettings):
     api_rate_limit_per_minute: int = 120
     api_sse_keepalive_seconds: float = 15.0
 
+    # Usage: raw per-call records are kept this many days (at least 7, and never before their
+    # day is rolled up), the daily rollups this many (the Usage page reaches back 90).
+    usage_raw_retention_days: int = Field(default=7, ge=7)
+    usage_rollup_retention_days: int = Field(default=180, ge=7)
+
     @model_validator(mode="after")
     def _loopback_egress_only_in_development(self) -> Settings:
         if self.egress_allow_loopback and self.env != "development":

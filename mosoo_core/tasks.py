@@ -8,8 +8,9 @@ from typing import Any
 
 from celery.signals import setup_logging, worker_ready, worker_shutdown
 
-from mosoo_core import files, idempotency, identity, mail
+from mosoo_core import files, idempotency, identity, mail, usage
 from mosoo_core.celery_app import app
+from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
 from mosoo_core.runtime import builds
@@ -114,6 +115,28 @@ def sweep_environment_builds() -> int:
 def collect_skill_files() -> int:
     """Extracted skill versions no sandbox mounts and no run used lately are removed."""
     return skill_files.collect_skill_files()
+
+
+@app.task(name="mosoo.roll_up_usage")
+def roll_up_usage() -> int:
+    """The daily usage rollup caught up (every day since the last complete one, and today),
+    then raw records and rollups past retention pruned. Safe to run twice."""
+    settings = get_settings()
+    with session_scope() as db:
+        rolled, pruned = usage.maintain(
+            db,
+            now=utcnow(),
+            raw_retention_days=settings.usage_raw_retention_days,
+            rollup_retention_days=settings.usage_rollup_retention_days,
+        )
+    log.info(
+        "usage.rolled_up",
+        days=len(rolled.days),
+        rows=rolled.rows,
+        raw_records_pruned=pruned.raw_records,
+        rollup_rows_pruned=pruned.rollup_rows,
+    )
+    return rolled.rows
 
 
 __all__ = ["app"]

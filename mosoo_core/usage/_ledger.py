@@ -9,6 +9,7 @@ from typing import Any
 from sqlmodel import Session
 
 from mosoo_core.clock import utcnow
+from mosoo_core.tables.sessions import DriverInstance, SessionRun
 from mosoo_core.tables.usage import UsageEvent
 from mosoo_core.usage._pricing import bucket_prices, cost_micros, price_in_effect
 
@@ -78,11 +79,15 @@ def record_usage(
     session_id: str | None = None,
     run_id: str | None = None,
     purpose: str = "preview",
+    runtime: str | None = None,
     at: datetime | None = None,
 ) -> UsageEvent:
     """One row per model call, priced now at the price in effect at `at` (the call's time,
-    default now): a later price change never rewrites it. No price: cost 0, `unpriced`."""
+    default now): a later price change never rewrites it. No price: cost 0, `unpriced`.
+    `purpose` is the thread's; `runtime` None: the run's (see `run_runtime`)."""
     at = at or utcnow()
+    if runtime is None and run_id is not None:
+        runtime = run_runtime(db, run_id)
     model = model[:200]
     price = price_in_effect(db, app_id=app_id, provider=provider, model=model, at=at)
     cost = 0
@@ -103,6 +108,7 @@ def record_usage(
         purpose=purpose,
         provider=provider,
         model=model,
+        runtime=runtime,
         input_tokens=numbers.input_tokens,
         cached_input_tokens=numbers.cached_input_tokens,
         cache_creation_input_tokens=numbers.cache_creation_input_tokens,
@@ -115,3 +121,15 @@ def record_usage(
     db.add(row)
     db.flush()
     return row
+
+
+def run_runtime(db: Session, run_id: str) -> str | None:
+    """The runtime a run's calls come from: its frozen snapshot's, else its driver's."""
+    run = db.get(SessionRun, run_id)
+    if run is None:
+        return None
+    runtime = (run.snapshot or {}).get("runtime")
+    if isinstance(runtime, str) and runtime:
+        return runtime[:32]
+    instance = db.get(DriverInstance, run.driver_instance_id) if run.driver_instance_id else None
+    return instance.runtime if instance is not None else None

@@ -131,6 +131,7 @@ def test_the_matrix_covers_every_endpoint_of_the_product_contract() -> None:
             ("DELETE", "/mcp-servers/{server_id}"),
             ("POST", "/mcp-servers/{server_id}/test"),
             ("GET", "/skills"),
+            ("GET", "/usage"),
             ("POST", "/skills"),
             ("GET", "/skills/{skill_id}"),
             ("DELETE", "/skills/{skill_id}"),

@@ -253,6 +253,16 @@ def _config(target: FuzzTarget, *, token: str | None) -> str:
                 }
             },
         },
+        # A range longer than 400 days, or `from` after `to`, is refused on purpose; JSON
+        # Schema cannot say either.
+        {
+            "include-operation-id": "getUsage",
+            "checks": {
+                "positive_data_acceptance": {
+                    "expected-statuses": ["2xx", "400", "401", "404", "429"]
+                }
+            },
+        },
         # An event stream never ends: the fuzzer keeps what came within this time, or the first events.
         {"include-operation-id": "streamEvents", "request-timeout": STREAM_SECONDS},
     ]

@@ -9,7 +9,16 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.routing import compile_path
 
-from mosoo_web.api.v1 import agents, environments, events, files, mcp_servers, skills, threads
+from mosoo_web.api.v1 import (
+    agents,
+    environments,
+    events,
+    files,
+    mcp_servers,
+    skills,
+    threads,
+    usage,
+)
 from mosoo_web.api.v1._body_limit import BodyLimit
 from mosoo_web.api.v1._errors import install_v1_error_handlers
 from mosoo_web.api.v1.schemas import ErrorBody, ErrorResponse
@@ -63,6 +72,11 @@ TAGS = [
         "description": "Agent Skills packages (SKILL.md and its files) agents read when a task "
         "fits them; every upload of new content a new version.",
     },
+    {
+        "name": "Usage",
+        "description": "What an App's model calls cost: tokens and USD by day, agent, model or "
+        "purpose.",
+    },
 ]
 
 
@@ -79,7 +93,7 @@ def build_v1() -> FastAPI:
     install_v1_error_handlers(api)
     api.add_exception_handler(405, _method_not_allowed)
     api.add_middleware(BodyLimit)
-    for module in (agents, environments, threads, events, files, skills, mcp_servers):
+    for module in (agents, environments, threads, events, files, skills, mcp_servers, usage):
         api.include_router(module.router)
     generate = api.openapi
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -9,7 +10,9 @@ from fastapi import Header, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from mosoo_core.agents import AgentView
+from mosoo_core.db import session_scope
 from mosoo_core.sessions import RunView, SessionView, StoredEvent
+from mosoo_core.usage import UsageTotals, run_usage
 from mosoo_web.api.v1._idempotency import HEADER, HEADER_DOC, REPLAYED_HEADER
 
 # PostgreSQL text cannot hold NUL: refuse it at the door (400) rather than fail in the database (500).
@@ -118,6 +121,23 @@ class RunError(BaseModel):
     retryable: bool
 
 
+class RunUsage(BaseModel):
+    calls: int = Field(description="Model calls the run made.")
+    input_tokens: int
+    cached_input_tokens: int
+    cache_creation_input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    cost_usd_micros: int = Field(
+        description="Millionths of a USD, at the prices in effect when each call was made."
+    )
+    unpriced_calls: int = Field(description="Calls of a model with no price (counted at 0).")
+
+    @classmethod
+    def of(cls, totals: UsageTotals) -> RunUsage:
+        return cls(**dataclasses.asdict(totals))
+
+
 class Run(BaseModel):
     id: str
     thread_id: str
@@ -126,12 +146,20 @@ class Run(BaseModel):
         "Terminal: `completed`, `failed`, `cancelled`, `expired`."
     )
     error: RunError | None = Field(description="Why a failed run failed.")
+    usage: RunUsage | None = Field(
+        description="The tokens and cost of the run's model calls so far; null once its "
+        "per-call records are past retention (`GET /usage` still counts them)."
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
 
     @classmethod
-    def of(cls, view: RunView) -> Run:
+    def of(cls, view: RunView, totals: UsageTotals | None = None) -> Run:
+        """`totals` None: read from the run's usage records (its own short unit of work)."""
+        if totals is None:
+            with session_scope() as db:
+                totals = run_usage(db, view.id)
         error = None
         if view.error_code:
             error = RunError(
@@ -144,6 +172,7 @@ class Run(BaseModel):
             thread_id=view.session_id,
             status=view.status,
             error=error,
+            usage=RunUsage.of(totals) if totals is not None else None,
             created_at=view.created_at,
             started_at=view.started_at,
             finished_at=view.finished_at,
