@@ -8,6 +8,7 @@ from mosoo_core.logs import configure_logging
 from mosoo_core.settings import get_settings
 from mosoo_web.api import build_api
 from mosoo_web.pages.agents import AgentsState, agents_page
+from mosoo_web.pages.app_home import AppHomeState, app_home_page
 from mosoo_web.pages.app_settings import app_settings_page
 from mosoo_web.pages.cli_auth import CliAuthState, cli_auth_page
 from mosoo_web.pages.dev_mailbox import DevMailboxState, dev_mailbox_page
@@ -54,7 +55,16 @@ app.add_page(index_page, route="/", title="Mosoo", on_load=SessionState.enter_co
 app.add_page(login_page, route="/login", title="Sign in · Mosoo", on_load=LoginState.on_load)
 app.add_page(apps_page, route="/apps", title="Apps · Mosoo", on_load=SessionState.require_account)
 app.add_page(
-    app_settings_page, route="/apps/[app_id]", title="App · Mosoo", on_load=SessionState.require_app
+    app_home_page,
+    route="/apps/[app_id]",
+    title="App · Mosoo",
+    on_load=[SessionState.require_app, AppHomeState.load],
+)
+app.add_page(
+    app_settings_page,
+    route="/apps/[app_id]/settings",
+    title="App settings · Mosoo",
+    on_load=SessionState.require_app,
 )
 app.add_page(
     providers_page,

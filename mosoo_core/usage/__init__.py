@@ -26,6 +26,7 @@ from mosoo_core.usage._rollups import (
     rebuild,
     roll_up_day,
 )
+from mosoo_core.usage.overview import CostTotal, app_cost
 from mosoo_core.usage.reports import (
     GROUPS,
     MAX_RANGE_DAYS,
@@ -44,6 +45,7 @@ __all__ = [
     "GROUPS",
     "MAX_RANGE_DAYS",
     "BucketPrices",
+    "CostTotal",
     "GroupBy",
     "PriceInput",
     "PriceView",
@@ -54,6 +56,7 @@ __all__ = [
     "UsageNumbers",
     "UsageSummary",
     "UsageTotals",
+    "app_cost",
     "bucket_prices",
     "catch_up",
     "check_range",

@@ -77,13 +77,14 @@ def sidebar() -> rx.Component:
         rx.cond(
             SessionState.current_app_id != "",
             rx.vstack(
+                nav_link("Overview", "house", app_base, "nav-app-home"),
                 nav_link("Agents", "bot", app_base + "/agents", "nav-agents"),
                 nav_link("Threads", "messages-square", app_base + "/threads", "nav-threads"),
                 nav_link("Files", "folder-open", app_base + "/files", "nav-files"),
                 nav_link("Environments", "package", app_base + "/environments", "nav-environments"),
                 nav_link("Skills", "book-open", app_base + "/skills", "nav-skills"),
                 nav_link("MCP servers", "plug", app_base + "/mcp", "nav-mcp"),
-                nav_link("Settings", "settings", app_base, "nav-app-settings"),
+                nav_link("Settings", "settings", app_base + "/settings", "nav-app-settings"),
                 nav_link("Providers", "key-round", app_base + "/providers", "nav-providers"),
                 width="100%",
                 spacing="1",

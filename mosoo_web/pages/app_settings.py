@@ -1,4 +1,5 @@
-"""`/apps/[app_id]`: the App's settings (name, id)."""
+"""`/apps/[app_id]/settings`: the App's settings (name, id). The App home is `/apps/[app_id]`
+(pages/app_home.py)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,10 @@ def test_new_owner_signs_in_renames_creates_switches_and_signs_out(
     cookie = next(c for c in page.context.cookies() if c["name"] == "mosoo_session")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Lax"
 
-    # Rename it.
+    # Its home is the overview; the settings have their own page. Rename the App there.
+    expect(page.get_by_test_id("checklist")).to_be_visible()
+    page.get_by_test_id("nav-app-settings").click()
+    page.wait_for_url(re.compile(r"/apps/[0-9A-Z]{26}/settings$"))
     page.get_by_test_id("app-name-input").fill("Support Desk")
     page.get_by_test_id("app-name-submit").click()
     expect(page.get_by_test_id("page-title")).to_have_text("Support Desk")
@@ -67,7 +70,7 @@ def test_new_owner_signs_in_renames_creates_switches_and_signs_out(
     expect(page.get_by_test_id("field-error")).to_contain_text("cannot be empty")
     expect(page.get_by_test_id("page-title")).to_have_text("Support Desk")
 
-    # Create a second App; it opens.
+    # Create a second App; it opens on its home.
     page.get_by_test_id("all-apps-link").click()
     page.wait_for_url(re.compile(r"/apps$"))
     page.get_by_test_id("new-app-name").fill("Research")
