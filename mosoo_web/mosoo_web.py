@@ -7,6 +7,7 @@ import reflex as rx
 from mosoo_core.logs import configure_logging
 from mosoo_core.settings import get_settings
 from mosoo_web.api import build_api
+from mosoo_web.pages.agent_logs import AgentLogsState, agent_logs_page
 from mosoo_web.pages.agents import AgentsState, agents_page
 from mosoo_web.pages.app_home import AppHomeState, app_home_page
 from mosoo_web.pages.app_settings import app_settings_page
@@ -83,6 +84,12 @@ app.add_page(
     route="/apps/[app_id]/agents/[agent_id]",
     title="Preview · Mosoo",
     on_load=[SessionState.require_app, PreviewState.load],
+)
+app.add_page(
+    agent_logs_page,
+    route="/apps/[app_id]/agents/[agent_id]/logs",
+    title="Logs · Mosoo",
+    on_load=[SessionState.require_app, AgentLogsState.load],
 )
 app.add_page(
     threads_page,

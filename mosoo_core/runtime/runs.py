@@ -107,6 +107,8 @@ class BootPlan:
     grant: str = field(default="", repr=False)
     # The bound skill versions a new sandbox mounts at /opt/mosoo/skills/<name>.
     skills: tuple[skills.BoundSkill, ...] = ()
+    # The boot's moments, written with the input (or the failure) for the run's diagnostics.
+    marks: driver_plane.MarkClock = field(default_factory=driver_plane.MarkClock)
 
 
 def checkpoint_key(app_id: str, session_id: str) -> str:
@@ -423,6 +425,7 @@ def _sandbox_for(
         for ref in backend.list_by_label({LABEL_SUBJECT: plan.subject, **installation_label()}):
             if ref.state != "running":
                 backend.start(ref)
+            plan.marks.mark("sandbox", created=False, sandbox=ref.id[:64])
             return ref, False
     labels = installation_label()
     if plan.kind == "pet":
@@ -444,26 +447,31 @@ def _sandbox_for(
         network="full" if plan.network_policy == "full" else "none",
     )
     ref = backend.create(spec)
+    plan.marks.mark("sandbox", created=True, sandbox=ref.id[:64], image=backend.image_name())
     if plan.kind == "pet":
-        _restore_pet_workspace(
+        restored = _restore_pet_workspace(
             backend, ref, plan
         )  # even for a stopped run: later runs reuse this sandbox
-    if plan.kind == "cattle":
+    else:
         store = get_store()
         key = checkpoint_key(plan.app_id, plan.session_id)
-        if store.exists(key) and _still_wanted(plan.run_id):  # a stopped run needs no workspace
+        restored = store.exists(key) and _still_wanted(plan.run_id)  # a stopped run needs none
+        if restored:
             backend.put_archive(ref, WORKSPACE, iter_chunks(store.open(key)))
+    if restored:
+        plan.marks.mark("restore")
     return ref, True
 
 
-def _restore_pet_workspace(backend: SandboxBackend, ref: SandboxRef, plan: BootPlan) -> None:
+def _restore_pet_workspace(backend: SandboxBackend, ref: SandboxRef, plan: BootPlan) -> bool:
     """A Pet sandbox recreated by Apply gets the /workspace checkpointed before; the
     checkpoint goes once restored. If the restore fails the new sandbox goes instead, so the
-    next run tries again rather than carrying on with an empty workspace."""
+    next run tries again rather than carrying on with an empty workspace. False when there
+    was nothing to restore."""
     store = get_store()
     key = pet_checkpoint_key(plan.app_id, plan.agent_id)
     if not store.exists(key):
-        return
+        return False
     try:
         with store.open(key) as source:
             backend.put_archive(ref, WORKSPACE, iter_chunks(source))
@@ -471,6 +479,7 @@ def _restore_pet_workspace(backend: SandboxBackend, ref: SandboxRef, plan: BootP
         backend.remove(ref)
         raise
     store.delete(key)
+    return True
 
 
 def dispatching_key(run_id: str) -> str:
@@ -563,6 +572,8 @@ def dispatch_run(run_id: str, backend: SandboxBackend | None = None) -> str:
 def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMark) -> str:
     plan: BootPlan | None = None
     events: list[sessions.StoredEvent] = []
+    picked_up = driver_plane.MarkClock()
+    picked_up.mark("dispatch")
     with session_scope() as db:
         run = db.get(SessionRun, run_id)
         if run is not None and run.status == "booting":
@@ -585,6 +596,7 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
         return _status(run_id)
     if plan is None:
         return "skipped"
+    plan.marks.taken.update(picked_up.taken)
     backend = backend or get_backend()
     started = time.monotonic()
     ref = None
@@ -595,9 +607,12 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
         if layer.failure:
             with session_scope() as db:
                 _stop_driver(db, plan.instance_id, "environment build failed")
-            return _fail_by_id(run_id, "environment_build_failed", layer.failure[:2000], False)
+            return _fail_by_id(
+                run_id, "environment_build_failed", layer.failure[:2000], False, plan.marks
+            )
         if layer.stopped:
             return _release_stopped_boot(backend, plan, started)
+        plan.marks.mark("environment", layer=layer.layer)
     try:
         ref, created = _sandbox_for(backend, plan, layer)
         # Looked at between the steps: once the run is stopped, nothing more goes in.
@@ -606,37 +621,50 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
             failure = _set_up(backend, ref, plan)
             if failure:
                 return failure
+            plan.marks.mark("setup")
             stopped = not _still_wanted(run_id)
         if not stopped:
             if plan.kind == "pet":
                 delivery.remove_stale_attachments(backend, ref)
             # Before input.start: the driver names them in the user message, so they must be there.
             attachments = delivery.deliver_attachments(backend, ref, run_id)
+            if attachments:
+                plan.marks.mark("attachments", files=len(attachments))
             stopped = not _still_wanted(run_id)
         if not stopped:
             backend.put_file(ref, BOOT_PAYLOAD, plan.payload_json.encode(), mode=0o600)
             backend.start_driver(ref)
+            plan.marks.mark("driver_start")
     except SandboxError as error:
         log.warning("run.sandbox_failed", run_id=run_id, error=str(error)[:300])
         if ref is not None and plan.kind == "pet":
             delivery.remove_attachments(backend, ref, _attachment_ids(run_id))
         _teardown(backend, plan.instance_id, plan.kind)
+        plan.marks.mark("teardown")
         return _fail_by_id(
-            run_id, "sandbox_failed", f"The sandbox could not start: {error.message[:300]}", True
+            run_id,
+            "sandbox_failed",
+            f"The sandbox could not start: {error.message[:300]}",
+            True,
+            plan.marks,
         )
     outcome = "stopped" if stopped else _wait_ready(run_id, plan.instance_id, READY_TIMEOUT_SECONDS)
     if outcome == "timeout":
         _teardown(backend, plan.instance_id, plan.kind)
+        plan.marks.mark("teardown")
         return _fail_by_id(
             run_id,
             "driver_boot_timeout",
             "The driver did not report ready within 60 seconds.",
             True,
+            plan.marks,
         )
     if outcome == "ready":
         with session_scope() as db:
             run = db.get(SessionRun, run_id)
             if run is not None and run.status in ACTIVE_RUN_STATUSES:
+                plan.marks.mark("input")
+                plan.marks.write(db, run_id)
                 driver_plane.enqueue_command(
                     db,
                     plan.instance_id,
@@ -662,6 +690,8 @@ def _release_stopped_boot(backend: SandboxBackend, plan: BootPlan, boot_started:
     """The run was stopped (or its thread deleted) while its sandbox booted: release what the
     boot made now, as after any run (what a failure leaves, `sweep_sandboxes` removes)."""
     try:
+        with session_scope() as db:
+            _write_marks(db, plan.run_id, plan.marks)
         if _release_run_sandbox(plan.run_id, backend) == "skipped":  # the run went with its thread
             _teardown(backend, plan.instance_id, plan.kind)
     except SandboxError as error:
@@ -734,16 +764,26 @@ def _set_up(backend: SandboxBackend, ref: SandboxRef, plan: BootPlan) -> str:
     if result.ok:
         return ""
     log.info("run.setup_failed", run_id=plan.run_id)
+    plan.marks.mark("setup", ok=False)
     backend.remove(ref)
     with session_scope() as db:
         _stop_driver(db, plan.instance_id, "setup failed")
-    return _fail_by_id(plan.run_id, "setup_failed", result.message, False)
+    plan.marks.mark("teardown")
+    return _fail_by_id(plan.run_id, "setup_failed", result.message, False, plan.marks)
 
 
-def _fail_by_id(run_id: str, code: str, message: str, retryable: bool) -> str:
+def _fail_by_id(
+    run_id: str,
+    code: str,
+    message: str,
+    retryable: bool,
+    marks: driver_plane.MarkClock | None = None,
+) -> str:
     with session_scope() as db:
         run = db.get(SessionRun, run_id)
         events = _fail(db, run, code, message, retryable) if run else []
+        if run is not None and marks is not None:
+            marks.write(db, run_id)
     streams.publish_events(events)
     return "failed"
 
@@ -840,6 +880,7 @@ def _release_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> 
         # attachments folder holds now may be a newer run's, the thread's next message.
         return "kept"
     backend = backend or get_backend()
+    marks = driver_plane.MarkClock()
     if kind == "pet":
         pets = (
             backend.list_by_label({LABEL_SUBJECT: subject, **installation_label()})
@@ -849,27 +890,41 @@ def _release_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> 
         for ref in pets[:1]:
             if ref.state == "running" and started:
                 _record_outputs(backend, ref, run_id)
+                marks.mark("outputs")
             delivery.remove_attachments(backend, ref, attached)
-        if not started:
-            with session_scope() as db:
+        live = False
+        with session_scope() as db:
+            if not started:
                 live = _stop_driver(db, instance_id, "run stopped before it started")
-            if live:
-                streams.notify_driver(instance_id)
+            marks.mark("teardown", sandbox="kept")
+            _write_marks(db, run_id, marks)
+        if live:
+            streams.notify_driver(instance_id)
         return "kept"
     refs = backend.list_by_label({LABEL_DRIVER_INSTANCE: instance_id})
     for ref in refs[:1] if started else []:
         _record_outputs(backend, ref, run_id)
+        marks.mark("outputs")
     if status == "completed":
         for ref in refs[:1]:
             try:
                 _checkpoint(backend, ref, app_id, session_id)
+                marks.mark("checkpoint")
             except SandboxError as error:
                 log.warning("run.checkpoint_failed", run_id=run_id, error=str(error)[:300])
     for ref in refs:
         backend.remove(ref)
+    marks.mark("teardown", sandbox="removed")
     with session_scope() as db:
         driver_plane.mark_stopped(db, instance_id)
+        _write_marks(db, run_id, marks)
     return "removed"
+
+
+def _write_marks(db: Session, run_id: str, marks: driver_plane.MarkClock) -> None:
+    # The run may have gone with its thread while its sandbox was released.
+    if db.get(SessionRun, run_id) is not None:
+        marks.write(db, run_id)
 
 
 def record_run_outputs(

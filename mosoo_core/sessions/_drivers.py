@@ -122,6 +122,10 @@ def accept_hello(db: Session, hello: Hello, *, now: datetime | None = None) -> D
     instance.disconnected_at = None
     # What this backend supports (the protocol refuses unknown names), for the console.
     instance.capabilities = list(hello.capabilities)
+    # For the run's diagnostics: which driver served it, and whether it had to come back.
+    instance.driver_version = hello.driver_version
+    if not hello.boot_token:
+        instance.reconnects += 1
     db.add(instance)
     db.flush()
     return DriverWelcome(

@@ -23,7 +23,7 @@ class NewEvent:
     occurred_at: datetime | None = None
 
 
-def _stored(row: SessionEvent, duplicate: bool = False) -> StoredEvent:
+def stored_event(row: SessionEvent, duplicate: bool = False) -> StoredEvent:
     return StoredEvent(
         session_id=row.session_id,
         seq=row.seq,
@@ -88,7 +88,7 @@ def append_events(db: Session, session_id: str, events: list[NewEvent]) -> list[
                 created_at=now,
             )
             db.add(row)
-            results.append(_stored(row))
+            results.append(stored_event(row))
         db.flush()
     # Answer in the caller's order; a duplicate answers with its original seq.
     ordered: list[StoredEvent] = []
@@ -99,7 +99,7 @@ def append_events(db: Session, session_id: str, events: list[NewEvent]) -> list[
         if source and source in answered:
             continue
         if source and source in existing:
-            ordered.append(_stored(existing[source], duplicate=True))
+            ordered.append(stored_event(existing[source], duplicate=True))
         else:
             ordered.append(next(fresh_results))
         if source:
@@ -116,4 +116,4 @@ def read_events(
         .order_by(col(SessionEvent.seq))
         .limit(limit)
     ).all()
-    return [_stored(row) for row in rows]
+    return [stored_event(row) for row in rows]

@@ -11,6 +11,7 @@ from driver.protocol import PUBLIC_EVENT_TYPES, DriverEvent
 from mosoo_core.clock import utcnow
 from mosoo_core.sessions._drivers import DriverRefused
 from mosoo_core.sessions._events import NewEvent, append_events
+from mosoo_core.sessions._marks import mark_driver_events
 from mosoo_core.streams import StoredEvent
 from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
 
@@ -111,9 +112,13 @@ def ingest_driver_events(
             ],
         )
         stored += appended
+        fresh: dict[str, list[DriverEvent]] = {}
         for event, result in zip(batch, appended, strict=True):
             if not result.duplicate:
+                fresh.setdefault(event.run_id, []).append(event)
                 stored += _apply(db, runs[event.run_id], event)
+        for run_id, run_events in fresh.items():
+            mark_driver_events(db, runs[run_id], run_events)
     return stored
 
 

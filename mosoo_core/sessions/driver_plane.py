@@ -21,6 +21,7 @@ from mosoo_core.sessions._drivers import (
 )
 from mosoo_core.sessions._events import NewEvent, append_events, read_events
 from mosoo_core.sessions._grants import GrantContext, issue_model_grant, resolve_model_grant
+from mosoo_core.sessions._marks import MarkClock, record_marks
 from mosoo_core.sessions._runs import (
     finish_run,
     ingest_driver_events,
@@ -32,6 +33,7 @@ __all__ = [
     "DriverRefused",
     "DriverWelcome",
     "GrantContext",
+    "MarkClock",
     "NewDriver",
     "NewEvent",
     "accept_hello",
@@ -46,6 +48,7 @@ __all__ = [
     "mark_stopped",
     "read_events",
     "record_heartbeat",
+    "record_marks",
     "register_driver",
     "resolve_model_grant",
     "set_session_status",

@@ -74,6 +74,21 @@ class SessionRun(SQLModel, table=True):
     finished_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
+class RunMark(SQLModel, table=True):
+    """One moment of a run's life (dispatch, sandbox ready, hello, first token, teardown...),
+    written by the process that saw it (worker or control) when it happened. The phases of
+    the run's diagnostics are the spans between consecutive marks (sessions/_marks.py)."""
+
+    __tablename__ = "run_mark"
+    __table_args__ = (sa.UniqueConstraint("run_id", "name", name="uq_run_mark_name"),)
+    id: str = _id()
+    run_id: str = Field(foreign_key="session_run.id", index=True, ondelete="CASCADE", max_length=26)
+    name: str = Field(max_length=32)
+    at: datetime = Field(sa_type=UTCDateTime)
+    # A few facts of that moment, never a secret: {"created": true, "sandbox": "...", ...}.
+    detail: dict[str, Any] = Field(default_factory=dict, sa_type=sa.JSON)
+
+
 class SessionEvent(SQLModel, table=True):
     """The event log: the source of truth for everything a viewer sees."""
 
@@ -116,6 +131,9 @@ class DriverInstance(SQLModel, table=True):
     ready_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     # What the driver's backend said it supports in hello (PROTOCOL.md); [] before hello.
     capabilities: list[str] = Field(default_factory=list, sa_type=sa.JSON)
+    driver_version: str = Field(default="", max_length=64)
+    # Hellos with a resume token: the driver lost its connection and came back.
+    reconnects: int = Field(default=0)
     created_at: datetime = _now()
 
 

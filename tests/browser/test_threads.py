@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,16 @@ def shared_database(web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> W
     )  # the fixture keeps its log there
     reset_settings_cache()
     return web_server
+
+
+def _signed_in_app(page: Page, browser: Browser, server: WebServer, who: str) -> tuple[str, str]:
+    """A new owner signed in on their App's page: (account id, App id)."""
+    page.goto(f"{server.url}/login")
+    _sign_in(page, browser, server, f"{who}-{uuid.uuid4().hex[:8]}@example.com")
+    page.wait_for_url(APP_URL)
+    match = APP_URL.search(page.url)
+    assert match
+    return _account_id(page), match.group(1)
 
 
 def _thread(
@@ -116,13 +127,7 @@ def test_owner_browses_sections_filters_a_thread_and_renames_archives_unarchives
     page: Page, browser: Browser, shared_database: WebServer, tmp_path: Path
 ) -> None:
     server = shared_database
-    page.goto(f"{server.url}/login")
-    _sign_in(page, browser, server, f"threads-{uuid.uuid4().hex[:8]}@example.com")
-    page.wait_for_url(APP_URL)
-    match = APP_URL.search(page.url)
-    assert match
-    app_id = match.group(1)
-    account_id = _account_id(page)
+    account_id, app_id = _signed_in_app(page, browser, server, "threads")
 
     # An App without threads says what to do.
     page.get_by_test_id("nav-threads").click()
@@ -271,13 +276,7 @@ def test_a_long_list_shows_a_page_at_a_time(
     page: Page, browser: Browser, shared_database: WebServer
 ) -> None:
     server = shared_database
-    page.goto(f"{server.url}/login")
-    _sign_in(page, browser, server, f"many-threads-{uuid.uuid4().hex[:8]}@example.com")
-    page.wait_for_url(APP_URL)
-    match = APP_URL.search(page.url)
-    assert match
-    app_id = match.group(1)
-    account_id = _account_id(page)
+    account_id, app_id = _signed_in_app(page, browser, server, "many-threads")
     with session_scope() as db:
         agent = Agent(app_id=app_id, name="Busy bee", model="m")
         db.add(agent)
@@ -298,3 +297,115 @@ def test_a_long_list_shows_a_page_at_a_time(
     # Newest first, each thread once across the pages.
     titles = rows.all_inner_texts()
     assert len({t.split("\n")[0] for t in titles}) == 105
+
+
+def _timed_run(account_id: str, app_id: str, agent_id: str) -> tuple[str, str]:
+    """A completed run with a tool call and its marks (as the worker and control write
+    them), and a failed one: (completed run id, failed run id)."""
+    with session_scope() as db:
+        thread_id = sessions.create_session(db, account_id, app_id, agent_id).id
+        sent = sessions.send_message(db, account_id, thread_id, "List the workspace")
+        run = db.get(SessionRun, sent.run.id)
+        assert run is not None
+        append_events(
+            db,
+            thread_id,
+            [
+                NewEvent(type="run.started", payload={}, run_id=run.id),
+                NewEvent(
+                    type="tool.use.started",
+                    payload={"tool_call_id": "t1", "name": "bash", "input": {"command": "ls"}},
+                    run_id=run.id,
+                ),
+                NewEvent(
+                    type="tool.use.completed",
+                    payload={"tool_call_id": "t1", "output": "notes.txt\n", "is_error": False},
+                    run_id=run.id,
+                ),
+                NewEvent(
+                    type="agent.message.completed",
+                    payload={"text": "There is one file: notes.txt.", "message_id": "m1"},
+                    run_id=run.id,
+                ),
+            ],
+        )
+        start = run.created_at
+        steps = [
+            ("dispatch", 40, {}),
+            ("sandbox", 300, {"created": True, "sandbox": "c0ffee", "image": "mosoo-sandbox:t"}),
+            ("driver_start", 20, {}),
+            ("input", 500, {}),
+            ("first_token", 900, {}),
+            ("last_event", 1200, {}),
+            ("teardown", 240, {"sandbox": "removed"}),
+        ]
+        marks, at = {}, start
+        for name, ms, detail in steps:
+            at += timedelta(milliseconds=ms)
+            marks[name] = (at, detail)
+        driver_plane.record_marks(db, run.id, marks)
+        driver_plane.finish_run(db, run, "completed", emit_event=True)
+        completed = run.id
+    failed_thread = _thread(
+        account_id,
+        app_id,
+        agent_id,
+        "Fetch the sales data",
+        "failed",
+        code="driver_lost",
+        message="The sandbox stopped answering.",
+    )
+    with session_scope() as db:
+        failed = db.exec(select(SessionRun.id).where(SessionRun.session_id == failed_thread)).one()
+    return completed, failed
+
+
+def test_an_agents_logs_replay_a_run_beside_its_diagnostics_and_filter_by_status(
+    page: Page, browser: Browser, shared_database: WebServer
+) -> None:
+    server = shared_database
+    account_id, app_id = _signed_in_app(page, browser, server, "logs")
+    with session_scope() as db:
+        agent = Agent(app_id=app_id, name="Logger", model="m")
+        db.add(agent)
+        db.flush()
+        agent_id = agent.id
+    _timed_run(account_id, app_id, agent_id)
+
+    # From the Agent's page, its Logs: the newest run (the failure) is open.
+    page.goto(f"{server.url}/apps/{app_id}/agents/{agent_id}")
+    page.get_by_test_id("agent-logs-link").click()
+    page.wait_for_url(re.compile(r"/logs$"))
+    runs = page.get_by_test_id("log-run")
+    expect(runs).to_have_count(2)
+    expect(runs.first).to_contain_text("driver_lost")
+    expect(page.get_by_test_id("diagnostics-error")).to_contain_text(
+        "driver_lost: The sandbox stopped answering."
+    )
+    expect(page.get_by_test_id("diagnostics-events-before")).to_contain_text("run.failed")
+
+    # The completed run: its turn replayed as the chat showed it, and every phase timed.
+    runs.nth(1).click()
+    replay = page.get_by_test_id("log-replay")
+    expect(replay).to_contain_text("List the workspace")
+    expect(replay).to_contain_text("There is one file: notes.txt.")
+    expect(replay).to_contain_text("bash")
+    labels = page.get_by_test_id("diagnostics-phase-label")
+    expect(labels).to_have_text(
+        ["Queued", "Sandbox create", "Driver start", "Input", "First token", "Answer", "Teardown"]
+    )
+    expect(page.get_by_test_id("diagnostics-phase-time")).to_have_text(
+        ["40 ms", "300 ms", "20 ms", "500 ms", "900 ms", "1.20 s", "240 ms"]
+    )
+    expect(page.get_by_test_id("diagnostics-total")).to_have_text("3.20 s")
+    expect(page.get_by_test_id("diagnostics")).to_contain_text("mosoo-sandbox:t")
+    expect(page.get_by_test_id("diagnostics-error")).to_have_count(0)
+
+    # Filtered to failures: only the failed run.
+    choose(page, page.get_by_test_id("log-status-filter"), "Failed")
+    expect(runs).to_have_count(1)
+    expect(runs.first).to_contain_text("driver_lost")
+
+    # Another owner's Agent id is not found here either.
+    page.goto(f"{server.url}/apps/{app_id}/agents/01J00000000000000000000000/logs")
+    expect(page.get_by_test_id("agent-not-found")).to_be_visible()

@@ -16,7 +16,7 @@ from sqlmodel import Session
 
 from mosoo_core.environments import EnvironmentChanges, VariableInput
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT
-from mosoo_core.sessions import driver_plane
+from mosoo_core.sessions import diagnostics, driver_plane
 from mosoo_core.tables.sessions import SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import wait_for
@@ -143,6 +143,16 @@ def test_a_failing_setup_script_fails_the_run_with_its_log_and_leaves_no_sandbox
         30,
         "the Pet sandbox to be removed",
     )
+    # Its diagnostics say where it stopped: the sandbox was made, the setup failed, no
+    # driver started; the error and the setup log's tail are there, no secret.
+    with Session(stack.engine) as db:
+        found = diagnostics.run_diagnostics(db, owner.account_id, run.id)
+    names = [p.name for p in found.phases]
+    assert names[:3] == ["dispatch", "sandbox", "setup"] and "driver_start" not in names
+    assert found.phases[2].detail == {"ok": False}
+    assert found.error_code == "setup_failed" and "no such tool" in found.setup_log_tail
+    assert [e["type"] for e in found.events_before_failure][-1] == "run.failed"
+    assert SETUP_SECRET not in repr(found)
 
 
 @pytest.mark.parametrize(("policy", "interfaces"), [("none", ["lo"]), ("full", ["eth0", "lo"])])

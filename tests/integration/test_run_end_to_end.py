@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import docker
 import pytest
 import redis
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from mosoo_core import sessions, streams
 from mosoo_core.clock import utcnow
 from mosoo_core.files import get_store
 from mosoo_core.runtime.runs import STUCK_BOOT_AFTER, checkpoint_key, sweep_stuck_boots
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT
-from mosoo_core.sessions import driver_plane
-from mosoo_core.tables.sessions import SessionRun
+from mosoo_core.sessions import diagnostics, driver_plane
+from mosoo_core.tables.sessions import RunMark, SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import wait_for
 from tests.support.redis_db import db_number
@@ -53,6 +53,19 @@ def _containers(label: str) -> list[object]:
     return labelled_containers(label)
 
 
+def _torn_down_at(engine: Engine, run_id: str, timeout: float = 60) -> datetime:
+    """When the test first saw the run's teardown marked (looked at every 20 ms)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with Session(engine) as db:
+            if db.exec(
+                select(RunMark).where(RunMark.run_id == run_id, RunMark.name == "teardown")
+            ).first():
+                return utcnow()
+        time.sleep(0.02)
+    raise TimeoutError(f"run {run_id} was never torn down")
+
+
 def test_message_streams_text_and_a_bash_tool_call_in_a_docker_sandbox(stack: RuntimeStack) -> None:
     stack.model.add(
         ToolCallsTurn([ToolCall("bash", {"command": "pwd"}, id="call_pwd")]),
@@ -64,12 +77,39 @@ def test_message_streams_text_and_a_bash_tool_call_in_a_docker_sandbox(stack: Ru
     owner = make_agent(stack.engine, stack.model.base_url, PROVIDER_KEY)
     thread_id = new_thread(stack.engine, owner)
     started = time.monotonic()
+    sent_at = utcnow()
     run = wait_run(
         stack.engine,
         send(stack.engine, owner.account_id, thread_id, "run pwd and tell me what you see"),
     )
     assert run.status == "completed", (run.error_code, run.error_message)
     print(f"message to completed run: {time.monotonic() - started:.2f}s")
+    seen_torn_down = _torn_down_at(stack.engine, run.id)
+
+    # Diagnostics: every phase, in the order a run passes them, timed by the worker and
+    # control as they happened, covering the run from the message to its teardown.
+    with Session(stack.engine) as db:
+        found = diagnostics.run_diagnostics(db, owner.account_id, run.id)
+    assert [p.name for p in found.phases] == [
+        "dispatch",
+        "sandbox",
+        "driver_start",
+        "hello",
+        "ready",
+        "input",
+        "first_token",
+        "last_event",
+        "outputs",
+        "checkpoint",
+        "teardown",
+    ]
+    assert all(p.seconds >= 0 for p in found.phases)
+    assert found.phases[1].label == "Sandbox create" and found.sandbox["image"]
+    wall = (seen_torn_down - sent_at).total_seconds()
+    print("phases:", ", ".join(f"{p.label} {p.seconds * 1000:.0f} ms" for p in found.phases))
+    assert abs(found.seconds - wall) <= 0.05 * wall, (found.seconds, wall)
+    assert found.driver is not None and found.driver.version and found.driver.reconnects == 0
+    assert "text_stream" in found.driver.capabilities
 
     with Session(stack.engine) as db:
         events = driver_plane.read_events(db, thread_id, limit=1000)

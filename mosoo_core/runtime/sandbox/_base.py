@@ -272,3 +272,7 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def describe_enforcement(self) -> dict[str, str]:
         """What is enforced and how, for `mosoo doctor` and the tests."""
+
+    def image_name(self) -> str:
+        """What a new sandbox starts from, for a run's diagnostics ("" when not an image)."""
+        return ""

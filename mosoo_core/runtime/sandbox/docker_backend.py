@@ -185,6 +185,9 @@ class DockerBackend(SandboxBackend):
                 self._image = ensure_sandbox_image(self.client, base_image=self._base_image)
             return self._image
 
+    def image_name(self) -> str:
+        return self.image
+
     # --- lifecycle -------------------------------------------------------------------------
 
     def create(self, spec: SandboxSpec) -> SandboxRef:

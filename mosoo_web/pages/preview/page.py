@@ -25,6 +25,15 @@ def _header() -> rx.Component:
         rx.text("/", color_scheme="gray", size="2"),
         rx.heading(PreviewState.agent_name, size="5", weight="bold", data_testid="page-title"),
         rx.badge(PreviewState.runtime_label, variant="soft", color_scheme="gray"),
+        rx.link(
+            rx.button(rx.icon("scroll-text", size=14), "Logs", size="1", variant="soft"),
+            href="/apps/"
+            + SessionState.current_app_id
+            + "/agents/"
+            + PreviewState.current_agent_id
+            + "/logs",
+            data_testid="agent-logs-link",
+        ),
         publish_controls(blocked=~PreviewState.ready),
         align="center",
         spacing="2",
