@@ -1,7 +1,9 @@
 """The Preview journey against the real stack: `mosoo web`, `mosoo control` and `mosoo worker`
 with Redis and a Docker sandbox, the model replaced at its network boundary by the scripted
 OpenAI-compatible server. The owner adds a provider key, creates an Agent, approves a bash
-call, watches the answer stream, reloads mid-stream and presses Stop."""
+call, watches the answer stream, reloads mid-stream and presses Stop. The same Preview journey
+runs with the `claude` runtime (real Claude Code, the scripted Anthropic Messages server) and
+the `acp` runtime (real OpenCode), sharing this module's stack."""
 
 from __future__ import annotations
 
@@ -13,9 +15,18 @@ from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, WebSocket, expect
+from sqlmodel import Session, col, create_engine, select
 
+from mosoo_core.tables.agents import Agent
+from mosoo_core.tables.sessions import SessionRun
 from tests.browser.actions import choose
 from tests.browser.test_console_journey import _sign_in
+from tests.support.anthropic_server import (
+    MessageTurn,
+    ScriptedAnthropicServer,
+    TextBlock,
+    ToolUseBlock,
+)
 from tests.support.browser_stack import RunStack, browser_run_stack
 from tests.support.mcp_server import ALLOW_PRIVATE_NETWORKS, TOOL_NAMES, MCPTestServer
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
@@ -459,13 +470,238 @@ def test_owner_uploads_a_skill_and_adds_an_mcp_server_binds_both_and_the_agent_u
         assert MCP_TOKEN not in page.content()
 
 
-def _add_provider(page: Page, base_url: str) -> None:
+def _add_provider(
+    page: Page,
+    base_url: str,
+    *,
+    preset: str = "OpenAI-compatible",
+    key: str = PROVIDER_KEY,
+    model: str = "test-model",
+) -> None:
     page.get_by_test_id("nav-providers").click()
     page.wait_for_url(re.compile(r"/providers$"))
-    choose(page, page.get_by_test_id("provider-preset"), "OpenAI-compatible", exact=True)
+    choose(page, page.get_by_test_id("provider-preset"), preset, exact=True)
     page.get_by_test_id("provider-name-input").fill("Scripted")
     page.get_by_test_id("provider-base-url-input").fill(base_url)
-    page.get_by_test_id("provider-key-input").fill(PROVIDER_KEY)
-    page.get_by_test_id("provider-models-input").fill("test-model")
+    page.get_by_test_id("provider-key-input").fill(key)
+    page.get_by_test_id("provider-models-input").fill(model)
     page.get_by_test_id("provider-add-submit").click()
     expect(page.get_by_test_id("provider-row")).to_have_count(1)
+
+
+ANTHROPIC_KEY = "sk-ant-browser-SECRET-" + uuid.uuid4().hex
+OPENCODE_KEY = "sk-opencode-browser-SECRET-" + uuid.uuid4().hex
+# Claude Code and OpenCode start anew for every run, even in a Pet's running sandbox (5-20 s
+# here, up to a minute on a busy machine, when the chat also lags the stream by seconds): a
+# longer answer (45 s at full length) keeps Stop inside it, and the waits allow for the starts.
+RUNTIME_LONG_CHUNKS = [f"part{i:03d} " for i in range(300)]
+RUNTIME_CHUNK_DELAY = LONG_CHUNK_DELAY
+RUNTIME_TIMEOUT_MS = 180_000
+
+
+@pytest.fixture(scope="module")
+def anthropic() -> Iterator[ScriptedAnthropicServer]:
+    """The scripted Anthropic Messages server a `claude` Agent's key points at (loopback;
+    control's gateway calls it, never the sandbox)."""
+    with ScriptedAnthropicServer(models=["claude-test"], api_key=ANTHROPIC_KEY) as server:
+        yield server
+
+
+def _runtime_agent(
+    page: Page,
+    browser: Browser,
+    stack: RunStack,
+    *,
+    runtime: str,
+    preset: str,
+    base_url: str,
+    key: str,
+    model: str,
+) -> str:
+    """A new owner adds the key, creates an Assistant (Pet: one sandbox for the thread's two
+    runs), then in Preview picks the runtime, the key and its model, and bash on Ask; the
+    Agent's id."""
+    page.goto(f"{stack.web.url}/login", wait_until="networkidle")
+    _sign_in(page, browser, stack.web, f"runtime-{uuid.uuid4().hex[:8]}@example.com")
+    page.wait_for_url(re.compile(r"/apps/[0-9A-Z]{26}$"))
+    stack.app_ids.add(page.url.rsplit("/", 1)[-1])
+    _add_provider(page, base_url, preset=preset, key=key, model=model)
+
+    page.get_by_test_id("nav-agents").click()
+    page.wait_for_url(re.compile(r"/agents$"))
+    page.get_by_test_id("new-agent").click()
+    page.get_by_test_id("new-agent-name").fill(f"{runtime} helper")
+    page.get_by_test_id("kind-pet").click()
+    page.get_by_test_id("new-agent-submit").click()
+    page.wait_for_url(AGENT_URL)
+    found = AGENT_URL.search(page.url)
+    assert found is not None
+
+    # Once the page has loaded the Agent: a select opened before that is closed by the render.
+    expect(page.get_by_test_id("preview-status")).to_have_text("Setup required")
+    choose(page, page.get_by_test_id("agent-runtime"), runtime, exact=True)
+    expect(page.get_by_test_id("agent-runtime")).to_have_text(runtime)
+    choose(page, page.get_by_test_id("agent-provider"), "Scripted (default)")
+    expect(page.get_by_test_id("agent-model")).to_have_value(model)
+    page.get_by_test_id("tool-bash").get_by_role("radio", name="Ask").click()
+    expect(page.get_by_test_id("save-indicator")).to_have_text("Saved")
+    expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
+    return found.group(2)
+
+
+def _print_latest_runs(database_url: str) -> None:
+    """The newest runs with their errors (a failed journey's first clue)."""
+    with Session(create_engine(database_url)) as db:
+        runs = db.exec(select(SessionRun).order_by(col(SessionRun.created_at).desc()).limit(3))
+        print([(r.input_text, r.status, r.error_code, r.error_message) for r in runs])
+
+
+def _approve_pwd_then_stop_a_long_answer(page: Page, database_url: str, tool: str) -> str:
+    """With the model's turns already scripted: a message whose `pwd` waits on Ask, Allow
+    once, the answer streams; then a long answer, stopped mid-stream. The thread's id."""
+    sent = time.monotonic()
+    page.get_by_test_id("chat-input").fill("run pwd and tell me where I am")
+    page.get_by_test_id("chat-input").press("Enter")
+    expect(page.get_by_test_id("chat-user-message")).to_have_text("run pwd and tell me where I am")
+    prompt = page.get_by_test_id("chat-permission")
+    expect(prompt.get_by_test_id("permission-allow")).to_be_visible(timeout=RUNTIME_TIMEOUT_MS)
+    expect(prompt).to_contain_text("pwd")
+    expect(page.get_by_test_id("preview-status")).to_have_text("Needs approval")
+    card = page.get_by_test_id("chat-tool-card")
+    expect(card).to_have_attribute("data-status", "waiting")
+    expect(card.get_by_test_id("tool-name")).to_have_text(tool)
+    asked_after = time.monotonic() - sent
+    prompt.get_by_test_id("permission-allow").click()
+    expect(prompt).to_contain_text("Allowed once")
+    expect(card).to_have_attribute("data-status", "done")
+    card.locator("summary").click()
+    expect(card.get_by_test_id("tool-output")).to_contain_text("/workspace")
+    expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(FIRST_ANSWER)
+    expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
+    answered_after = time.monotonic() - sent
+    # The provider's usage numbers reached the chat's footer.
+    expect(page.get_by_text(re.compile(r"^This chat: "))).to_be_visible()
+    found = re.search(r"\?thread=([0-9A-Z]{26})$", page.url)
+    assert found is not None
+    thread_id = found.group(1)
+
+    page.get_by_test_id("chat-input").fill("now write something long")
+    sent = time.monotonic()
+    page.get_by_test_id("chat-input").press("Enter")
+    expect(page.get_by_test_id("chat-user-message")).to_have_count(2)
+    growing = _wait_for_more_parts(page, 2, RUNTIME_TIMEOUT_MS)
+    streaming_after = time.monotonic() - sent
+    page.get_by_test_id("chat-stop").click()
+    stop_pressed = time.monotonic()
+    expect(page.get_by_test_id("chat-run-stopped")).to_be_visible()
+    stopped_after = time.monotonic() - stop_pressed
+    expect(page.get_by_test_id("preview-status")).to_have_text("Stopped")
+    expect(page.get_by_test_id("chat-assistant-live")).to_have_count(0)
+    stopped_at = _parts_shown(page.get_by_test_id("chat-assistant-message").last.inner_text())
+    assert growing <= stopped_at < len(RUNTIME_LONG_CHUNKS)
+    expect(page.get_by_test_id("chat-send")).to_be_enabled()
+
+    with Session(create_engine(database_url)) as db:
+        runs = db.exec(
+            select(SessionRun)
+            .where(SessionRun.session_id == thread_id)
+            .order_by(col(SessionRun.created_at))
+        ).all()
+    assert [(r.input_text, r.status) for r in runs] == [
+        ("run pwd and tell me where I am", "completed"),
+        ("now write something long", "cancelled"),
+    ], [(r.status, r.error_code, r.error_message) for r in runs]
+    print(
+        f"\nprompt {asked_after:.1f}s and answer {answered_after:.1f}s after the first message;"
+        f" the long answer streaming {streaming_after:.1f}s after the second,"
+        f" shown stopped {stopped_after:.1f}s after Stop (at chunk {stopped_at})"
+    )
+    return thread_id
+
+
+def test_owner_runs_a_claude_code_agent_in_preview_approves_bash_and_stops_it(
+    page: Page, browser: Browser, run_stack: RunStack, anthropic: ScriptedAnthropicServer
+) -> None:
+    """Runtime `claude`: the real Claude Code in the sandbox, an Anthropic key (the scripted
+    Messages server) reached only through control's gateway."""
+    stack = run_stack
+    started = time.monotonic()
+    with stack.logs_on_failure():
+        agent_id = _runtime_agent(
+            page,
+            browser,
+            stack,
+            runtime="Claude Agent SDK",
+            preset="Anthropic",
+            base_url=anthropic.base_url,
+            key=ANTHROPIC_KEY,
+            model="claude-test",
+        )
+        anthropic.add(
+            MessageTurn(
+                [TextBlock("Let me look."), ToolUseBlock("Bash", {"command": "pwd"}, id="toolu_1")]
+            ),
+            MessageTurn([TextBlock(FIRST_ANSWER)], delay=0.02),
+            MessageTurn([TextBlock(list(RUNTIME_LONG_CHUNKS))], delay=RUNTIME_CHUNK_DELAY),
+        )
+        try:
+            _approve_pwd_then_stop_a_long_answer(page, stack.web.database_url, "Bash")
+        except Exception:
+            print(f"model calls: {[(r.path, r.body) for r in anthropic.requests]}")
+            _print_latest_runs(stack.web.database_url)
+            raise
+        # The text Claude Code streamed before its tool call shows too.
+        expect(page.get_by_test_id("chat-assistant-message").first).to_have_text("Let me look.")
+
+        with Session(create_engine(stack.web.database_url)) as db:
+            agent = db.get(Agent, agent_id)
+            assert agent is not None and agent.runtime == "claude"
+        asked = anthropic.message_requests
+        assert len(asked) == 3, [r.messages for r in asked]
+        assert {r.headers.get("x-api-key") for r in asked} == {ANTHROPIC_KEY}
+        assert {r.body["model"] for r in asked} == {"claude-test"}
+        assert ANTHROPIC_KEY not in page.content()
+    print(f"\nclaude journey {time.monotonic() - started:.1f}s")
+
+
+def test_owner_runs_an_opencode_agent_in_preview_approves_bash_and_stops_it(
+    page: Page, browser: Browser, run_stack: RunStack
+) -> None:
+    """Runtime `acp`: the real OpenCode in the sandbox, an OpenAI-compatible key (the
+    scripted server) reached only through control's gateway."""
+    stack, model = run_stack, run_stack.model
+    started = time.monotonic()
+    with stack.logs_on_failure():
+        agent_id = _runtime_agent(
+            page,
+            browser,
+            stack,
+            runtime="ACP agent (OpenCode)",
+            preset="OpenAI-compatible",
+            base_url=model.base_url,
+            key=OPENCODE_KEY,
+            model="test-model",
+        )
+        first_request = len(model.chat_requests)
+        model.add(
+            ToolCallsTurn(
+                [ToolCall("bash", {"command": "pwd", "description": "Where am I"}, id="call_1")]
+            ),
+            TextTurn(FIRST_ANSWER, delay=0.02),
+            TextTurn(list(RUNTIME_LONG_CHUNKS), delay=RUNTIME_CHUNK_DELAY),
+        )
+        try:
+            _approve_pwd_then_stop_a_long_answer(page, stack.web.database_url, "bash")
+        except Exception:
+            print(f"model calls: {[r.body for r in model.chat_requests[first_request:]]}")
+            _print_latest_runs(stack.web.database_url)
+            raise
+
+        with Session(create_engine(stack.web.database_url)) as db:
+            agent = db.get(Agent, agent_id)
+            assert agent is not None and agent.runtime == "acp"
+        asked = model.chat_requests[first_request:]
+        assert len(asked) == 3, [r.messages for r in asked]
+        assert {r.headers.get("authorization") for r in asked} == {f"Bearer {OPENCODE_KEY}"}
+        assert OPENCODE_KEY not in page.content()
+    print(f"\nacp journey {time.monotonic() - started:.1f}s")
