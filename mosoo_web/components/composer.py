@@ -89,9 +89,11 @@ def chat_composer(
     enabled: rx.Var[bool] | bool = True,
     on_submit: EventType[dict[str, Any]],
     footer_note: rx.Component | None = None,
+    can_stop: rx.Var[bool] | bool = True,
 ) -> rx.Component:
     """`state` is the page's ThreadChat state class; `on_submit` receives the form with
-    `message` and sends `state.attachments` with it."""
+    `message` and sends `state.attachments` with it. `can_stop`: whether the runtime serving
+    the chat can cancel a run (Stop is not offered when it cannot)."""
     disabled = ~enabled if isinstance(enabled, rx.Var) else not enabled
     return rx.vstack(
         error_text(state.composer_error, "chat-error", size="1"),
@@ -127,7 +129,7 @@ def chat_composer(
                     footer_note or rx.fragment(),
                     rx.spacer(),
                     rx.cond(
-                        state.run_active,
+                        state.run_active & can_stop,
                         rx.button(
                             rx.icon("square", size=13),
                             "Stop",

@@ -106,6 +106,7 @@ def _composer() -> rx.Component:
             "Finish the setup on the left to send messages.",
         ),
         can_send=PreviewState.can_send,
+        can_stop=PreviewState.chat_can_stop,
         enabled=PreviewState.ready,
         on_submit=PreviewState.send,
         footer_note=rx.cond(

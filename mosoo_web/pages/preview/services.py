@@ -143,7 +143,7 @@ def chat_capabilities(
 ) -> list[str] | None:
     """What the running driver of the chat's sandbox reported in hello: the Preview
     thread's, else (no thread yet) a Pet's shared sandbox's. None when none runs (or the
-    thread or Agent is gone): the chat keeps to the catalog then."""
+    thread or Agent is gone, or it reported nothing): the chat keeps to the catalog then."""
     if not thread_id and kind != "pet":
         return None
     with session_scope() as db:
@@ -154,7 +154,8 @@ def chat_capabilities(
                 reported = sessions.live_capabilities(db, account_id, agent_id=agent_id)
         except NotFound:
             return None
-    return sorted(reported) if reported is not None else None
+    # An empty report is a driver from before capabilities were kept (migration 0013).
+    return sorted(reported) if reported else None
 
 
 def readiness_rows(items: list[agents.Blocker]) -> list[BlockerRow]:
