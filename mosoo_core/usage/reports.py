@@ -206,3 +206,26 @@ def run_usage(db: Session, run_id: str) -> UsageTotals | None:
         select(*_EVENT_SUMS).where(UsageEvent.run_id == run_id)  # type: ignore[call-overload]
     ).one()
     return _totals(row)
+
+
+def usage_by_run(db: Session, run_ids: list[str]) -> dict[str, UsageTotals]:
+    """Each run's summed records, in one query (a list of runs shows each one's cost). A run
+    without records kept is absent. The caller has already checked the runs are the
+    account's."""
+    if not run_ids:
+        return {}
+    rows = db.exec(
+        select(UsageEvent.run_id, *_EVENT_SUMS)  # type: ignore[call-overload]
+        .where(col(UsageEvent.run_id).in_(run_ids))
+        .group_by(UsageEvent.run_id)
+    ).all()
+    return {str(row[0]): _totals(row[1:]) for row in rows}
+
+
+def thread_usage(db: Session, session_id: str) -> UsageTotals:
+    """A thread's summed records, as far as they are kept (raw records of older days are
+    pruned after their rollup). The caller has already checked the thread is the account's."""
+    row = db.exec(
+        select(*_EVENT_SUMS).where(UsageEvent.session_id == session_id)  # type: ignore[call-overload]
+    ).one()
+    return _totals(row)

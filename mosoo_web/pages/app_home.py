@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
 
 import reflex as rx
 from reflex.event import EventCallback, EventSpec
@@ -19,7 +18,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import NotFound
 from mosoo_core.settings import get_settings
 from mosoo_web.components.layout import app_page, console_shell, page_header
-from mosoo_web.formatting import relative_time
+from mosoo_web.formatting import relative_time, usd_text
 from mosoo_web.pages.threads.labels import PURPOSE_LABELS, status_badge
 from mosoo_web.reflex_typing import cond_value, event
 from mosoo_web.state.session import SessionState, current_account_id
@@ -53,15 +52,6 @@ class HomeFailedRun:
     agent_name: str = ""
     error: str = ""
     when: str = ""
-
-
-def usd_text(micros: int) -> str:
-    """USD micros as dollars: cents, or four decimals below a cent ("$0.0042")."""
-    if 0 < micros < 100:
-        return "<$0.0001"
-    places = Decimal("0.0001") if 0 < abs(micros) < 10_000 else Decimal("0.01")
-    dollars = (Decimal(micros) / Decimal(1_000_000)).quantize(places, rounding=ROUND_HALF_UP)
-    return f"${dollars:,}"
 
 
 def _status_label(agent: app_home.AgentSummary) -> str:

@@ -20,6 +20,7 @@ from mosoo_core.sessions.driver_plane import NewEvent, append_events
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import AgentSession, SessionRun
+from mosoo_core.tables.usage import UsageEvent
 from tests.browser.actions import choose
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
@@ -344,6 +345,21 @@ def _timed_run(account_id: str, app_id: str, agent_id: str) -> tuple[str, str]:
             at += timedelta(milliseconds=ms)
             marks[name] = (at, detail)
         driver_plane.record_marks(db, run.id, marks)
+        for output in (200, 40):  # two model calls, as the gateway records them
+            db.add(
+                UsageEvent(
+                    app_id=app_id,
+                    agent_id=agent_id,
+                    session_id=thread_id,
+                    run_id=run.id,
+                    provider="openai",
+                    model="gpt-test",
+                    input_tokens=1000,
+                    output_tokens=output,
+                    cost_usd_micros=2100,
+                    unpriced=False,
+                )
+            )
         driver_plane.finish_run(db, run, "completed", emit_event=True)
         completed = run.id
     failed_thread = _thread(
@@ -370,7 +386,11 @@ def test_an_agents_logs_replay_a_run_beside_its_diagnostics_and_filter_by_status
         db.add(agent)
         db.flush()
         agent_id = agent.id
-    _timed_run(account_id, app_id, agent_id)
+    completed, _ = _timed_run(account_id, app_id, agent_id)
+    with session_scope() as db:
+        thread_of_completed = db.exec(
+            select(SessionRun.session_id).where(SessionRun.id == completed)
+        ).one()
 
     # From the Agent's page, its Logs: the newest run (the failure) is open.
     page.goto(f"{server.url}/apps/{app_id}/agents/{agent_id}")
@@ -400,11 +420,18 @@ def test_an_agents_logs_replay_a_run_beside_its_diagnostics_and_filter_by_status
     expect(page.get_by_test_id("diagnostics-total")).to_have_text("3.20 s")
     expect(page.get_by_test_id("diagnostics")).to_contain_text("mosoo-sandbox:t")
     expect(page.get_by_test_id("diagnostics-error")).to_have_count(0)
+    # Its tokens and cost, from the gateway's records, in the list and the diagnostics; and
+    # on the thread itself.
+    expect(runs.nth(1).get_by_test_id("log-run-usage")).to_have_text("· 2,240 tokens · $0.0042")
+    expect(page.get_by_test_id("diagnostics")).to_contain_text("2,240 tokens · $0.0042")
 
     # Filtered to failures: only the failed run.
     choose(page, page.get_by_test_id("log-status-filter"), "Failed")
     expect(runs).to_have_count(1)
     expect(runs.first).to_contain_text("driver_lost")
+
+    page.goto(f"{server.url}/apps/{app_id}/threads/{thread_of_completed}")
+    expect(page.get_by_test_id("thread-cost")).to_have_text("Billed 2,240 tokens · $0.0042")
 
     # Another owner's Agent id is not found here either.
     page.goto(f"{server.url}/apps/{app_id}/agents/01J00000000000000000000000/logs")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mosoo_web.pages.app_home import usd_text
+from mosoo_web.formatting import usd_text
 
 
 @pytest.mark.parametrize(

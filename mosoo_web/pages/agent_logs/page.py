@@ -90,6 +90,11 @@ def _run_row(row: ObjectVar[RunLogRow]) -> rx.Component:
                     rx.text(" · ", row.error_code, as_="span", color_scheme="red"),
                     rx.fragment(),
                 ),
+                rx.cond(
+                    row.usage != "",
+                    rx.text(" · ", row.usage, as_="span", data_testid="log-run-usage"),
+                    rx.fragment(),
+                ),
                 size="1",
                 color_scheme="gray",
             ),

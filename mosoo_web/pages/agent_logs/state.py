@@ -11,13 +11,14 @@ from typing import Any
 
 import reflex as rx
 
-from mosoo_core import agents
+from mosoo_core import agents, usage
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError, NotFound
 from mosoo_core.sessions import actions, diagnostics
 from mosoo_core.sessions.transcript import build_transcript
-from mosoo_web.formatting import relative_time
+from mosoo_core.usage.reports import usage_by_run
+from mosoo_web.formatting import relative_time, usage_text
 from mosoo_web.pages.threads.labels import PURPOSE_LABELS
 from mosoo_web.reflex_typing import event
 from mosoo_web.state.chat_items import ChatItem, chat_item
@@ -47,6 +48,7 @@ class RunLogRow:
     when: str = ""
     duration: str = ""
     error_code: str = ""
+    usage: str = ""  # "1,240 tokens · $0.0042", "" before its first model call
 
 
 @dataclass
@@ -81,7 +83,7 @@ def seconds_text(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-def _row(run: diagnostics.RunRow, now: Any) -> RunLogRow:
+def _row(run: diagnostics.RunRow, now: Any, totals: usage.UsageTotals | None) -> RunLogRow:
     duration = ""
     if run.finished_at is not None:
         duration = seconds_text((run.finished_at - run.created_at).total_seconds())
@@ -95,10 +97,11 @@ def _row(run: diagnostics.RunRow, now: Any) -> RunLogRow:
         when=relative_time(run.created_at, now),
         duration=duration,
         error_code=run.error_code or "",
+        usage=usage_text(totals),
     )
 
 
-def _diagnosis(found: diagnostics.RunDiagnostics) -> Diagnosis:
+def _diagnosis(found: diagnostics.RunDiagnostics, totals: usage.UsageTotals | None) -> Diagnosis:
     total = found.seconds
     phases = [
         PhaseRow(
@@ -111,6 +114,8 @@ def _diagnosis(found: diagnostics.RunDiagnostics) -> Diagnosis:
         for phase in found.phases
     ]
     facts = [Fact("Run", found.run_id), Fact("Thread", found.thread_id)]
+    if spent := usage_text(totals):
+        facts.append(Fact("Usage", spent))
     if found.sandbox:
         facts.append(Fact("Sandbox", str(found.sandbox.get("sandbox", ""))))
         if found.sandbox.get("image"):
@@ -147,16 +152,18 @@ def _load_runs(
         runs = diagnostics.agent_runs(
             db, account_id, app_id, agent_id, status=status, purpose=purpose, since=since
         )
+        spent = usage_by_run(db, [run.run_id for run in runs])
     now = utcnow()
-    return agent.name, [_row(run, now) for run in runs]
+    return agent.name, [_row(run, now, spent.get(run.run_id)) for run in runs]
 
 
 def _load_run(account_id: str, run_id: str) -> tuple[list[ChatItem], Diagnosis]:
     with session_scope() as db:
         found = diagnostics.run_diagnostics(db, account_id, run_id)
         events = diagnostics.run_events(db, account_id, run_id)
+        totals = usage.run_usage(db, run_id)
     transcript = build_transcript(events)
-    return [chat_item(item) for item in transcript.items], _diagnosis(found)
+    return [chat_item(item) for item in transcript.items], _diagnosis(found, totals)
 
 
 class AgentLogsState(rx.State):

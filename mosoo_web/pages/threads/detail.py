@@ -169,6 +169,20 @@ def _detail_header() -> rx.Component:
                 ),
                 rx.fragment(),
             ),
+            rx.cond(
+                ThreadDetailState.usage != "",
+                rx.tooltip(
+                    rx.text(
+                        "Billed ",
+                        ThreadDetailState.usage,
+                        size="1",
+                        color_scheme="gray",
+                        data_testid="thread-cost",
+                    ),
+                    content="From the gateway's record of every model call (when the page opened).",
+                ),
+                rx.fragment(),
+            ),
             align="center",
             spacing="3",
             wrap="wrap",

@@ -16,7 +16,8 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError, NotFound
 from mosoo_core.runtime.threads import delete_thread_everywhere
 from mosoo_core.sessions import actions
-from mosoo_web.formatting import relative_time, size_text
+from mosoo_core.usage.reports import thread_usage
+from mosoo_web.formatting import relative_time, size_text, usage_text
 from mosoo_web.pages.threads.labels import PURPOSE_LABELS
 from mosoo_web.reflex_typing import event
 from mosoo_web.state.session import SessionState, current_app_ids
@@ -42,9 +43,10 @@ class _Header:
     archived: bool
     purpose: str
     end_user_id: str
+    usage: str  # its tokens and cost as far as its records are kept, "" before any call
 
 
-def _header(row: sessions.ThreadRow) -> _Header:
+def _header(row: sessions.ThreadRow, spent: str = "") -> _Header:
     version = f"v{row.agent_version}" if row.agent_version is not None else "Draft"
     return _Header(
         title=row.title,
@@ -55,12 +57,14 @@ def _header(row: sessions.ThreadRow) -> _Header:
         archived=row.archived,
         purpose=PURPOSE_LABELS.get(row.purpose, row.purpose),
         end_user_id=row.end_user_id or "",
+        usage=spent,
     )
 
 
 def _load_header(account_id: str, app_id: str, thread_id: str) -> _Header:
     with session_scope() as db:
-        return _header(sessions.get_thread(db, account_id, thread_id, app_id=app_id))
+        row = sessions.get_thread(db, account_id, thread_id, app_id=app_id)
+        return _header(row, usage_text(thread_usage(db, row.id)))
 
 
 def _thread_files(account_id: str, thread_id: str) -> list[ThreadFileRow]:
@@ -101,6 +105,7 @@ class ThreadDetailState(ThreadChat, rx.State):
     archived: rx.Field[bool] = rx.field(False)
     purpose: rx.Field[str] = rx.field("")
     end_user_id: rx.Field[str] = rx.field("")
+    usage: rx.Field[str] = rx.field("")
     renaming: rx.Field[bool] = rx.field(False)
     title_error: rx.Field[str] = rx.field("")
     thread_files: rx.Field[list[ThreadFileRow]] = rx.field(default_factory=list)
@@ -123,6 +128,7 @@ class ThreadDetailState(ThreadChat, rx.State):
         self._chat_agent_id = header.agent_id
         self.version_text, self.archived = header.version_text, header.archived
         self.purpose, self.end_user_id = header.purpose, header.end_user_id
+        self.usage = header.usage or self.usage  # a rename or archive does not re-read it
 
     async def _ids(self) -> tuple[str, str]:
         return await current_app_ids(self)
