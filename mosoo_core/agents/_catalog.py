@@ -4,24 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from driver.protocol import CAPABILITIES
+
 BUILTIN_TOOLS = ("bash", "read", "write", "edit", "glob", "grep", "web_fetch")
 TOOL_POLICIES = ("allow", "ask")
 
-# Every capability a runtime has, in the driver protocol's vocabulary
-# (`driver.protocol.CAPABILITIES`); each backend reports the same set in `hello`.
-_ALL_CAPABILITIES = frozenset(
-    {
-        "text_stream",
-        "thinking_stream",
-        "tool_stream",
-        "permission_requests",
-        "cancel",
-        "usage",
-        "resume",
-        "skills",
-        "mcp",
-    }
-)
+# Every runtime has every capability of the driver protocol's vocabulary today; each
+# backend reports its own set in `hello`, and a test checks the two agree.
+_ALL_CAPABILITIES = CAPABILITIES
 # Mosoo's built-in tool -> what the runtime's agent calls the tools (or, for OpenCode, the
 # permissions) a policy governs. The driver keeps the same tables (claude.CLAUDE_TOOLS,
 # opencode.TOOL_PERMISSIONS); mosoo_core may not import the driver's backends, so a test
