@@ -10,6 +10,7 @@ import pytest
 from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
 
 from mosoo_core import migrations
+from mosoo_core.settings import reset_settings_cache
 from tests.support.processes import free_port, mosoo_env, page_served, running, wait_for
 
 CHROMIUM_ARGS = [
@@ -90,3 +91,13 @@ def received_frames(page: Page) -> list[str]:
 
     page.on("websocket", watch)
     return received
+
+
+@pytest.fixture
+def shared_database(web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> WebServer:
+    """This process reads and writes the web process's database and object store (what
+    the worker would write, or what the console saved), and labels sandboxes as its own."""
+    monkeypatch.setenv("MOSOO_DATABASE_URL", web_server.database_url)
+    monkeypatch.setenv("MOSOO_DATA_DIR", str(web_server.log.parent))  # the fixture's data dir
+    reset_settings_cache()
+    return web_server

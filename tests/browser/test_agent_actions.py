@@ -14,7 +14,6 @@ from playwright.sync_api import Browser, Page, expect
 
 from mosoo_core import sessions
 from mosoo_core.db import session_scope
-from mosoo_core.settings import reset_settings_cache
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
 from tests.browser.test_preview_chat import _account_id
@@ -22,14 +21,6 @@ from tests.browser.test_preview_chat import _account_id
 pytestmark = pytest.mark.browser
 
 AGENT_URL = re.compile(r"/apps/([0-9A-Z]{26})/agents/([0-9A-Z]{26})")
-
-
-@pytest.fixture
-def shared_database(web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> WebServer:
-    """This process writes to the web process's database."""
-    monkeypatch.setenv("MOSOO_DATABASE_URL", web_server.database_url)
-    reset_settings_cache()
-    return web_server
 
 
 def _open_menu_item(page: Page, card_index: int, item: str) -> None:

@@ -11,7 +11,6 @@ from playwright.sync_api import Browser, Page, expect
 
 from mosoo_core import agents
 from mosoo_core.db import session_scope
-from mosoo_core.settings import reset_settings_cache
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
 from tests.browser.test_preview_chat import _account_id
@@ -20,14 +19,6 @@ from tests.support.processes import wait_for
 pytestmark = pytest.mark.browser
 
 APP_URL = re.compile(r"/apps/([0-9A-Z]{26})$")
-
-
-@pytest.fixture
-def shared_database(web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> WebServer:
-    """This process writes to the web process's database."""
-    monkeypatch.setenv("MOSOO_DATABASE_URL", web_server.database_url)
-    reset_settings_cache()
-    return web_server
 
 
 def test_description_and_temperature_are_kept_and_the_list_shows_status_and_activity(

@@ -17,7 +17,6 @@ from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.environments import MASK
 from mosoo_core.sessions.driver_plane import NewEvent, append_events
-from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.environments import Environment, EnvironmentBuild, EnvironmentRevision
 from tests.browser.actions import choose
@@ -32,15 +31,6 @@ ENVIRONMENT_URL = re.compile(r"/apps/[0-9A-Z]{26}/environments/([0-9A-Z]{26})$")
 AGENT_URL = re.compile(r"/agents/([0-9A-Z]{26})$")
 SECRET = "tok-" + uuid.uuid4().hex + "Zq8v"
 GONE = "01J0000000000000000000000Z"  # an environment id that does not exist
-
-
-@pytest.fixture
-def shared_database(web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> WebServer:
-    """This process writes to the web process's database (what the worker would write)."""
-    monkeypatch.setenv("MOSOO_DATABASE_URL", web_server.database_url)
-    monkeypatch.setenv("MOSOO_DATA_DIR", str(web_server.log.parent))  # the fixture's data dir
-    reset_settings_cache()
-    return web_server
 
 
 def _row(page: Page, name: str) -> Locator:

@@ -17,7 +17,6 @@ from playwright.sync_api import Browser, Locator, Page, expect
 from mosoo_core import agents
 from mosoo_core.db import session_scope
 from mosoo_core.environments import MASK
-from mosoo_core.settings import reset_settings_cache
 from tests.browser.actions import choose
 from tests.browser.conftest import WebServer, received_frames
 from tests.browser.test_console_journey import _sign_in
@@ -34,15 +33,6 @@ AGENT_URL = re.compile(r"/agents/([0-9A-Z]{26})$")
 TOKEN = "mcp-console-" + uuid.uuid4().hex + "Xq7v"
 CLIENT_ID = "mosoo-console-client"
 CLIENT_SECRET = "oauth-console-" + uuid.uuid4().hex + "Lr7T"
-
-
-@pytest.fixture
-def shared_database(web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> WebServer:
-    """This process reads the web process's database (to check what the console saved)."""
-    monkeypatch.setenv("MOSOO_DATABASE_URL", web_server.database_url)
-    monkeypatch.setenv("MOSOO_DATA_DIR", str(web_server.log.parent))
-    reset_settings_cache()
-    return web_server
 
 
 @pytest.fixture

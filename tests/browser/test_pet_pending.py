@@ -20,7 +20,6 @@ from mosoo_core.runtime.sandbox import LABEL_SUBJECT, WORKSPACE, SandboxSpec
 from mosoo_core.runtime.sandbox.docker_backend import DockerBackend
 from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
 from mosoo_core.sessions import driver_plane
-from mosoo_core.settings import reset_settings_cache
 from tests.browser.actions import choose
 from tests.browser.conftest import WebServer
 from tests.browser.test_console_journey import _sign_in
@@ -29,14 +28,6 @@ from tests.browser.test_preview_chat import _account_id
 pytestmark = pytest.mark.browser
 
 APP_URL = re.compile(r"/apps/([0-9A-Z]{26})$")
-
-
-@pytest.fixture
-def shared_database(web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> WebServer:
-    """This process writes to the web process's database (and so labels sandboxes as its own)."""
-    monkeypatch.setenv("MOSOO_DATABASE_URL", web_server.database_url)
-    reset_settings_cache()
-    return web_server
 
 
 @pytest.fixture(scope="module")

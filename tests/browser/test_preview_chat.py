@@ -16,7 +16,6 @@ from driver.protocol import DriverEvent
 from mosoo_core import agents, identity, sessions, streams, vault
 from mosoo_core.db import session_scope
 from mosoo_core.sessions import driver_plane
-from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.sessions import DriverInstance
 from tests.browser.actions import choose
 from tests.browser.conftest import WebServer
@@ -26,14 +25,6 @@ from tests.support.processes import wait_for
 pytestmark = pytest.mark.browser
 
 AGENT_URL = re.compile(r"/apps/([0-9A-Z]{26})/agents/([0-9A-Z]{26})")
-
-
-@pytest.fixture
-def shared_database(web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> WebServer:
-    """This process writes to the web process's database (and the same Redis, db 0)."""
-    monkeypatch.setenv("MOSOO_DATABASE_URL", web_server.database_url)
-    reset_settings_cache()
-    return web_server
 
 
 class FakeDriver:

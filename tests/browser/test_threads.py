@@ -17,7 +17,6 @@ from mosoo_core import files, identity, sessions
 from mosoo_core.db import session_scope
 from mosoo_core.sessions import driver_plane
 from mosoo_core.sessions.driver_plane import NewEvent, append_events
-from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import AgentSession, SessionRun
 from mosoo_core.tables.usage import UsageEvent
@@ -29,17 +28,6 @@ from tests.browser.test_preview_chat import _account_id
 pytestmark = pytest.mark.browser
 
 APP_URL = re.compile(r"/apps/([0-9A-Z]{26})$")
-
-
-@pytest.fixture
-def shared_database(web_server: WebServer, monkeypatch: pytest.MonkeyPatch) -> WebServer:
-    """This process writes to the web process's database and object store."""
-    monkeypatch.setenv("MOSOO_DATABASE_URL", web_server.database_url)
-    monkeypatch.setenv(
-        "MOSOO_DATA_DIR", str(web_server.log.parent)
-    )  # the fixture keeps its log there
-    reset_settings_cache()
-    return web_server
 
 
 def _signed_in_app(page: Page, browser: Browser, server: WebServer, who: str) -> tuple[str, str]:
