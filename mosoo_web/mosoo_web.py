@@ -35,6 +35,7 @@ from mosoo_web.pages.providers import ProvidersState, providers_page
 from mosoo_web.pages.skills import SkillsState, SkillState, skill_page, skills_page
 from mosoo_web.pages.threads import ThreadDetailState, ThreadsState, thread_page, threads_page
 from mosoo_web.pages.tokens import TokensState, tokens_page
+from mosoo_web.pages.usage import UsageState, usage_page
 from mosoo_web.state.session import SessionState, handle_backend_exception
 from mosoo_web.state.signed_out_tabs import close_signed_out_tabs
 
@@ -144,6 +145,12 @@ app.add_page(
     route="/apps/[app_id]/mcp/[server_id]",
     title="MCP server · Mosoo",
     on_load=[SessionState.require_app, McpServerEditorState.load],
+)
+app.add_page(
+    usage_page,
+    route="/apps/[app_id]/usage",
+    title="Usage · Mosoo",
+    on_load=[SessionState.require_app, UsageState.load],
 )
 app.add_page(
     organization_page,

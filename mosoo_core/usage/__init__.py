@@ -26,6 +26,8 @@ from mosoo_core.usage._rollups import (
     rebuild,
     roll_up_day,
 )
+from mosoo_core.usage.daily import SPLITS, DailyPart, SplitBy, daily_breakdown
+from mosoo_core.usage.export import EXPORT_KINDS, ExportKind, UsageCsv, usage_csv
 from mosoo_core.usage.overview import CostTotal, app_cost
 from mosoo_core.usage.reports import (
     GROUPS,
@@ -42,16 +44,22 @@ from mosoo_core.usage.reports import (
 from mosoo_core.usage.service import PriceInput, PriceView, list_prices, set_app_price
 
 __all__ = [
+    "EXPORT_KINDS",
     "GROUPS",
     "MAX_RANGE_DAYS",
+    "SPLITS",
     "BucketPrices",
     "CostTotal",
+    "DailyPart",
+    "ExportKind",
     "GroupBy",
     "PriceInput",
     "PriceView",
     "PruneResult",
     "RollupResult",
+    "SplitBy",
     "UnpricedModel",
+    "UsageCsv",
     "UsageGroup",
     "UsageNumbers",
     "UsageSummary",
@@ -61,6 +69,7 @@ __all__ = [
     "catch_up",
     "check_range",
     "cost_micros",
+    "daily_breakdown",
     "list_prices",
     "maintain",
     "parse_anthropic_usage",
@@ -76,5 +85,6 @@ __all__ = [
     "seed_rows",
     "set_app_price",
     "summary",
+    "usage_csv",
     "usd_to_micros",
 ]

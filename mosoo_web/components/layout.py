@@ -84,6 +84,7 @@ def sidebar() -> rx.Component:
                 nav_link("Environments", "package", app_base + "/environments", "nav-environments"),
                 nav_link("Skills", "book-open", app_base + "/skills", "nav-skills"),
                 nav_link("MCP servers", "plug", app_base + "/mcp", "nav-mcp"),
+                nav_link("Usage", "chart-column", app_base + "/usage", "nav-usage"),
                 nav_link("Settings", "settings", app_base + "/settings", "nav-app-settings"),
                 nav_link("Providers", "key-round", app_base + "/providers", "nav-providers"),
                 width="100%",
@@ -336,6 +337,19 @@ def item_card(
         ),
         width="100%",
         data_testid=f"{test_id}-row",
+    )
+
+
+def stat_card(label: str, value: rx.Var[str], test_id: str) -> rx.Component:
+    """One figure with its label (a cost, a count), side by side with others in a flex row."""
+    return rx.card(
+        rx.vstack(
+            rx.text(label, size="1", color_scheme="gray", weight="medium"),
+            rx.heading(value, size="6", data_testid=test_id),
+            spacing="1",
+        ),
+        flex="1",
+        min_width="160px",
     )
 
 

@@ -17,7 +17,7 @@ from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.errors import NotFound
 from mosoo_core.settings import get_settings
-from mosoo_web.components.layout import app_page, console_shell, page_header
+from mosoo_web.components.layout import app_page, console_shell, page_header, stat_card
 from mosoo_web.formatting import relative_time, usd_text
 from mosoo_web.pages.threads.labels import PURPOSE_LABELS, status_badge
 from mosoo_web.reflex_typing import cond_value, event
@@ -356,24 +356,14 @@ def _checklist() -> rx.Component:
     )
 
 
-def _stat(label: str, value: rx.Var[str], test_id: str) -> rx.Component:
-    return rx.card(
-        rx.vstack(
-            rx.text(label, size="1", color_scheme="gray", weight="medium"),
-            rx.heading(value, size="6", data_testid=test_id),
-            spacing="1",
-        ),
-        flex="1",
-        min_width="160px",
-    )
-
-
 def _stats() -> rx.Component:
     return rx.vstack(
         rx.flex(
-            _stat("Cost today", AppHomeState.cost_today, "cost-today"),
-            _stat("Cost this month", AppHomeState.cost_month, "cost-month"),
-            _stat("Failed runs, last 24 h", AppHomeState.failed_total.to_string(), "failed-total"),
+            stat_card("Cost today", AppHomeState.cost_today, "cost-today"),
+            stat_card("Cost this month", AppHomeState.cost_month, "cost-month"),
+            stat_card(
+                "Failed runs, last 24 h", AppHomeState.failed_total.to_string(), "failed-total"
+            ),
             gap="12px",
             wrap="wrap",
             width="100%",
