@@ -6,6 +6,9 @@ import logging
 import sys
 
 import structlog
+from opentelemetry import trace
+
+from mosoo_core import tracing
 
 
 def configure_logging(process: str, level: str = "INFO", json: bool = True) -> None:
@@ -16,6 +19,7 @@ def configure_logging(process: str, level: str = "INFO", json: bool = True) -> N
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            add_trace_ids,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
@@ -26,6 +30,19 @@ def configure_logging(process: str, level: str = "INFO", json: bool = True) -> N
         cache_logger_on_first_use=False,
     )
     structlog.contextvars.bind_contextvars(process=process)
+    # Every process that configures its logs is one whose spans may be exported.
+    tracing.configure(process)
+
+
+def add_trace_ids(
+    _logger: object, _method: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """`trace_id` and `span_id` of the current span, when there is a valid one."""
+    span = trace.get_current_span().get_span_context()
+    if span.is_valid:
+        event.setdefault("trace_id", trace.format_trace_id(span.trace_id))
+        event.setdefault("span_id", trace.format_span_id(span.span_id))
+    return event
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:

@@ -8,7 +8,7 @@ from typing import Any
 
 from celery.signals import setup_logging, worker_ready, worker_shutdown
 
-from mosoo_core import files, idempotency, identity, mail, usage
+from mosoo_core import files, idempotency, identity, mail, tracing, usage
 from mosoo_core.celery_app import app
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
@@ -71,9 +71,16 @@ def purge_sign_in_records() -> int:
     return removed
 
 
-@app.task(name="mosoo.dispatch_run")
-def dispatch_run(run_id: str) -> str:
-    return dispatch(run_id)
+@app.task(name="mosoo.dispatch_run", bind=True)
+def dispatch_run(self: Any, run_id: str) -> str:
+    if not tracing.enabled():
+        return dispatch(run_id)
+    # The run's trace goes on from the enqueuing request (its `traceparent` message header).
+    parent = tracing.context_from(self.request.get("traceparent") or "")
+    with tracing.tracer().start_as_current_span(
+        "run.dispatch", context=parent, attributes={"mosoo.run_id": run_id}
+    ):
+        return dispatch(run_id)
 
 
 @app.task(name="mosoo.finish_run", bind=True, max_retries=40)

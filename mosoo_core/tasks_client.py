@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mosoo_core import tracing
 from mosoo_core.environments import BuildView
 from mosoo_core.logs import get_logger
 from mosoo_core.settings import get_settings
@@ -19,21 +20,30 @@ def enqueue_email_delivery(email_id: str) -> None:
         log.warning("email.enqueue_failed", email_id=email_id)
 
 
-def _send(task_name: str, *args: str) -> None:
+def _send(task_name: str, *args: str, headers: dict[str, str] | None = None) -> None:
     # Imported here: Celery (and kombu) cost about 0.2 s to import, which a web process
     # that never sends a task, or `mosoo --help`, should not pay.
     from mosoo_core.celery_app import configured_app
 
     try:
-        configured_app().send_task(task_name, args=args)
+        if headers:
+            configured_app().send_task(task_name, args=args, headers=headers)
+        else:
+            configured_app().send_task(task_name, args=args)
     except Exception as error:
         log.warning("task.enqueue_failed", task=task_name, error=type(error).__name__)
         raise
 
 
 def enqueue_run_dispatch(run_id: str) -> None:
-    """Ask the worker to boot a sandbox for a queued run."""
-    _send("mosoo.dispatch_run", run_id)
+    """Ask the worker to boot a sandbox for a queued run. Traced, the run's trace starts here
+    (span `run.enqueue`, unless the front door's own span is current) and its `traceparent`
+    travels as a message header."""
+    if not tracing.enabled():
+        _send("mosoo.dispatch_run", run_id)
+        return
+    with tracing.span_unless_active("run.enqueue", **{"mosoo.run_id": run_id}):
+        _send("mosoo.dispatch_run", run_id, headers={"traceparent": tracing.traceparent()})
 
 
 def enqueue_run_finish(run_id: str) -> None:

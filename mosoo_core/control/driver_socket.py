@@ -28,7 +28,8 @@ from driver.protocol import (
     encode,
     parse_driver_message,
 )
-from mosoo_core import sessions, streams
+from mosoo_core import sessions, streams, tracing
+from mosoo_core.control import _traces
 from mosoo_core.db import session_scope
 from mosoo_core.logs import get_logger
 from mosoo_core.sessions import driver_plane
@@ -199,13 +200,25 @@ class DriverConnection:
             action(db, self.instance_id, self.connection_id)
 
     def _ingest(self, message: Events) -> list[sessions.StoredEvent]:
+        events = list(message.events)
         with session_scope() as db:
             instance = db.get(DriverInstance, self.instance_id)
             if instance is None or instance.connection_id != self.connection_id:
                 raise driver_plane.DriverRefused(
                     "superseded", "a newer connection replaced this one"
                 )
-            return driver_plane.ingest_driver_events(db, instance, list(message.events))
+            if not tracing.enabled():
+                return driver_plane.ingest_driver_events(db, instance, events)
+            traceparent = _traces.run_traceparent(db, events[0].run_id)
+            with tracing.tracer().start_as_current_span(
+                "control.ingest",
+                context=tracing.context_from(traceparent),
+                attributes={"mosoo.run_id": events[0].run_id, "mosoo.events": len(events)},
+            ):
+                stored = driver_plane.ingest_driver_events(db, instance, events)
+        # Once committed: the driver's own spans, from the events' times.
+        _traces.record_driver_events(traceparent, events, stored)
+        return stored
 
     def _command_update(self, update: CommandUpdate) -> None:
         with session_scope() as db:

@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httpx
+from opentelemetry import trace
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from mosoo_core import usage, vault
+from mosoo_core import tracing, usage, vault
+from mosoo_core.control import _traces
 from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError
 from mosoo_core.logs import get_logger
@@ -338,6 +340,9 @@ def build_routes(
             **api.upstream_headers(request, upstream),
         }
         url = f"{upstream.base_url.rstrip('/')}/{path}"
+        span = await _upstream_span(api, grant, model, request.method, path)
+        if span is not None:
+            headers["traceparent"] = tracing.traceparent(span)
         try:
             upstream_request = client.build_request(
                 request.method,
@@ -348,6 +353,7 @@ def build_routes(
             )
             answer = await client.send(upstream_request, stream=True)
         except httpx.HTTPError as error:
+            _end(span, error=type(error).__name__)
             refusal = outbound.refusal_in(error)
             if refusal is not None:
                 # The host and address go to control's log; the sandbox gets the rule only.
@@ -385,6 +391,7 @@ def build_routes(
 
         async def done() -> None:
             await answer.aclose()
+            _end(span, status=answer.status_code)
             # An error answer (its status and body relayed as they are) bills nothing.
             if answer.status_code < 400 and api.bills(request.method, path):
                 await asyncio.to_thread(record, grant, upstream, model or "", tap)
@@ -399,6 +406,26 @@ def build_routes(
             background=BackgroundTask(done),
         )
 
+    async def _upstream_span(
+        api: Api, grant: driver_plane.GrantContext, model: str | None, method: str, path: str
+    ) -> trace.Span | None:
+        """Traced, the provider call is a `gateway.upstream` span under the run's trace."""
+        if not tracing.enabled():
+            return None
+        parent = await asyncio.to_thread(_traces.traceparent_of_run, grant.run_id)
+        return tracing.tracer().start_span(
+            "gateway.upstream",
+            context=tracing.context_from(parent),
+            kind=trace.SpanKind.CLIENT,
+            attributes={
+                "mosoo.run_id": grant.run_id,
+                "mosoo.gateway_api": api.name,
+                "gen_ai.request.model": model or "",
+                "http.request.method": method,
+                "url.path": path,
+            },
+        )
+
     def route(prefix: str, api: Api) -> Route:
         async def endpoint(request: Request) -> Response:
             return await relay(api, request)
@@ -406,3 +433,13 @@ def build_routes(
         return Route(f"/gateway/{prefix}/v1/{{path:path}}", endpoint, methods=["GET", "POST"])
 
     return [route("openai", OpenAIApi()), route("anthropic", AnthropicApi())]
+
+
+def _end(span: trace.Span | None, *, status: int = 0, error: str = "") -> None:
+    if span is None:
+        return
+    if status:
+        span.set_attribute("http.response.status_code", status)
+    if error or status >= 400:
+        span.set_status(trace.Status(trace.StatusCode.ERROR, error or str(status)))
+    span.end()

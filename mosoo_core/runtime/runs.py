@@ -34,7 +34,7 @@ from driver.protocol import (
     McpBinding,
     SkillBinding,
 )
-from mosoo_core import agents, environments, files, mcp, sessions, skills, streams
+from mosoo_core import agents, environments, files, mcp, sessions, skills, streams, tracing
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.files import get_store, iter_chunks
@@ -330,6 +330,8 @@ def plan_boot(
             "skills": list(profile.skills),
             "mcp_servers": list(profile.mcp_servers),
         },
+        # The dispatch span's W3C header ("" untraced): control parents the driver's spans on it.
+        "traceparent": tracing.traceparent(),
     }
     run.status = "booting"
     run.driver_instance_id = driver.instance_id
@@ -340,6 +342,7 @@ def plan_boot(
         boot_token=driver.boot_token,
         runtime=profile.runtime,
         execution_spec=spec,
+        traceparent=run.snapshot["traceparent"],
     )
     plan = BootPlan(
         run_id=run.id,

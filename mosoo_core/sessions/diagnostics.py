@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
+from mosoo_core import tracing
 from mosoo_core.errors import InvalidInput, NotFound
 from mosoo_core.ownership import owned_agent, owned_thread
 from mosoo_core.sessions._events import stored_event
@@ -148,6 +149,7 @@ class RunDiagnostics:
     driver: DriverFacts | None
     setup_log_tail: str
     events_before_failure: list[dict[str, Any]] = field(default_factory=list)
+    trace_id: str = ""  # of the run's trace (its snapshot's traceparent), "" when untraced
 
     @property
     def seconds(self) -> float:
@@ -200,4 +202,5 @@ def run_diagnostics(db: Session, account_id: str, run_id: str) -> RunDiagnostics
         driver=driver,
         setup_log_tail=run.setup_log[-SETUP_LOG_TAIL:],
         events_before_failure=before,
+        trace_id=tracing.trace_id_of(str(run.snapshot.get("traceparent") or "")),
     )

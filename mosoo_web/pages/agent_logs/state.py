@@ -114,6 +114,8 @@ def _diagnosis(found: diagnostics.RunDiagnostics, totals: usage.UsageTotals | No
         for phase in found.phases
     ]
     facts = [Fact("Run", found.run_id), Fact("Thread", found.thread_id)]
+    if found.trace_id:
+        facts.append(Fact("Trace", found.trace_id))
     if spent := usage_text(totals):
         facts.append(Fact("Usage", spent))
     if found.sandbox:
