@@ -43,6 +43,7 @@ from tests.support.oidc_provider import LoopbackServer
 
 # Importing it also hides uvicorn's report of a deliberately dropped stream.
 from tests.support.openai_server import DroppedConnection
+from tests.support.recording import read_request
 
 
 @dataclass
@@ -206,18 +207,14 @@ class ScriptedAnthropicServer:
     # --- endpoints -------------------------------------------------------------------------
 
     async def _record(self, request: Request) -> Any:
-        raw = await request.body()
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
+        body, headers = await read_request(request)
         with self._lock:
             self._requests.append(
                 RecordedRequest(
                     request.method,
                     request.url.path,
                     request.url.query,
-                    {k.lower(): v for k, v in request.headers.items()},
+                    headers,
                     body,
                 )
             )

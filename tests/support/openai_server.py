@@ -39,6 +39,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support.recording import read_request
+
 
 @dataclass
 class ToolCall:
@@ -214,17 +216,13 @@ class ScriptedOpenAIServer:
     # --- endpoints -------------------------------------------------------------------------
 
     async def _record(self, request: Request) -> Any:
-        raw = await request.body()
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
+        body, headers = await read_request(request)
         with self._lock:
             self._requests.append(
                 RecordedRequest(
                     request.method,
                     request.url.path,
-                    {k.lower(): v for k, v in request.headers.items()},
+                    headers,
                     body,
                 )
             )
