@@ -16,10 +16,14 @@ def configure_logging(process: str, level: str = "INFO", json: bool = True) -> N
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
     )
     logging.basicConfig(format="%(message)s", stream=sys.stderr, level=level.upper())
+    # Every process that configures its logs is one whose spans may be exported; only then
+    # do its lines look for a current span (off, a line pays nothing for tracing).
+    tracing.configure(process)
+    traced: list[structlog.typing.Processor] = [add_trace_ids] if tracing.enabled() else []
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
-            add_trace_ids,
+            *traced,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
@@ -30,8 +34,6 @@ def configure_logging(process: str, level: str = "INFO", json: bool = True) -> N
         cache_logger_on_first_use=False,
     )
     structlog.contextvars.bind_contextvars(process=process)
-    # Every process that configures its logs is one whose spans may be exported.
-    tracing.configure(process)
 
 
 def add_trace_ids(
