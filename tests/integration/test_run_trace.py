@@ -77,6 +77,7 @@ def test_one_message_makes_one_trace_from_the_request_to_the_model_call(
             traceparent = stored.snapshot["traceparent"]
             found = diagnostics.run_diagnostics(db, owner.account_id, run.id)
         model_requests = stack.model.chat_requests
+        worker_log = (stack.logs / "worker.log").read_text()
 
     by_name: dict[str, list[ReceivedSpan]] = {}
     for span in spans:
@@ -106,6 +107,8 @@ def test_one_message_makes_one_trace_from_the_request_to_the_model_call(
     sent = [r.headers["traceparent"].split("-") for r in model_requests]
     assert len(sent) == 2 and {part[1] for part in sent} == {dispatch.trace_id}
     assert {part[2] for part in sent} <= {s.span_id for s in gateway}
+    # The worker's JSON lines written inside its dispatch span carry the trace's ids.
+    assert f'"trace_id": "{dispatch.trace_id}"' in worker_log
 
 
 def test_without_an_endpoint_a_run_exports_nothing_and_freezes_no_traceparent(
