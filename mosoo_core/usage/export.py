@@ -125,6 +125,17 @@ def usd_text(micros: int) -> str:
     return f"{sign}{whole}.{fraction:06d}"
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula. Model names come from
+# the provider's answers, so a hostile or broken upstream could plant `=HYPERLINK(...)` in an
+# owner's export: such text cells get a leading apostrophe (OWASP's CSV-injection advice).
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def text_cell(value: str) -> str:
+    """A text cell a spreadsheet shows as text, never runs as a formula."""
+    return "'" + value if value.startswith(_FORMULA_STARTS) else value
+
+
 def _midnight(day: date) -> datetime:
     return datetime.combine(day, time(), tzinfo=UTC)
 
@@ -142,8 +153,8 @@ def _raw_line(row: Sequence[Any]) -> list[object]:
         thread_id or "",
         run_id or "",
         purpose,
-        provider,
-        model,
+        text_cell(provider),
+        text_cell(model),
         runtime or "",
         input_,
         cached,
@@ -164,8 +175,8 @@ def _rollup_line(row: Sequence[Any]) -> list[object]:
         day.isoformat(),
         app_id,
         agent_id or "",
-        provider,
-        model,
+        text_cell(provider),
+        text_cell(model),
         purpose,
         calls,
         input_,
