@@ -13,6 +13,7 @@ from mosoo_core import sessions
 from mosoo_core.db import session_scope
 from mosoo_core.errors import InvalidInput
 from mosoo_core.sessions import actions
+from mosoo_core.usage import UsageTotals
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
 from mosoo_web.api.v1._idempotency import answer_once
@@ -119,7 +120,9 @@ async def post_event(
                 refuse_archived=True,
             )
             return PostedEvent(
-                type=body.type, run=Run.of(sent.run), events=[Event.of(e) for e in sent.events]
+                type=body.type,
+                run=Run.of(sent.run, UsageTotals()),  # queued just now: no model call yet
+                events=[Event.of(e) for e in sent.events],
             )
         if isinstance(body, PermissionDecision):
             actions.answer_permission(caller.account_id, thread_id, body.request_id, body.decision)

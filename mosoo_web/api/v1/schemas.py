@@ -10,9 +10,8 @@ from fastapi import Header, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from mosoo_core.agents import AgentView
-from mosoo_core.db import session_scope
 from mosoo_core.sessions import RunView, SessionView, StoredEvent
-from mosoo_core.usage import UsageTotals, run_usage
+from mosoo_core.usage import UsageTotals
 from mosoo_web.api.v1._idempotency import HEADER, HEADER_DOC, REPLAYED_HEADER
 
 # PostgreSQL text cannot hold NUL: refuse it at the door (400) rather than fail in the database (500).
@@ -155,11 +154,9 @@ class Run(BaseModel):
     finished_at: datetime | None
 
     @classmethod
-    def of(cls, view: RunView, totals: UsageTotals | None = None) -> Run:
-        """`totals` None: read from the run's usage records (its own short unit of work)."""
-        if totals is None:
-            with session_scope() as db:
-                totals = run_usage(db, view.id)
+    def of(cls, view: RunView, totals: UsageTotals | None) -> Run:
+        """`totals`: the run's usage so far, read by the caller in its own unit of work
+        (`usage.run_usage`; `UsageTotals()` for a run it has just queued), None when unknown."""
         error = None
         if view.error_code:
             error = RunError(

@@ -13,6 +13,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.runtime.threads import delete_thread_everywhere
 from mosoo_core.sessions import actions
 from mosoo_core.sessions import threads as inbox
+from mosoo_core.usage import UsageTotals, run_usage
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
 from mosoo_web.api.v1._idempotency import answer_once
@@ -82,7 +83,8 @@ async def create_thread(
         )
         return CreatedThread(
             thread=Thread.of(started.thread),
-            run=Run.of(started.run) if started.run is not None else None,
+            # A run queued just now has made no model call yet.
+            run=Run.of(started.run, UsageTotals()) if started.run is not None else None,
         )
 
     return await answer_once(
@@ -152,9 +154,8 @@ async def get_thread(thread_id: ThreadId, caller: CallerDep) -> ThreadDetail:
         with session_scope() as db:
             thread = sessions.get_session(db, caller.account_id, thread_id)
             run = actions.latest_run(db, caller.account_id, thread_id)
-        return ThreadDetail(
-            **Thread.of(thread).model_dump(), latest_run=Run.of(run) if run is not None else None
-        )
+            latest = Run.of(run, run_usage(db, run.id)) if run is not None else None
+        return ThreadDetail(**Thread.of(thread).model_dump(), latest_run=latest)
 
     return await run_in_threadpool(work)
 
