@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from pydantic import ValidationError
 
 from mosoo_core.settings import get_settings
 
@@ -24,6 +25,22 @@ ROOT = Path(__file__).resolve().parent.parent
 app = typer.Typer(
     help="Mosoo: a self-hostable agent runtime.", no_args_is_help=True, add_completion=False
 )
+
+
+@app.callback()
+def _settings_first() -> None:
+    # Every command reads the settings before it does anything: a refused value (a test-only
+    # switch in production, a retention below its minimum) stops it with the reason, exit 2,
+    # instead of a traceback from whichever process first asked.
+    try:
+        get_settings()
+    except ValidationError as error:
+        for problem in error.errors():
+            field = "_".join(str(part) for part in problem["loc"])
+            where = f"MOSOO_{field.upper()}: " if field else ""
+            reason = str(problem["msg"]).removeprefix("Value error, ")
+            typer.echo(f"mosoo: invalid settings: {where}{reason}", err=True)
+        raise typer.Exit(2) from None
 
 
 def _exec(argv: list[str], env: dict[str, str] | None = None) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,46 @@ def test_the_public_url_follows_the_web_port_unless_set(monkeypatch: pytest.Monk
     assert Settings().public_url == "http://localhost:4000"
     monkeypatch.setenv("MOSOO_PUBLIC_URL", "https://mosoo.example.com")
     assert Settings().public_url == "https://mosoo.example.com"
+
+
+def test_loopback_egress_is_refused_in_production(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOSOO_EGRESS_ALLOW_LOOPBACK", "1")
+    assert Settings().egress_allow_loopback  # development: the test-only switch works
+    monkeypatch.setenv("MOSOO_ENV", "production")
+    with pytest.raises(ValueError, match="MOSOO_EGRESS_ALLOW_LOOPBACK is for tests"):
+        Settings()
+
+
+@pytest.mark.parametrize(
+    ("variables", "said"),
+    [
+        (
+            {"MOSOO_ENV": "production", "MOSOO_EGRESS_ALLOW_LOOPBACK": "1"},
+            "MOSOO_EGRESS_ALLOW_LOOPBACK is for tests: it is refused with MOSOO_ENV=production",
+        ),
+        (
+            {"MOSOO_USAGE_RAW_RETENTION_DAYS": "3"},
+            "MOSOO_USAGE_RAW_RETENTION_DAYS: Input should be greater than or equal to 7",
+        ),
+    ],
+)
+def test_every_mosoo_command_refuses_bad_settings_before_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variables: dict[str, str], said: str
+) -> None:
+    """Through the real `mosoo` command, as an operator starts it: exit 2 and the reason, no
+    traceback, and nothing started (the data directory is not even made)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("MOSOO_")}
+    data = tmp_path / "data"
+    environment |= {"MOSOO_DATA_DIR": str(data), **variables}
+    for command in ("control", "worker", "migrate"):
+        done = subprocess.run(
+            [sys.executable, "-m", "mosoo_core.cli", command],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert f"mosoo: invalid settings: {said}" in done.stderr
+        assert "Traceback" not in done.stderr + done.stdout
+    assert not (data / "mosoo.db").exists()
