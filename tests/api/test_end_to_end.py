@@ -1,7 +1,7 @@
 """The public API driving a real run: real worker, control, Docker sandbox and driver, a
 scripted OpenAI-compatible model, the API in a real uvicorn server. An integration caller
-uploads a file, starts a thread with a message, streams the answer, answers a permission
-request and reads the artifact back."""
+creates, configures, checks and publishes an Agent from code, uploads a file, starts a thread
+with a message, streams the answer, answers a permission request and reads the artifact back."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from mosoo_core import agents, identity
+from mosoo_core import identity, vault
 from tests.api.conftest import REDIS_DB, LiveServer, live_server
 from tests.api.test_sse import _frames
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
-from tests.support.stack import RuntimeStack, make_agent, runtime_stack
+from tests.support.stack import RuntimeStack, runtime_stack
 
 pytestmark = pytest.mark.integration
 PROVIDER_KEY = "sk-api-" + uuid.uuid4().hex
@@ -65,14 +65,55 @@ def _follow(
     raise AssertionError(f"no {until} within {timeout} s: {[e['type'] for e in events]}")
 
 
-def test_an_integration_runs_an_agent_through_the_public_api(stack: RuntimeStack) -> None:
-    owner = make_agent(
-        stack.engine, stack.model.base_url, PROVIDER_KEY, tools={"bash": "ask", "write": "allow"}
-    )
+def _owner_with_a_key(stack: RuntimeStack) -> tuple[str, str]:
+    """What the console gives an owner before any API call: an account, its default App with
+    a provider key (the key is added on Providers; the API never takes one), and a token."""
+    email = "api-e2e@example.com"
     with Session(stack.engine) as db:
-        agents.publish_agent(db, owner.account_id, owner.app_id, owner.agent_id)
-        token = identity.create_access_token(db, owner.account_id, "backend").secret
+        account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
+        app_id = identity.list_apps(db, account.id)[0].id
+        credential = vault.create_provider_credential(
+            db,
+            account.id,
+            app_id,
+            vault.ProviderCredentialInput(
+                name="Scripted",
+                provider="openai_compatible",
+                base_url=stack.model.base_url,
+                api_key=PROVIDER_KEY,
+                models=["test-model"],
+            ),
+        )
+        token = identity.create_access_token(db, account.id, "backend").secret
         db.commit()
+    return token, credential.id
+
+
+def _agent_made_and_published_from_code(base: str, headers: dict[str, str], key: str) -> str:
+    """The Agent is created, configured, checked and published through /api/v1 only."""
+    made = httpx.post(f"{base}/agents", headers=headers, json={"name": "From CI", "kind": "cattle"})
+    assert made.status_code == 201, made.text
+    agent_url = f"{base}/agents/{made.json()['id']}"
+    configured = httpx.patch(
+        agent_url,
+        headers=headers,
+        json={
+            "provider_credential_id": key,
+            "model": "test-model",
+            "system_prompt": "You are a test agent.",
+            "tools": {"bash": "ask", "write": "allow"},
+        },
+    )
+    assert configured.status_code == 200, configured.text
+    readiness = httpx.get(f"{agent_url}/readiness", headers=headers).json()
+    assert readiness["ready"] is True, readiness
+    published = httpx.post(f"{agent_url}/publish", headers=headers, json={"summary": "From CI"})
+    assert published.status_code == 201, published.text
+    return str(made.json()["id"])
+
+
+def test_an_integration_runs_an_agent_through_the_public_api(stack: RuntimeStack) -> None:
+    token, key = _owner_with_a_key(stack)
     headers = {"Authorization": f"Bearer {token}"}
     secret_words = "blue pelican " + uuid.uuid4().hex[:6]
     stack.model.add(
@@ -91,14 +132,15 @@ def test_an_integration_runs_an_agent_through_the_public_api(stack: RuntimeStack
     )
     with live_server() as server:
         base = f"{server.base_url}/api/v1"
+        agent_id = _agent_made_and_published_from_code(base, headers, key)
         uploaded = httpx.post(
-            f"{base}/agents/{owner.agent_id}/files",
+            f"{base}/agents/{agent_id}/files",
             headers=headers,
             files={"file": ("notes.txt", secret_words.encode(), "text/plain")},
         )
         assert uploaded.status_code == 201, uploaded.text
         created = httpx.post(
-            f"{base}/agents/{owner.agent_id}/threads",
+            f"{base}/agents/{agent_id}/threads",
             headers={**headers, "Idempotency-Key": "first"},
             json={
                 "message": "Copy my notes to outputs, then tell me what they say.",
