@@ -117,6 +117,16 @@ def test_setup_runs_first_and_setup_only_secrets_never_reach_the_agent(
     inspected = json.dumps(docker.from_env().api.inspect_container(container.id))
     assert SETUP_SECRET not in inspected and AGENT_SECRET not in inspected
 
+    # Nor in any process's log: the worker (which ran the setup and booted the driver) and
+    # control (which streamed the events) wrote theirs all along.
+    logs = [*stack.logs.glob("*.log"), *stack.data_dir.rglob("*.log")]
+    assert {"worker.log", "control.log"} <= {log.name for log in logs}
+    assert b"sandbox.created" in (stack.logs / "worker.log").read_bytes()
+    for log in logs:
+        written = log.read_bytes()
+        assert SETUP_SECRET.encode() not in written, log
+        assert AGENT_SECRET.encode() not in written, log
+
 
 def test_a_failing_setup_script_fails_the_run_with_its_log_and_leaves_no_sandbox(
     stack: RuntimeStack,
