@@ -36,13 +36,13 @@ def _send(task_name: str, *args: str, headers: dict[str, str] | None = None) -> 
 
 
 def enqueue_run_dispatch(run_id: str) -> None:
-    """Ask the worker to boot a sandbox for a queued run. Traced, the run's trace starts here
-    (span `run.enqueue`, unless the front door's own span is current) and its `traceparent`
-    travels as a message header."""
+    """Ask the worker to boot a sandbox for a queued run. Traced, span `run.enqueue` (a child
+    of the web request's span, or a new trace's root) and its `traceparent` travels as a
+    message header."""
     if not tracing.enabled():
         _send("mosoo.dispatch_run", run_id)
         return
-    with tracing.span_unless_active("run.enqueue", **{"mosoo.run_id": run_id}):
+    with tracing.tracer().start_as_current_span("run.enqueue", attributes={"mosoo.run_id": run_id}):
         _send("mosoo.dispatch_run", run_id, headers={"traceparent": tracing.traceparent()})
 
 

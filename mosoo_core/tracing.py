@@ -4,10 +4,8 @@ answers and `traceparent()` is "", so nothing is made, sent or stored."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 from opentelemetry import trace
@@ -89,16 +87,6 @@ def trace_id_of(header: str) -> str:
     """The trace id a `traceparent` carries ("" when none)."""
     span = trace.get_current_span(context_from(header)).get_span_context()
     return trace.format_trace_id(span.trace_id) if span.is_valid else ""
-
-
-@contextlib.contextmanager
-def span_unless_active(name: str, **attributes: str) -> Iterator[None]:
-    """A span `name` as the current one, unless one is current already (then that one)."""
-    if trace.get_current_span().get_span_context().is_valid:
-        yield
-        return
-    with tracer().start_as_current_span(name, attributes=attributes):
-        yield
 
 
 def shutdown() -> None:

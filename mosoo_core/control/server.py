@@ -23,6 +23,7 @@ from starlette.websockets import WebSocket
 
 from driver.protocol import MAX_FRAME_BYTES
 from mosoo_core import streams
+from mosoo_core.control import _traces
 from mosoo_core.control.driver_socket import DriverConnection, request_teardown
 from mosoo_core.control.egress import egress_socket_path, serving_egress
 from mosoo_core.control.gateway import Upstream
@@ -87,6 +88,7 @@ def sweep_once(heartbeat_interval_ms: int) -> int:
             db, heartbeat_interval=timedelta(milliseconds=heartbeat_interval_ms)
         )
     streams.publish_events(stored)
+    _traces.record_run_ends(stored)  # control failed them (`driver_lost`): their turns end
     request_teardown(stored)
     return len(stored)
 

@@ -13,6 +13,7 @@ from mosoo_web.api import auth, cli_auth, files, google, health, mcp_oauth, skil
 from mosoo_web.api._origin import OriginCheck
 from mosoo_web.api.body_limit import BodyLimit
 from mosoo_web.api.errors import install_error_handlers
+from mosoo_web.api.request_spans import install_request_spans
 from mosoo_web.api.v1 import PREFIX, build_v1
 
 SIGN_IN_BODY_LIMIT = 64 * 1024
@@ -49,4 +50,5 @@ def build_api() -> FastAPI:
     )
     # Added last, so outermost: a refused request never reaches a route.
     api.add_middleware(OriginCheck, allowed=allowed_origins(get_settings().public_url))
+    install_request_spans(api)  # outermost of all, when tracing exports: a span per request
     return api

@@ -2,7 +2,8 @@
 
 `POST /v1/traces` takes an `ExportTraceServiceRequest` (protobuf, as the OpenTelemetry
 OTLP/HTTP exporter sends it; gzip accepted) and records every span: trace id, span id,
-parent span id, name, the resource's `service.name`, start and end (ns) and attributes.
+parent span id, name, the resource's `service.name`, start and end (ns), attributes, kind
+and status code.
 Use `endpoint` as `OTEL_EXPORTER_OTLP_ENDPOINT`."""
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class ReceivedSpan:
     start_ns: int
     end_ns: int
     attributes: dict[str, Any]
+    kind: int = 0  # OTLP's SpanKind: 1 internal, 2 server, 3 client
+    status_code: int = 0  # OTLP's StatusCode: 0 unset, 1 ok, 2 error
 
 
 def _value(any_value: Any) -> Any:
@@ -56,6 +59,8 @@ def parse_spans(body: bytes) -> list[ReceivedSpan]:
                         start_ns=span.start_time_unix_nano,
                         end_ns=span.end_time_unix_nano,
                         attributes={a.key: _value(a.value) for a in span.attributes},
+                        kind=span.kind,
+                        status_code=span.status.code,
                     )
                 )
     return spans

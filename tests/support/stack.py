@@ -17,6 +17,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import httpx
 import pytest
 import redis
 from sqlalchemy.engine import Engine
@@ -80,6 +81,18 @@ class RuntimeStack:
         self.started[name] = process
         return process
 
+    def start_web(self, name: str = "web") -> str:
+        """Start `mosoo web` on a free loopback port with the stack's settings (logging to
+        logs/<name>.log); its URL once the API answers `/api/health`."""
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = self.logs / f"{name}.log"
+        env = {**self.env, "MOSOO_WEB_PORT": str(port), "MOSOO_PUBLIC_URL": url}
+        process = self.processes.enter_context(running(["web"], env, log))
+        wait_for(lambda: _api_answers(url), 600, f"{name} to answer /api/health", process)
+        self.started[name] = process
+        return url
+
     def print_logs(self) -> None:
         for log in sorted(self.logs.glob("*.log")):
             print(f"--- {log.name}\n" + log.read_text(errors="replace")[-6000:])
@@ -116,6 +129,13 @@ def runtime_stack(
         finally:
             processes.close()
             remove_sandboxes()
+
+
+def _api_answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/api/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def bind_unserved_control_socket(stack: RuntimeStack) -> socket.socket:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
+from sqlalchemy.engine import Engine
 
 from driver.protocol import DriverEvent
 from mosoo_core import tracing
@@ -45,7 +46,8 @@ def _stored(events: list[DriverEvent], duplicate: bool = False) -> list[StoredEv
 
 
 @pytest.fixture
-def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
+def receiver(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[OtlpReceiver]:
+    # `engine`: a call or turn control does not remember is looked up in the (empty) log.
     with OtlpReceiver() as receiver:
         tracing.shutdown()
         monkeypatch.setenv(tracing.ENDPOINT_VARIABLE, receiver.endpoint)
