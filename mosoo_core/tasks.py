@@ -15,6 +15,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
 from mosoo_core.runtime import builds
 from mosoo_core.runtime import skills as skill_files
+from mosoo_core.runtime.lost_runs import resend_lost_runs
 from mosoo_core.runtime.runs import DISPATCHING_MARK_SECONDS, finish_run_sandbox, sweep_stuck_boots
 from mosoo_core.runtime.runs import dispatch_run as dispatch
 from mosoo_core.runtime.runs import sweep_sandboxes as sweep
@@ -95,7 +96,7 @@ def finish_run(self: Any, run_id: str) -> str:
 
 @app.task(name="mosoo.sweep_sandboxes")
 def sweep_sandboxes() -> int:
-    return sweep_stuck_boots() + sweep()
+    return sweep_stuck_boots() + sweep() + resend_lost_runs()
 
 
 @app.task(name="mosoo.sweep_files")

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import IO, Any, Literal, cast
 
 import redis
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from driver.protocol import (
@@ -204,10 +205,13 @@ def plan_boot(
 ) -> tuple[BootPlan | None, list[sessions.StoredEvent]]:
     """Freeze the run's snapshot and register its driver. None when there is nothing to boot.
     For a Pet, `backend` (default: the configured one) says whether its sandbox exists and
-    what that sandbox mounts."""
-    run = db.get(SessionRun, run_id)
-    if run is None or run.status != "queued":
+    what that sandbox mounts. The run is claimed first, by one conditional UPDATE: of two
+    dispatches of one run (a task the broker delivered twice, or one the beat sent again for
+    a run it thought lost), only one boots it; the other gets None."""
+    if not _claim_queued(db, run_id):
         return None, []
+    run = db.get(SessionRun, run_id)
+    assert run is not None
     session = db.get(AgentSession, run.session_id)
     agent = db.get(Agent, session.agent_id) if session else None
     if session is None or agent is None:
@@ -366,6 +370,18 @@ def plan_boot(
         skills=tuple(bound_skills),
     )
     return plan, []
+
+
+def _claim_queued(db: Session, run_id: str) -> bool:
+    """`queued` -> `booting`, only if the run is still queued. The UPDATE takes the row's write
+    lock (PostgreSQL) or the database's (SQLite) until this transaction ends, so a concurrent
+    claim waits and then finds the run no longer queued; a rollback gives it back."""
+    result = db.execute(
+        sa.update(SessionRun)
+        .where(col(SessionRun.id) == run_id, col(SessionRun.status) == "queued")
+        .values(status="booting")
+    )  # the ORM updates a copy of the run already in this session, so none stays `queued`
+    return int(getattr(result, "rowcount", 0)) == 1  # a CursorResult; Session.execute says Result
 
 
 def _pet_sandbox(backend: SandboxBackend, subject: str) -> SandboxRef | None:
