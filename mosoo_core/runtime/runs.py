@@ -385,7 +385,7 @@ def _claim_queued(db: Session, run_id: str) -> bool:
 
 
 def _pet_sandbox(backend: SandboxBackend, subject: str) -> SandboxRef | None:
-    """The Pet's sandbox, as `_sandbox_for` finds it; None when the run will make one."""
+    """The Pet's sandbox, as `sandbox_for` finds it; None when the run will make one."""
     refs = backend.list_by_label({LABEL_SUBJECT: subject, **installation_label()})
     return refs[0] if refs else None
 
@@ -434,7 +434,7 @@ def _frozen_revision(
     return revision
 
 
-def _sandbox_for(
+def sandbox_for(
     backend: SandboxBackend, plan: BootPlan, layer: builds.LayerOutcome | None = None
 ) -> tuple[SandboxRef, bool]:
     """The run's sandbox, and whether it is new (a new one runs the setup script). A new one
@@ -633,7 +633,7 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
             return _release_stopped_boot(backend, plan, started)
         plan.marks.mark("environment", layer=layer.layer)
     try:
-        ref, created = _sandbox_for(backend, plan, layer)
+        ref, created = sandbox_for(backend, plan, layer)
         # Looked at between the steps: once the run is stopped, nothing more goes in.
         stopped = not _still_wanted(run_id)
         if created and plan.setup_script and not stopped:

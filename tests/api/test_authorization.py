@@ -90,6 +90,7 @@ def first_owner_ids(client: TestClient, owner: ApiOwner) -> dict[str, str]:
             },
         ).json()["id"],
         "skill_id": skill["skill"]["id"],
+        "operation": "reset",  # the sandbox operation that changes the most
     }
 
 
@@ -102,6 +103,8 @@ def test_the_matrix_covers_every_endpoint_of_the_product_contract() -> None:
             ("PATCH", "/agents/{agent_id}"),
             ("GET", "/agents/{agent_id}/readiness"),
             ("POST", "/agents/{agent_id}/publish"),
+            ("GET", "/agents/{agent_id}/sandbox"),
+            ("POST", "/agents/{agent_id}/sandbox/{operation}"),
             ("GET", "/environments"),
             ("POST", "/environments"),
             ("GET", "/environments/{environment_id}"),

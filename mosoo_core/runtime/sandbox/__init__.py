@@ -39,6 +39,7 @@ from mosoo_core.runtime.sandbox._base import (
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
+    SandboxStats,
     remove_read_only_tree,
 )
 from mosoo_core.settings import Settings, get_settings
@@ -133,6 +134,7 @@ __all__ = [
     "SandboxNotFound",
     "SandboxRef",
     "SandboxSpec",
+    "SandboxStats",
     "get_backend",
     "remove_read_only_tree",
 ]

@@ -14,6 +14,7 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO, Literal
 
@@ -162,6 +163,18 @@ class SandboxRef:
 
 
 @dataclass(frozen=True)
+class SandboxStats:
+    """What a sandbox uses now, for the Agent's Sandbox panel. None: the backend cannot tell
+    (the process backend without a cgroup of its own)."""
+
+    started_at: datetime | None
+    image: str  # what it was made from ("" when not an image)
+    cpu_percent: float | None  # of one CPU, over about the last second
+    memory_bytes: int | None  # resident, page cache left out where the backend can
+    memory_limit_bytes: int | None
+
+
+@dataclass(frozen=True)
 class ExecResult:
     exit_code: int
     stdout: bytes
@@ -268,6 +281,11 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def list_by_label(self, labels: Mapping[str, str] | None = None) -> list[SandboxRef]:
         """Every sandbox of this backend whose labels include `labels`."""
+
+    @abc.abstractmethod
+    def stats(self, ref: SandboxRef) -> SandboxStats:
+        """When the sandbox started and what it uses now (takes about a second: CPU use is
+        measured between two samples). SandboxNotFound when it is gone."""
 
     @abc.abstractmethod
     def describe_enforcement(self) -> dict[str, str]:

@@ -54,6 +54,17 @@ def _pids(directory: Path) -> list[int]:
         return []
 
 
+def _process_cpu_ns(pid: int) -> int:
+    """User and system time of one process (0 once it is gone)."""
+    try:
+        # Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return 0
+    return ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
 @dataclass(frozen=True)
 class SandboxCgroup:
     version: int
@@ -87,6 +98,27 @@ class SandboxCgroup:
             if not pids:
                 break
             time.sleep(0.02)
+
+    def usage(self) -> tuple[int | None, int]:
+        """(memory in bytes, CPU time in nanoseconds) of the group's processes together.
+        Memory is None where no memory controller counts it. CPU time comes from cpuacct or
+        v2's cpu.stat; where neither is the group's (v1 with cpuacct mounted apart, as here)
+        it is summed from /proc over the processes alive now, so one that exited between two
+        samples takes its time with it."""
+        memory = cpu = None
+        for d in self.dirs:
+            for name in ("memory.usage_in_bytes", "memory.current"):
+                with contextlib.suppress(OSError, ValueError):
+                    memory = int((d / name).read_text())
+            with contextlib.suppress(OSError, ValueError):
+                cpu = int((d / "cpuacct.usage").read_text())
+            with contextlib.suppress(OSError, ValueError, StopIteration):
+                lines = (d / "cpu.stat").read_text().splitlines()
+                usec = next(line for line in lines if line.startswith("usage_usec "))
+                cpu = int(usec.split()[1]) * 1000
+        if cpu is None:
+            cpu = sum(_process_cpu_ns(pid) for pid in {p for d in self.dirs for p in _pids(d)})
+        return memory, cpu
 
     def _freezer(self) -> Path | None:
         for d in self.dirs:

@@ -42,6 +42,7 @@ from mosoo_core.runtime.sandbox._base import (
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
+    SandboxStats,
     TarData,
     control_socket_dir,
     remove_read_only_tree,
@@ -62,6 +63,34 @@ _EXEC_WRAPPER = (
 )
 # How long past its own timeout an exec may take before we stop waiting for it.
 _EXEC_GRACE_SECONDS = 10.0
+
+
+def _parse_engine_time(value: str) -> datetime:
+    # The engine writes nanoseconds (2026-12-01T23:58:16.123456789Z); Python takes micro.
+    head, _, fraction = value.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{head}.{(fraction or '0')[:6]:0<6}+00:00")
+
+
+def _cpu_percent(sample: dict[str, Any]) -> float | None:
+    """Of one CPU, as `docker stats` computes it: container time over host time, per CPU."""
+    now, before = sample.get("cpu_stats") or {}, sample.get("precpu_stats") or {}
+    try:
+        used = now["cpu_usage"]["total_usage"] - before["cpu_usage"]["total_usage"]
+        elapsed = now["system_cpu_usage"] - before["system_cpu_usage"]
+    except (KeyError, TypeError):
+        return None  # a stopped container, or an engine that gave one sample only
+    cpus = now.get("online_cpus") or len(now["cpu_usage"].get("percpu_usage") or [1])
+    return round(used / elapsed * cpus * 100, 2) if elapsed > 0 else 0.0
+
+
+def _memory_bytes(sample: dict[str, Any]) -> int | None:
+    memory = sample.get("memory_stats") or {}
+    if "usage" not in memory:
+        return None
+    details = memory.get("stats") or {}
+    # What `docker stats` shows: page cache left out (cgroup v1 "total_inactive_file", v2 "inactive_file").
+    cache = details.get("total_inactive_file", details.get("inactive_file", 0))
+    return int(memory["usage"]) - int(cache)
 
 
 def _workspace_volume(name: str) -> str:
@@ -472,6 +501,24 @@ class DockerBackend(SandboxBackend):
         exec_id = self._exec_create(ref, argv, user=None, env=env, workdir=workdir, stdin=False)
         with _engine_errors(f"could not start a process in {ref.name}"):
             self.client.api.exec_start(exec_id, detach=True)
+
+    def stats(self, ref: SandboxRef) -> SandboxStats:
+        with _engine_errors(f"could not read the use of {ref.name}"):
+            container = self._container(ref)
+            # Not one_shot: the engine samples twice, a second apart, so precpu_stats is filled.
+            sample = container.stats(stream=False)
+        state = container.attrs.get("State", {})
+        started_at = None
+        if state.get("Running"):
+            with contextlib.suppress(ValueError, TypeError):
+                started_at = _parse_engine_time(state["StartedAt"])
+        return SandboxStats(
+            started_at=started_at,
+            image=str((container.attrs.get("Config") or {}).get("Image", "")),
+            cpu_percent=_cpu_percent(sample),
+            memory_bytes=_memory_bytes(sample),
+            memory_limit_bytes=(sample.get("memory_stats") or {}).get("limit"),
+        )
 
     def describe_enforcement(self) -> dict[str, str]:
         limits = self.limits

@@ -63,6 +63,7 @@ from mosoo_core.runtime.sandbox._base import (
     SandboxNotFound,
     SandboxRef,
     SandboxSpec,
+    SandboxStats,
     TarData,
     control_socket_dir,
 )
@@ -102,6 +103,8 @@ USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 # Joins the sandbox's cgroups (argv up to "--"), then becomes the rest of argv.
 _JOIN_CGROUPS = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 126; shift; done; shift; exec "$@"'
 _INFO_TIMEOUT_SECONDS = 10.0
+# CPU use is the cgroup's CPU time over this long, as Docker's two samples a second apart.
+_STATS_SAMPLE_SECONDS = 1.0
 # Where Node looks for an environment's packages, as the image's ENV NODE_PATH.
 NODE_PATH = "/opt/mosoo/env/node/node_modules"
 
@@ -631,6 +634,23 @@ class ProcessBackend(SandboxBackend):
         self._update_meta(ref.name, change)
 
     # --- what holds ------------------------------------------------------------------------
+
+    def stats(self, ref: SandboxRef) -> SandboxStats:
+        meta = self._read_meta(ref.name)
+        group = self._cgroup(meta)
+        limit = int(meta["limits"]["memory_mb"]) * 1024 * 1024
+        # Processes live only as long as their command here: "started" is when it was made.
+        started_at = datetime.fromisoformat(meta["created_at"].replace("Z", "+00:00"))
+        if meta["state"] != "running" or group is None:
+            return SandboxStats(started_at, "", None, None, limit if group else None)
+        memory, cpu_before = group.usage()
+        begun = time.monotonic()
+        time.sleep(_STATS_SAMPLE_SECONDS)
+        _, cpu_after = group.usage()
+        elapsed = time.monotonic() - begun
+        # Never below 0: a process that exited between the samples took its time with it.
+        cpu_percent = round(max(0, cpu_after - cpu_before) / 1e9 / elapsed * 100, 2)
+        return SandboxStats(started_at, "", cpu_percent, memory, limit)
 
     def describe_enforcement(self) -> dict[str, str]:
         limits = self.limits

@@ -15,6 +15,7 @@ from mosoo_web.api.v1 import (
     events,
     files,
     mcp_servers,
+    pet_sandbox,
     skills,
     threads,
     usage,
@@ -93,7 +94,17 @@ def build_v1() -> FastAPI:
     install_v1_error_handlers(api)
     api.add_exception_handler(405, _method_not_allowed)
     api.add_middleware(BodyLimit)
-    for module in (agents, environments, threads, events, files, skills, mcp_servers, usage):
+    for module in (
+        agents,
+        pet_sandbox,
+        environments,
+        threads,
+        events,
+        files,
+        skills,
+        mcp_servers,
+        usage,
+    ):
         api.include_router(module.router)
     generate = api.openapi
 

@@ -116,7 +116,7 @@ def test_apply_recreates_the_sandbox_with_the_workspace_restored(
         payload_json="{}",
         built_from=_pet_sandbox_fingerprint(engine, pet),
     )
-    fresh, created = runs._sandbox_for(backend, plan)
+    fresh, created = runs.sandbox_for(backend, plan)
     assert created
     try:
         assert fresh.id != old.id

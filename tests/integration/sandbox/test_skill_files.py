@@ -148,7 +148,7 @@ def _boot(backend: ProcessBackend, engine: Engine, owner: Owner, agent_id: str) 
         plan, events = runs.plan_boot(db, sent.run.id, backend)
         assert plan is not None, events
         db.commit()
-    ref, created = runs._sandbox_for(backend, plan)
+    ref, created = runs.sandbox_for(backend, plan)
     spec = BootPayload.model_validate_json(plan.payload_json).execution_spec
     listing = backend.exec(ref, ["ls", SKILLS_DIR])
     assert listing.exit_code == 0, listing.stderr_text
