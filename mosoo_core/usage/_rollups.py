@@ -37,12 +37,26 @@ class PruneResult:
     rollup_rows: int
 
 
+# The sums of raw records, in `UsageTotals`' field order: calls, the token buckets, cost and
+# unpriced calls (the rollup's columns, and what reports sum live).
+EVENT_SUMS = (
+    func.count(),
+    func.sum(UsageEvent.input_tokens),
+    func.sum(UsageEvent.cached_input_tokens),
+    func.sum(UsageEvent.cache_creation_input_tokens),
+    func.sum(UsageEvent.output_tokens),
+    func.sum(UsageEvent.reasoning_tokens),
+    func.sum(UsageEvent.cost_usd_micros),
+    func.sum(sa.case((col(UsageEvent.unpriced), 1), else_=0)),
+)
+
+
 def day_bounds(day: date) -> tuple[datetime, datetime]:
     start = datetime.combine(day, time(), tzinfo=UTC)
     return start, start + timedelta(days=1)
 
 
-def _days(start: date, end: date) -> Iterator[date]:
+def days_between(start: date, end: date) -> Iterator[date]:
     day = start
     while day <= end:
         yield day
@@ -60,18 +74,8 @@ def roll_up_day(db: Session, day: date, *, now: datetime) -> int:
         UsageEvent.model,
         UsageEvent.purpose,
     )
-    sums = (
-        func.count(),
-        func.sum(UsageEvent.input_tokens),
-        func.sum(UsageEvent.cached_input_tokens),
-        func.sum(UsageEvent.cache_creation_input_tokens),
-        func.sum(UsageEvent.output_tokens),
-        func.sum(UsageEvent.reasoning_tokens),
-        func.sum(UsageEvent.cost_usd_micros),
-        func.sum(sa.case((col(UsageEvent.unpriced), 1), else_=0)),
-    )
     grouped = db.exec(
-        select(*keys, *sums)  # type: ignore[call-overload]
+        select(*keys, *EVENT_SUMS)  # type: ignore[call-overload]
         .where(col(UsageEvent.created_at) >= start, col(UsageEvent.created_at) < end)
         .group_by(*keys)
     ).all()
@@ -129,7 +133,7 @@ def catch_up(db: Session, *, now: datetime) -> RollupResult:
             col(UsageRollupDay.complete).is_(False), col(UsageRollupDay.day) < start
         )
     ).all()
-    days = sorted({*incomplete, *_days(start, today)})
+    days = sorted({*incomplete, *days_between(start, today)})
     rows = sum([roll_up_day(db, day, now=now) for day in days])
     return RollupResult(days=tuple(days), rows=rows)
 
@@ -158,7 +162,7 @@ def rebuild(
     )
     done: list[date] = []
     rows = 0
-    for day in _days(start, end):
+    for day in days_between(start, end):
         if day not in pruned:
             rows += roll_up_day(db, day, now=now)
             done.append(day)

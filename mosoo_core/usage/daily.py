@@ -1,19 +1,19 @@
-"""An App's usage per UTC day split by model or by agent, from the daily rollup: the series
-of the Usage page's stacked charts."""
+"""An App's usage per UTC day split by model or by agent (complete days from the daily
+rollup, the others from the raw records, as the summary): the series of the Usage page's
+stacked charts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from sqlmodel import Session, col, select
 
 from mosoo_core.errors import InvalidInput
 from mosoo_core.ownership import owned_app
 from mosoo_core.tables.agents import Agent
-from mosoo_core.tables.usage import UsageDaily
-from mosoo_core.usage.reports import _SUMS, UsageTotals, _totals, check_range
+from mosoo_core.usage.reports import KeyName, UsageTotals, check_range, grouped_totals
 
 SplitBy = Literal["model", "agent"]
 SPLITS: tuple[str, ...] = get_args(SplitBy)
@@ -40,20 +40,11 @@ def daily_breakdown(
     if split_by not in SPLITS:
         raise InvalidInput(f"split_by must be model or agent; not {split_by!r}.", field="split_by")
     check_range(start, end)
-    keys: tuple[Any, ...] = (
-        (UsageDaily.provider, UsageDaily.model) if split_by == "model" else (UsageDaily.agent_id,)
+    keys: tuple[KeyName, ...] = (
+        ("day", "provider", "model") if split_by == "model" else ("day", "agent_id")
     )
-    rows = db.exec(
-        select(UsageDaily.day, *keys, *_SUMS)  # type: ignore[call-overload]
-        .where(
-            UsageDaily.app_id == app_id,
-            col(UsageDaily.day) >= start,
-            col(UsageDaily.day) <= end,
-        )
-        .group_by(UsageDaily.day, *keys)
-        .order_by(UsageDaily.day)
-    ).all()
-    width = 1 + len(keys)
+    found = grouped_totals(db, app_id, start=start, end=end, keys=keys)
+    rows = [(*key, totals) for key, totals in sorted(found.items(), key=lambda item: item[0])]
     if split_by == "model":
         # One model name through two providers is two prices: name the provider then.
         providers: dict[str, set[str]] = {}
@@ -64,7 +55,7 @@ def daily_breakdown(
                 day=row[0],
                 key=f"{row[1]}/{row[2]}",
                 label=row[2] if len(providers[row[2]]) == 1 else f"{row[2]} ({row[1]})",
-                totals=_totals(row[width:]),
+                totals=row[-1],
             )
             for row in rows
         ]
@@ -77,7 +68,7 @@ def daily_breakdown(
             day=row[0],
             key=row[1] or "",
             label=names.get(row[1], "Deleted agent") if row[1] else "No agent",
-            totals=_totals(row[width:]),
+            totals=row[-1],
         )
         for row in rows
     ]

@@ -1,13 +1,13 @@
-"""What an App's usage cost, answered from the daily rollup (days are UTC), and what one run
-cost, from its raw records."""
+"""What an App's usage cost (days are UTC): the days rolled up completely from the daily
+rollup, the others (today, and any day the beat has not finished) live from the raw records,
+so a call counts as soon as it is made; and what one run cost, from its raw records."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from datetime import UTC, date, timedelta
+from datetime import UTC, date
 from typing import Any, Literal, get_args
 
-import sqlalchemy as sa
 from sqlmodel import Session, col, func, select
 
 from mosoo_core.errors import InvalidInput
@@ -15,6 +15,7 @@ from mosoo_core.ownership import owned_app
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import SessionRun
 from mosoo_core.tables.usage import UsageDaily, UsageEvent, UsageRollupDay
+from mosoo_core.usage._rollups import EVENT_SUMS, day_bounds, days_between
 
 GroupBy = Literal["day", "agent", "model", "purpose"]
 GROUPS: tuple[str, ...] = get_args(GroupBy)
@@ -94,61 +95,132 @@ def check_range(start: date, end: date) -> None:
         raise InvalidInput(f"The range is longer than {MAX_RANGE_DAYS} days.", field="to")
 
 
+KeyName = Literal["day", "agent_id", "provider", "model", "purpose"]
+
+
+def _live_days(db: Session, app_id: str, start: date, end: date) -> list[date]:
+    """The range's days with raw records that are not rolled up completely: their rollup
+    (if any) is older than their last calls, so they are summed from the raw records."""
+    first = db.exec(
+        select(UsageEvent.created_at)
+        .where(
+            UsageEvent.app_id == app_id,
+            col(UsageEvent.created_at) >= day_bounds(start)[0],
+            col(UsageEvent.created_at) < day_bounds(end)[1],
+        )
+        .order_by(col(UsageEvent.created_at))
+        .limit(1)
+    ).first()
+    if first is None:
+        return []
+    complete = set(
+        db.exec(
+            select(col(UsageRollupDay.day)).where(
+                col(UsageRollupDay.complete),
+                col(UsageRollupDay.day) >= start,
+                col(UsageRollupDay.day) <= end,
+            )
+        ).all()
+    )
+    begin = max(start, first.astimezone(UTC).date())
+    return [day for day in days_between(begin, end) if day not in complete]
+
+
+def grouped_totals(
+    db: Session, app_id: str, *, start: date, end: date, keys: tuple[KeyName, ...]
+) -> dict[tuple[Any, ...], UsageTotals]:
+    """The App's totals from `start` to `end` per value of `keys` (a call no Agent made has
+    agent_id ""): complete days from the rollup, the rest from the raw records. The caller
+    has checked the App is the account's and the range."""
+    live = _live_days(db, app_id, start, end)
+    found: dict[tuple[Any, ...], UsageTotals] = {}
+
+    def add(key: tuple[Any, ...], totals: UsageTotals) -> None:
+        if totals.calls:
+            found[key] = found.get(key, UsageTotals()).plus(totals)
+
+    rolled_keys = tuple(getattr(UsageDaily, name) for name in keys)
+    rows = db.exec(
+        select(*rolled_keys, *_SUMS)  # type: ignore[call-overload]
+        .where(
+            UsageDaily.app_id == app_id,
+            col(UsageDaily.day) >= start,
+            col(UsageDaily.day) <= end,
+            col(UsageDaily.day).not_in(live),
+        )
+        .group_by(*rolled_keys)
+    ).all()
+    width = len(keys)
+    for row in rows:
+        add(tuple(row[:width]), _totals(row[width:]))
+    raw_names = [name for name in keys if name != "day"]
+    raw_keys = tuple(getattr(UsageEvent, name) for name in raw_names)
+    for day in live:
+        begin, stop = day_bounds(day)
+        rows = db.exec(
+            select(*raw_keys, *EVENT_SUMS)  # type: ignore[call-overload]
+            .where(
+                UsageEvent.app_id == app_id,
+                col(UsageEvent.created_at) >= begin,
+                col(UsageEvent.created_at) < stop,
+            )
+            .group_by(*raw_keys)
+        ).all()
+        for row in rows:
+            values = dict(zip(raw_names, row, strict=False))
+            if "agent_id" in values:
+                values["agent_id"] = values["agent_id"] or ""  # as the rollup keeps it
+            add(
+                tuple(day if name == "day" else values[name] for name in keys),
+                _totals(row[len(raw_names) :]),
+            )
+    return found
+
+
+_GROUP_KEYS: dict[str, tuple[KeyName, ...]] = {
+    "day": ("day",),
+    "agent": ("agent_id",),
+    "model": ("provider", "model"),
+    "purpose": ("purpose",),
+}
+
+
 def summary(
     db: Session, account_id: str, app_id: str, *, start: date, end: date, group_by: str
 ) -> UsageSummary:
     """The App's usage from `start` to `end` (inclusive UTC days, at most 400), grouped by
     day (every day of the range, zeros included), agent, model or purpose (costliest first),
     with the range's totals and the models that had no price. Another owner's App: NotFound.
-    Today's numbers are as of the beat's last rollup (every few minutes)."""
+    Today's calls count as soon as their records are written (see `grouped_totals`)."""
     owned_app(db, account_id, app_id)
     if group_by not in GROUPS:
         raise InvalidInput(
             f"group_by must be one of {', '.join(GROUPS)}; not {group_by!r}.", field="group_by"
         )
     check_range(start, end)
-    keys: dict[str, tuple[Any, ...]] = {
-        "day": (UsageDaily.day,),
-        "agent": (UsageDaily.agent_id,),
-        "model": (UsageDaily.provider, UsageDaily.model),
-        "purpose": (UsageDaily.purpose,),
-    }
-    in_range = (
-        UsageDaily.app_id == app_id,
-        col(UsageDaily.day) >= start,
-        col(UsageDaily.day) <= end,
-    )
-    chosen = keys[group_by]
-    rows = db.exec(
-        select(*chosen, *_SUMS).where(*in_range).group_by(*chosen)  # type: ignore[call-overload]
-    ).all()
-    width = len(chosen)
+    found = grouped_totals(db, app_id, start=start, end=end, keys=_GROUP_KEYS[group_by])
     groups: list[UsageGroup]
     if group_by == "day":
-        by_day = {row[0]: _totals(row[width:]) for row in rows}
         groups = [
-            UsageGroup(totals=by_day.get(day, UsageTotals()), day=day)
-            for day in (start + timedelta(days=n) for n in range((end - start).days + 1))
+            UsageGroup(totals=found.get((day,), UsageTotals()), day=day)
+            for day in days_between(start, end)
         ]
     elif group_by == "agent":
-        ids = [row[0] for row in rows if row[0]]
+        ids = [key[0] for key in found if key[0]]
         names = dict(
             db.exec(select(Agent.id, Agent.name).where(col(Agent.id).in_(ids))).all() if ids else []
         )
         groups = [
-            UsageGroup(
-                totals=_totals(row[width:]),
-                agent_id=row[0] or None,
-                agent_name=names.get(row[0]),
-            )
-            for row in rows
+            UsageGroup(totals=totals, agent_id=key[0] or None, agent_name=names.get(key[0]))
+            for key, totals in found.items()
         ]
     elif group_by == "model":
         groups = [
-            UsageGroup(totals=_totals(row[width:]), provider=row[0], model=row[1]) for row in rows
+            UsageGroup(totals=totals, provider=key[0], model=key[1])
+            for key, totals in found.items()
         ]
     else:
-        groups = [UsageGroup(totals=_totals(row[width:]), purpose=row[0]) for row in rows]
+        groups = [UsageGroup(totals=totals, purpose=key[0]) for key, totals in found.items()]
     if group_by != "day":
         groups.sort(
             key=lambda g: (
@@ -160,12 +232,16 @@ def summary(
     total = UsageTotals()
     for group in groups:
         total = total.plus(group.totals)
-    unpriced = db.exec(
-        select(UsageDaily.provider, UsageDaily.model, func.sum(UsageDaily.unpriced_calls))
-        .where(*in_range, col(UsageDaily.unpriced_calls) > 0)
-        .group_by(UsageDaily.provider, UsageDaily.model)
-        .order_by(UsageDaily.provider, UsageDaily.model)
-    ).all()
+    by_model = (
+        found
+        if group_by == "model"
+        else grouped_totals(db, app_id, start=start, end=end, keys=_GROUP_KEYS["model"])
+    )
+    unpriced = sorted(
+        (key[0], key[1], totals.unpriced_calls)
+        for key, totals in by_model.items()
+        if totals.unpriced_calls
+    )
     return UsageSummary(
         app_id=app_id,
         start=start,
@@ -174,22 +250,10 @@ def summary(
         groups=groups,
         total=total,
         unpriced_models=[
-            UnpricedModel(provider=provider, model=model, calls=int(calls or 0))
+            UnpricedModel(provider=provider, model=model, calls=calls)
             for provider, model, calls in unpriced
         ],
     )
-
-
-_EVENT_SUMS = (
-    func.count(),
-    func.sum(UsageEvent.input_tokens),
-    func.sum(UsageEvent.cached_input_tokens),
-    func.sum(UsageEvent.cache_creation_input_tokens),
-    func.sum(UsageEvent.output_tokens),
-    func.sum(UsageEvent.reasoning_tokens),
-    func.sum(UsageEvent.cost_usd_micros),
-    func.sum(sa.case((col(UsageEvent.unpriced), 1), else_=0)),
-)
 
 
 def run_usage(db: Session, run_id: str) -> UsageTotals | None:
@@ -203,7 +267,7 @@ def run_usage(db: Session, run_id: str) -> UsageTotals | None:
     if marker is not None and marker.raw_pruned:
         return None
     row = db.exec(
-        select(*_EVENT_SUMS).where(UsageEvent.run_id == run_id)  # type: ignore[call-overload]
+        select(*EVENT_SUMS).where(UsageEvent.run_id == run_id)  # type: ignore[call-overload]
     ).one()
     return _totals(row)
 
@@ -215,7 +279,7 @@ def usage_by_run(db: Session, run_ids: list[str]) -> dict[str, UsageTotals]:
     if not run_ids:
         return {}
     rows = db.exec(
-        select(UsageEvent.run_id, *_EVENT_SUMS)  # type: ignore[call-overload]
+        select(UsageEvent.run_id, *EVENT_SUMS)  # type: ignore[call-overload]
         .where(col(UsageEvent.run_id).in_(run_ids))
         .group_by(UsageEvent.run_id)
     ).all()
@@ -226,6 +290,6 @@ def thread_usage(db: Session, session_id: str) -> UsageTotals:
     """A thread's summed records, as far as they are kept (raw records of older days are
     pruned after their rollup). The caller has already checked the thread is the account's."""
     row = db.exec(
-        select(*_EVENT_SUMS).where(UsageEvent.session_id == session_id)  # type: ignore[call-overload]
+        select(*EVENT_SUMS).where(UsageEvent.session_id == session_id)  # type: ignore[call-overload]
     ).one()
     return _totals(row)

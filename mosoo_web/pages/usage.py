@@ -1,7 +1,8 @@
 """`/apps/[app_id]/usage`: what the App's model calls cost over the last 7 / 30 / 90 days or
-the month to date (UTC days, from the daily rollup): cost and tokens per day stacked by model
-or by agent, tables by model and by agent with totals, the models without a price called out,
-and CSV downloads of the range's raw records and rollup (`/api/usage/export.csv`)."""
+the month to date (UTC days; today's calls count at once, see `usage.summary`): cost and
+tokens per day stacked by model or by agent, tables by model and by agent with totals, the
+models without a price called out, and CSV downloads of the range's raw records and rollup
+(`/api/usage/export.csv`)."""
 
 from __future__ import annotations
 
@@ -443,9 +444,8 @@ def _body() -> rx.Component:
         _table("By agent", "Agent", UsageState.agents, False, "usage-by-agent"),
         _downloads(),
         rx.text(
-            "Costs are at the prices in effect when each call was made. Today's numbers are "
-            "as of the last rollup (every 10 minutes). Raw records are kept at least 7 days, "
-            "the daily rollup 180.",
+            "Costs are at the prices in effect when each call was made; a call counts as soon "
+            "as it ends. Raw records are kept at least 7 days, the daily rollup 180.",
             size="1",
             color_scheme="gray",
         ),

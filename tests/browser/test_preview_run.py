@@ -3,7 +3,9 @@ with Redis and a Docker sandbox, the model replaced at its network boundary by t
 OpenAI-compatible server. The owner adds a provider key, creates an Agent, approves a bash
 call, watches the answer stream, reloads mid-stream and presses Stop. The same Preview journey
 runs with the `claude` runtime (real Claude Code, the scripted Anthropic Messages server) and
-the `acp` runtime (real OpenCode), sharing this module's stack."""
+the `acp` runtime (real OpenCode), sharing this module's stack. Another journey follows two
+runs with two priced models into the Usage page and the Agent's Logs, and approves a waiting
+bash call from the Logs replay."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from sqlmodel import Session, col, create_engine, select
 
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import SessionRun
+from mosoo_core.tables.usage import UsageDaily, UsageEvent
 from tests.browser.actions import choose
 from tests.browser.test_console_journey import _sign_in
 from tests.support.anthropic_server import (
@@ -517,15 +520,16 @@ def _runtime_agent(
     base_url: str,
     key: str,
     model: str,
+    more_models: tuple[str, ...] = (),
 ) -> str:
-    """A new owner adds the key, creates an Assistant (Pet: one sandbox for the thread's two
-    runs), then in Preview picks the runtime, the key and its model, and bash on Ask; the
-    Agent's id."""
+    """A new owner adds the key (its models: `model`, the default, then `more_models`),
+    creates an Assistant (Pet: one sandbox for the thread's runs), then in Preview picks the
+    runtime, the key and its model, and bash on Ask; the Agent's id."""
     page.goto(f"{stack.web.url}/login", wait_until="networkidle")
     _sign_in(page, browser, stack.web, f"runtime-{uuid.uuid4().hex[:8]}@example.com")
     page.wait_for_url(re.compile(r"/apps/[0-9A-Z]{26}$"))
     stack.app_ids.add(page.url.rsplit("/", 1)[-1])
-    _add_provider(page, base_url, preset=preset, key=key, model=model)
+    _add_provider(page, base_url, preset=preset, key=key, model=", ".join((model, *more_models)))
 
     page.get_by_test_id("nav-agents").click()
     page.wait_for_url(re.compile(r"/agents$"))
@@ -705,3 +709,200 @@ def test_owner_runs_an_opencode_agent_in_preview_approves_bash_and_stops_it(
         assert {r.headers.get("authorization") for r in asked} == {f"Bearer {OPENCODE_KEY}"}
         assert OPENCODE_KEY not in page.content()
     print(f"\nacp journey {time.monotonic() - started:.1f}s")
+
+
+# Two models the seeded price table (mosoo_core/usage/prices.toml) prices for the `openai`
+# provider: the gateway prices a call by its key's provider and the model it names, so the
+# key is an OpenAI one whose base URL is the scripted server (an `openai_compatible` key has
+# no seeded prices, and the console offers no price form: App prices are a service only).
+CHEAP_MODEL, DEAR_MODEL = "gpt-4o-mini", "gpt-4.1"
+USAGE_KEY = "sk-usage-browser-SECRET-" + uuid.uuid4().hex
+# The tokens each scripted answer reports, and their cost at the seeded prices (USD per
+# million tokens): gpt-4o-mini $0.15 in, $0.60 out: 200k * 0.15 + 100k * 0.60 = $0.09;
+# gpt-4.1 $2.00 in, $8.00 out: 10k * 2.00 + 5k * 8.00 = $0.06.
+CHEAP_USAGE = {"prompt_tokens": 200_000, "completion_tokens": 100_000}
+DEAR_USAGE = {"prompt_tokens": 10_000, "completion_tokens": 5_000}
+CHEAP_COST, DEAR_COST = 90_000, 60_000  # USD micros
+PHASE_TIME = re.compile(r"^(\d+ ms|\d+\.\d\d s)$")
+
+
+def _send_and_wait(page: Page, text: str, answer: str) -> None:
+    """Send `text` from the chat; its answer is the last message and the Agent is Ready."""
+    page.get_by_test_id("chat-input").fill(text)
+    page.get_by_test_id("chat-input").press("Enter")
+    expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(
+        answer, timeout=BOOT_TIMEOUT_MS
+    )
+    expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
+
+
+def _is_in_order(wanted: list[str], seen: list[str]) -> bool:
+    """Whether `seen` holds every one of `wanted` in that order (other names between)."""
+    remaining = iter(seen)
+    return all(name in remaining for name in wanted)
+
+
+def test_owner_sees_two_models_usage_in_usage_and_logs_then_approves_a_call_from_the_logs(
+    page: Page, browser: Browser, run_stack: RunStack
+) -> None:
+    """Usage and Logs on the real stack: two runs with two priced models; the Usage page's
+    by-model table and totals show their cost at once (no rollup has run: today's calls are
+    read from the raw records); the Logs tab lists both runs with their model and cost, one
+    replays beside its Diagnostics. Then a bash call waiting on Ask is approved from the Logs
+    replay, not the chat, and the run completes."""
+    stack, model = run_stack, run_stack.model
+    started = time.monotonic()
+    engine = create_engine(stack.web.database_url)
+    with stack.logs_on_failure():
+        agent_id = _runtime_agent(
+            page,
+            browser,
+            stack,
+            runtime="OpenAI-compatible tool loop",
+            preset="OpenAI",
+            base_url=model.base_url,
+            key=USAGE_KEY,
+            model=CHEAP_MODEL,
+            more_models=(DEAR_MODEL,),
+        )
+        found = AGENT_URL.search(page.url)
+        assert found is not None
+        app_id = found.group(1)
+        first_request = len(model.requests)
+
+        # Two runs in one thread, the model switched between them.
+        model.add(TextTurn("Cheap answer.", usage=CHEAP_USAGE))
+        _send_and_wait(page, "answer with the cheap model", "Cheap answer.")
+        thread_url = page.url
+        page.get_by_test_id("agent-model-choice").filter(has_text=DEAR_MODEL).click()
+        expect(page.get_by_test_id("agent-model")).to_have_value(DEAR_MODEL)
+
+        def saved_model() -> str:
+            with Session(engine) as db:
+                agent = db.get(Agent, agent_id)
+                return agent.model if agent is not None else ""
+
+        wait_for(lambda: saved_model() == DEAR_MODEL, 10, "the model to be saved")
+        model.add(TextTurn("Dear answer.", usage=DEAR_USAGE))
+        _send_and_wait(page, "now the dear model", "Dear answer.")
+        expect(page.get_by_test_id("chat-assistant-message")).to_have_count(2)
+        asked = [r.body["model"] for r in model.requests[first_request:] if r.method == "POST"]
+        assert asked == [CHEAP_MODEL, DEAR_MODEL]
+        two_runs_after = time.monotonic() - started
+
+        # The gateway's records, priced when written; no rollup has run for this App yet.
+        with Session(engine) as db:
+            records = db.exec(
+                select(UsageEvent)
+                .where(UsageEvent.app_id == app_id)
+                .order_by(col(UsageEvent.created_at))
+            ).all()
+            rolled_up = db.exec(select(UsageDaily).where(UsageDaily.app_id == app_id)).all()
+        assert [
+            (r.provider, r.model, r.input_tokens, r.output_tokens, r.cost_usd_micros, r.unpriced)
+            for r in records
+        ] == [
+            ("openai", CHEAP_MODEL, 200_000, 100_000, CHEAP_COST, False),
+            ("openai", DEAR_MODEL, 10_000, 5_000, DEAR_COST, False),
+        ]
+        assert {r.agent_id for r in records} == {agent_id}
+        assert rolled_up == []
+
+        # Usage: both models, costliest first, and the totals, straight away.
+        page.get_by_test_id("nav-usage").click()
+        page.wait_for_url(re.compile(r"/usage$"))
+        by_model = page.get_by_test_id("usage-by-model")
+        rows = by_model.get_by_test_id("usage-by-model-row")
+        expect(rows.get_by_test_id("usage-by-model-name")).to_have_text([CHEAP_MODEL, DEAR_MODEL])
+        expect(rows.get_by_test_id("usage-by-model-cost")).to_have_text(["$0.09", "$0.06"])
+        expect(rows.nth(0)).to_contain_text("200,000")
+        expect(rows.nth(1)).to_contain_text("10,000")
+        expect(by_model.get_by_test_id("usage-by-model-total-cost")).to_have_text("$0.15")
+        expect(page.get_by_test_id("usage-total-cost")).to_have_text("$0.15")
+        expect(page.get_by_test_id("usage-total-calls")).to_have_text("2")
+        expect(page.get_by_test_id("usage-total-input")).to_have_text("210,000")
+        expect(page.get_by_test_id("usage-total-output")).to_have_text("105,000")
+        expect(page.get_by_test_id("usage-by-agent-name")).to_have_text(
+            "OpenAI-compatible tool loop helper"
+        )
+        expect(page.get_by_test_id("usage-unpriced")).to_have_count(0)
+
+        # Logs: both runs with their model and cost; the first replayed beside its phases.
+        page.goto(thread_url)
+        page.get_by_test_id("agent-logs-link").click()
+        page.wait_for_url(re.compile(r"/logs$"))
+        runs = page.get_by_test_id("log-run")
+        expect(runs).to_have_count(2)
+        expect(runs.get_by_test_id("log-run-status")).to_have_text(["completed", "completed"])
+        expect(runs.nth(0)).to_contain_text(DEAR_MODEL)
+        expect(runs.nth(0).get_by_test_id("log-run-usage")).to_have_text("· 15,000 tokens · $0.06")
+        expect(runs.nth(1)).to_contain_text(CHEAP_MODEL)
+        expect(runs.nth(1).get_by_test_id("log-run-usage")).to_have_text("· 300,000 tokens · $0.09")
+        runs.nth(1).click()
+        replay = page.get_by_test_id("log-replay")
+        expect(replay).to_contain_text("answer with the cheap model")
+        expect(replay).to_contain_text("Cheap answer.")
+        expect(replay).not_to_contain_text("Dear answer.")
+        diagnostics = page.get_by_test_id("diagnostics")
+        expect(diagnostics).to_contain_text("300,000 tokens · $0.09")
+        labels = page.get_by_test_id("diagnostics-phase-label")
+        expect(labels.first).to_have_text("Queued")
+        phases = labels.all_inner_texts()
+        wanted = ["Queued", "Sandbox create", "Driver start", "Input", "First token", "Answer"]
+        assert _is_in_order(wanted, phases), phases
+        times = page.get_by_test_id("diagnostics-phase-time").all_inner_texts()
+        assert len(times) == len(phases) and all(PHASE_TIME.match(t) for t in times), times
+        facts = page.get_by_test_id("diagnostics-fact")
+        expect(facts.filter(has_text=re.compile(r"^Sandbox"))).to_contain_text(
+            re.compile(r"Sandbox\s*\S+")
+        )
+        expect(facts.filter(has_text=re.compile(r"^Driver"))).to_contain_text("openai")
+
+        # Approval from Logs: a bash call waits on Ask; the Logs replay answers it.
+        page.goto(thread_url)
+        expect(page.get_by_test_id("preview-status")).to_have_text("Ready")
+        model.add(
+            ToolCallsTurn([ToolCall("bash", {"command": "pwd"}, id="call_logs")], usage=DEAR_USAGE),
+            TextTurn(FIRST_ANSWER, usage=DEAR_USAGE),
+        )
+        page.get_by_test_id("chat-input").fill("run pwd; I will approve it from the Logs")
+        page.get_by_test_id("chat-input").press("Enter")
+        expect(
+            page.get_by_test_id("chat-permission").get_by_test_id("permission-allow")
+        ).to_be_visible(timeout=BOOT_TIMEOUT_MS)
+        page.get_by_test_id("agent-logs-link").click()
+        page.wait_for_url(re.compile(r"/logs$"))
+        expect(runs).to_have_count(3)
+        # The newest run, open at once: waiting on the prompt (the thread keeps its first title).
+        expect(runs.first.get_by_test_id("log-run-status")).to_have_text("waiting_input")
+        expect(replay).to_contain_text("run pwd; I will approve it from the Logs")
+        waiting = replay.get_by_test_id("chat-permission")
+        expect(waiting).to_contain_text("pwd")
+        waiting.get_by_test_id("permission-allow").click()
+        expect(waiting.get_by_test_id("permission-allow")).to_have_count(0)
+
+        def statuses() -> list[str]:
+            with Session(engine) as db:
+                found_runs = db.exec(
+                    select(SessionRun)
+                    .where(SessionRun.app_id == app_id)
+                    .order_by(col(SessionRun.created_at))
+                ).all()
+                return [r.status for r in found_runs]
+
+        wait_for(lambda: statuses()[-1] == "completed", 60, "the approved run to complete")
+        assert statuses() == ["completed", "completed", "completed"]
+        page.reload()
+        expect(runs.first.get_by_test_id("log-run-status")).to_have_text("completed")
+        expect(runs.first.get_by_test_id("log-run-usage")).to_have_text("· 30,000 tokens · $0.12")
+        expect(waiting).to_contain_text("Allowed once")
+        card = replay.get_by_test_id("chat-tool-card")
+        expect(card).to_have_attribute("data-status", "done")
+        card.locator("summary").click()
+        expect(card.get_by_test_id("tool-output")).to_contain_text("/workspace")
+        expect(replay.get_by_test_id("chat-assistant-message").last).to_have_text(FIRST_ANSWER)
+        assert USAGE_KEY not in page.content()
+    print(
+        f"\ntwo runs after {two_runs_after:.1f}s, usage/logs journey "
+        f"{time.monotonic() - started:.1f}s"
+    )

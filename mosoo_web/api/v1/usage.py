@@ -155,8 +155,9 @@ def _default_start(end: date) -> date:
     summary="Usage and cost",
     description="An App's model calls, tokens and cost from `from` to `to` (UTC days, "
     "inclusive, at most 400; default the last 30 days), grouped by `day`, `agent`, `model` or "
-    "`purpose`, from the daily rollup: today's numbers are as of its last update (every 10 "
-    "minutes). Costs are USD micros at the prices in effect when each call was made.",
+    "`purpose`: days rolled up completely from the daily rollup, the others (today) from the "
+    "raw records, so a call counts as soon as it is made. Costs are USD micros at the prices "
+    "in effect when each call was made.",
     responses=error_responses(
         404,
         invalid="`invalid_request`: `from` or `to` is not a date (YYYY-MM-DD), `from` is after "
