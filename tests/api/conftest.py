@@ -56,24 +56,37 @@ def api_env(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]
     redis.Redis.from_url(REDIS_URL).flushdb()
 
 
+def add_provider_key(
+    db: Session,
+    account_id: str,
+    app_id: str,
+    *,
+    api_key: str,
+    base_url: str = "http://127.0.0.1:9/v1",
+) -> vault.ProviderCredentialView:
+    """An OpenAI-compatible provider key offering `test-model`, as the owner adds it on the
+    console's Providers page (the API never takes a provider key)."""
+    return vault.create_provider_credential(
+        db,
+        account_id,
+        app_id,
+        vault.ProviderCredentialInput(
+            name="Local",
+            provider="openai_compatible",
+            base_url=base_url,
+            api_key=api_key,
+            models=["test-model"],
+        ),
+    )
+
+
 def make_owner(engine: Engine, email: str, *, publish: bool = True) -> ApiOwner:
     """An account whose App has a provider key and a ready agent (published unless told),
     plus a personal access token."""
     with Session(engine) as db:
         account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
         app_id = identity.list_apps(db, account.id)[0].id
-        credential = vault.create_provider_credential(
-            db,
-            account.id,
-            app_id,
-            vault.ProviderCredentialInput(
-                name="Local",
-                provider="openai_compatible",
-                base_url="http://127.0.0.1:9/v1",
-                api_key="sk-test-" + email,
-                models=["test-model"],
-            ),
-        )
+        credential = add_provider_key(db, account.id, app_id, api_key="sk-test-" + email)
         agent = agents.create_agent(db, account.id, app_id, name=f"Agent of {email}", kind="cattle")
         agents.update_agent(
             db,

@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from mosoo_core import identity, vault
-from tests.api.conftest import REDIS_DB, LiveServer, live_server
+from mosoo_core import identity
+from tests.api.conftest import REDIS_DB, LiveServer, add_provider_key, live_server
 from tests.api.test_sse import _frames
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.stack import RuntimeStack, runtime_stack
@@ -72,17 +72,8 @@ def _owner_with_a_key(stack: RuntimeStack) -> tuple[str, str]:
     with Session(stack.engine) as db:
         account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
         app_id = identity.list_apps(db, account.id)[0].id
-        credential = vault.create_provider_credential(
-            db,
-            account.id,
-            app_id,
-            vault.ProviderCredentialInput(
-                name="Scripted",
-                provider="openai_compatible",
-                base_url=stack.model.base_url,
-                api_key=PROVIDER_KEY,
-                models=["test-model"],
-            ),
+        credential = add_provider_key(
+            db, account.id, app_id, api_key=PROVIDER_KEY, base_url=stack.model.base_url
         )
         token = identity.create_access_token(db, account.id, "backend").secret
         db.commit()

@@ -10,14 +10,12 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from mosoo_core import vault
 from mosoo_core.control.egress import egress_context
 from mosoo_core.environments import builds
 from mosoo_core.network.policy import EgressPolicy
-from mosoo_core.sessions import driver_plane
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.environments import EnvironmentBuild
-from tests.security.conftest import queued_run, run_row
+from tests.security.conftest import issue_run_grant, queued_run, run_row
 
 PIP_INDEX = "https://pypi.mirror.example/simple"
 NPM_REGISTRY = "https://npm.mirror.example:8443/"
@@ -35,24 +33,10 @@ def _run_grant(engine: Engine, email: str, environment: dict[str, object]) -> tu
     the run grant its driver would carry."""
     with Session(engine) as db:
         queued = queued_run(db, email)
-        credential = vault.create_provider_credential(
-            db,
-            queued.account_id,
-            queued.app_id,
-            vault.ProviderCredentialInput(
-                name="Scripted",
-                provider="openai_compatible",
-                base_url="https://models.example/v1",
-                api_key="sk-egress-test",
-                models=["test-model"],
-            ),
-        )
         run = run_row(db, queued.run_id)
         run.snapshot = {"environment": environment}
         db.add(run)
-        grant = driver_plane.issue_model_grant(
-            db, run, credential_id=credential.id, allowed_models=["test-model"]
-        )
+        grant = issue_run_grant(db, queued, "https://models.example/v1", "sk-egress-test")
         db.commit()
         return grant, queued.run_id
 

@@ -28,7 +28,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
-from mosoo_core import identity, migrations, sessions
+from mosoo_core import identity, migrations, sessions, vault
+from mosoo_core.sessions import driver_plane
 from mosoo_core.settings import reset_settings_cache
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.mail import OutboundEmail
@@ -319,6 +320,26 @@ def queued_run(db: Session, email: str) -> QueuedRun:
     thread = sessions.create_session(db, account.id, app_id, agent.id)
     sent = sessions.send_message(db, account.id, thread.id, "hello")
     return QueuedRun(account.id, app_id, thread.id, sent.run.id)
+
+
+def issue_run_grant(db: Session, queued: QueuedRun, base_url: str, api_key: str) -> str:
+    """A provider key (at `base_url`) in the run's App and the model grant the worker issues
+    for the run at boot."""
+    credential = vault.create_provider_credential(
+        db,
+        queued.account_id,
+        queued.app_id,
+        vault.ProviderCredentialInput(
+            name="Scripted",
+            provider="openai_compatible",
+            base_url=base_url,
+            api_key=api_key,
+            models=["test-model"],
+        ),
+    )
+    return driver_plane.issue_model_grant(
+        db, run_row(db, queued.run_id), credential_id=credential.id, allowed_models=["test-model"]
+    )
 
 
 def run_row(db: Session, run_id: str) -> SessionRun:

@@ -11,12 +11,11 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from mosoo_core import vault
 from mosoo_core.clock import utcnow
 from mosoo_core.sessions import driver_plane
 from mosoo_core.tables.sessions import ModelGrant
 from mosoo_core.tables.usage import UsageEvent
-from tests.security.conftest import Control, count, queued_run, run_row, update
+from tests.security.conftest import Control, count, issue_run_grant, queued_run, run_row, update
 from tests.support.openai_server import ScriptedOpenAIServer, TextTurn
 from tests.support.processes import wait_for
 
@@ -37,24 +36,7 @@ def _grant_for_a_run(engine: Engine, provider: ScriptedOpenAIServer, email: str)
     """A real queued run with a grant issued by the service the worker uses at boot."""
     with Session(engine) as db:
         queued = queued_run(db, email)
-        credential = vault.create_provider_credential(
-            db,
-            queued.account_id,
-            queued.app_id,
-            vault.ProviderCredentialInput(
-                name="Scripted",
-                provider="openai_compatible",
-                base_url=provider.base_url,
-                api_key=PROVIDER_KEY,
-                models=["test-model"],
-            ),
-        )
-        grant = driver_plane.issue_model_grant(
-            db,
-            run_row(db, queued.run_id),
-            credential_id=credential.id,
-            allowed_models=["test-model"],
-        )
+        grant = issue_run_grant(db, queued, provider.base_url, PROVIDER_KEY)
         db.commit()
         return grant, queued.run_id
 
