@@ -3,10 +3,12 @@ with the model replaced at its network boundary by the scripted OpenAI-compatibl
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -18,7 +20,7 @@ from mosoo_core import sessions, streams
 from mosoo_core.clock import utcnow
 from mosoo_core.files import get_store
 from mosoo_core.runtime.runs import STUCK_BOOT_AFTER, checkpoint_key, sweep_stuck_boots
-from mosoo_core.runtime.sandbox import LABEL_SUBJECT
+from mosoo_core.runtime.sandbox import LABEL_SUBJECT, SANDBOX_GID, SANDBOX_UID
 from mosoo_core.sessions import diagnostics, driver_plane
 from mosoo_core.tables.sessions import RunMark, SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
@@ -174,6 +176,79 @@ def test_the_next_run_of_a_cattle_thread_continues_in_its_checkpointed_workspace
     assert any(m.get("content") == "write a note" for m in stack.model.chat_requests[-1].messages)
 
 
+# Where a run can put or hold the key (the image is built without it): each path the shell
+# gets ("file:" a single file, "tree:" a folder, recursively), every writable tmpfs (/tmp,
+# /dev/shm, the boot dir: read from the sandbox's own mount table), and every process's
+# environment and command line. Regular files only: a socket or FIFO would block grep.
+_KEY_PROBE = r"""
+pattern=$1; shift
+{
+  for path; do
+    case $path in
+      file:*) find "${path#file:}" -maxdepth 0 -type f -print0 ;;
+      tree:*) find "${path#tree:}" -type f -print0 ;;
+    esac
+  done
+  awk '$3 == "tmpfs" && $4 ~ /^rw/ && $2 !~ /^\/(proc|sys)(\/|$)/ { print $2 }' /proc/self/mounts |
+    while read -r mount; do find "$mount" -type f -print0; done
+  printf '%s\0' /proc/[0-9]*/environ /proc/[0-9]*/cmdline
+} 2>/dev/null | xargs -0 -r grep -l -e "$pattern" 2>/dev/null
+exit 0
+"""
+# As the user every sandbox process runs as: with all capabilities dropped, root there cannot
+# read another user's /proc/<pid>/environ (nor its 0600 files), so it would skip them unseen.
+_SANDBOX_USER = f"{SANDBOX_UID}:{SANDBOX_GID}"
+
+
+def _key_pattern(key: str) -> str:
+    """A grep pattern for the key's first 12 characters that does not match itself, so the
+    probe's own command line (in /proc) is no false hit: `sk-e2e-TOPS[E]`."""
+    head = key[:12]
+    assert head.replace("-", "").isalnum(), "no regex metacharacters in the needle"
+    return f"{head[:-1]}[{head[-1]}]"
+
+
+def _paths_holding_key(container: Any) -> set[str]:
+    """Every file and /proc entry in the live sandbox that holds the provider key."""
+    container.reload()
+    # The files the container added or changed over its image (Kind 2 is a deletion); not
+    # its folders: /usr is "changed" when anything under it is.
+    changed = [f"file:{c['Path']}" for c in container.diff() or [] if c["Kind"] != 2]
+    mounted = [f"tree:{m['Destination']}" for m in container.attrs["Mounts"]]
+    found = container.exec_run(
+        [
+            "sh",
+            "-c",
+            _KEY_PROBE,
+            "probe",
+            _key_pattern(PROVIDER_KEY),
+            *changed,
+            *mounted,
+            "tree:/tmp",
+        ],
+        user=_SANDBOX_USER,
+    )
+    assert found.exit_code == 0, found.output
+    return set(found.output.decode().splitlines())
+
+
+def _plant_key(container: Any) -> list[str]:
+    """Leave the key where a run could: new files off the workspace and a live process's
+    environment. Returns the files."""
+    files = ["/tmp/planted/deeper/key.txt", "/dev/shm/key.txt"]
+    for path in files:
+        planted = container.exec_run(
+            ["sh", "-c", 'mkdir -p "${1%/*}" && printf %s "$KEY" > "$1"', "plant", path],
+            environment={"KEY": PROVIDER_KEY},
+            user=_SANDBOX_USER,
+        )
+        assert planted.exit_code == 0, planted.output
+    container.exec_run(
+        ["sleep", "600"], environment={"PLANTED": PROVIDER_KEY}, user=_SANDBOX_USER, detach=True
+    )
+    return files
+
+
 def test_provider_key_is_nowhere_in_the_sandbox(stack: RuntimeStack) -> None:
     stack.model.add(TextTurn("Hello."))
     owner = make_agent(stack.engine, stack.model.base_url, PROVIDER_KEY, kind="pet")
@@ -185,25 +260,17 @@ def test_provider_key_is_nowhere_in_the_sandbox(stack: RuntimeStack) -> None:
         filters={"label": f"{LABEL_SUBJECT}=agent:{owner.agent_id}"}
     )
     # The Pet sandbox (and its driver) are still alive: look everywhere a key could hide.
-    assert all(PROVIDER_KEY not in item for item in container.attrs["Config"]["Env"] or [])
+    assert PROVIDER_KEY not in json.dumps(container.attrs)
     processes = container.exec_run(
-        ["sh", "-c", "cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'"],
-        user="0",
+        ["sh", "-c", "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'"], user=_SANDBOX_USER
     )
-    assert processes.exit_code == 0 and b"mosoo" in processes.output.lower()
-    assert PROVIDER_KEY.encode() not in processes.output
-    # grep reads the needle from a file so that its own command line does not hold it.
-    needle = PROVIDER_KEY[:12] + "\n"
-    container.exec_run(["sh", "-c", f"printf '{needle}' > /tmp/needle"], user="0")
-    found = container.exec_run(
-        [
-            "sh",
-            "-c",
-            "grep -rlF -f /tmp/needle / --exclude-dir=proc --exclude-dir=sys --exclude=needle 2>/dev/null; true",
-        ],
-        user="0",
-    )
-    assert found.output.strip() == b"", found.output
+    assert b"mosoo" in processes.output.lower(), "the driver is running"
+    assert _paths_holding_key(container) == set()
+    # The probe would see it: the key left where a run could leave it is found.
+    planted = _plant_key(container)
+    found = _paths_holding_key(container)
+    assert set(planted) <= found, found
+    assert any(path.endswith("/environ") for path in found), found
 
 
 def test_worker_killed_while_booting_leaves_a_clear_failure_and_no_container(

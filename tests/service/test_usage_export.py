@@ -44,11 +44,14 @@ def _bulk_records(engine: Engine, app_id: str, count: int) -> dict[str, int]:
     sums = {"calls": 0, "input": 0, "cached": 0, "output": 0, "reasoning": 0, "cost": 0}
     batch: list[dict[str, object]] = []
     start = datetime(D1.year, D1.month, D1.day, tzinfo=UTC)
+    # One ULID's time and randomness, then a counter: unique, in insertion order, and about a
+    # second cheaper than a fresh ULID per record.
+    id_prefix = new_id()[:16]
     with engine.begin() as connection:
         for n in range(count):
             priced = n % 3 != 0
             row = {
-                "id": new_id(),
+                "id": f"{id_prefix}{n:010d}",
                 "app_id": app_id,
                 "agent_id": None if n % 7 == 0 else "A" * 26,
                 "session_id": "S" * 26,

@@ -82,10 +82,12 @@ def hiding_entries(base: Entries, count: int = 40_000) -> bytes:
 
 
 def compression_bomb(base: Entries, name: str = "skills/zeros.md") -> bytes:
-    """1 GiB of zeros deflated to about 1 MiB, next to the valid `base`."""
+    """1 GiB of zeros deflated to about 4.5 MiB, next to the valid `base`."""
     size = 1024 * 1024 * 1024
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+    # Level 1: half the time of level 9 (about 2 s a bomb), and still well under every
+    # package and skill limit on the compressed size.
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
         for entry, body in base:
             archive.writestr(entry, body)
         with archive.open(name, "w") as stream:
