@@ -14,6 +14,9 @@ from mosoo_core.ids import new_id
 
 class UsageEvent(SQLModel, table=True):
     __tablename__ = "usage_event"
+    # The CSV export reads an App's records in pages by keyset (`app_id = ? AND id > ?
+    # ORDER BY id`): without this each page sorted every record the App has.
+    __table_args__ = (sa.Index("ix_usage_event_app_id_id", "app_id", "id"),)
     id: str = Field(default_factory=new_id, primary_key=True, max_length=26)
     app_id: str = Field(max_length=26, index=True)
     agent_id: str | None = Field(default=None, max_length=26, index=True)
