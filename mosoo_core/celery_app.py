@@ -34,6 +34,7 @@ def _configuration() -> dict[str, Any]:
                 "schedule": 300.0,
             },
             "collect-skill-files": {"task": "mosoo.collect_skill_files", "schedule": 3600.0},
+            "hibernate-idle-pets": {"task": "mosoo.hibernate_idle_pets", "schedule": 60.0},
             # Today's usage is rolled up every 10 minutes; pruning follows in the same task.
             "roll-up-usage": {"task": "mosoo.roll_up_usage", "schedule": 600.0},
         },

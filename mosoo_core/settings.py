@@ -113,6 +113,9 @@ class Settings(BaseSettings):
     # How long an extracted skill version (data/skills/<version id>) no sandbox mounts is kept
     # after a run last used it (then the beat collects it; a later run extracts it again).
     skill_cache_keep_hours: float = 168.0
+    # An Assistant's sandbox left this long without a run is hibernated by the beat (its
+    # /workspace saved, the container removed); the next message wakes it.
+    pet_idle_minutes: float = Field(default=5.0, gt=0)
 
     # Public API v1: requests a minute per access token, and how often an idle event
     # stream sends a keep-alive comment (proxies close connections that stay silent).

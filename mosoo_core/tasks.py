@@ -13,7 +13,7 @@ from mosoo_core.celery_app import app
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
-from mosoo_core.runtime import builds
+from mosoo_core.runtime import builds, pet_idle
 from mosoo_core.runtime import skills as skill_files
 from mosoo_core.runtime.lost_runs import resend_lost_runs
 from mosoo_core.runtime.runs import DISPATCHING_MARK_SECONDS, finish_run_sandbox, sweep_stuck_boots
@@ -123,6 +123,12 @@ def sweep_environment_builds() -> int:
 def collect_skill_files() -> int:
     """Extracted skill versions no sandbox mounts and no run used lately are removed."""
     return skill_files.collect_skill_files()
+
+
+@app.task(name="mosoo.hibernate_idle_pets")
+def hibernate_idle_pets() -> int:
+    """Assistants without a run for MOSOO_PET_IDLE_MINUTES are hibernated (workspace saved)."""
+    return pet_idle.hibernate_idle_pets()
 
 
 @app.task(name="mosoo.roll_up_usage")

@@ -37,6 +37,8 @@ log = get_logger(__name__)
 Operation = Literal["restart", "recreate", "reset", "hibernate", "wake"]
 OPERATIONS: tuple[str, ...] = get_args(Operation)
 SandboxState = Literal["running", "stopped", "hibernated", "none"]
+# The `account_id` of an operation nobody asked for (idle hibernation): never an account's id.
+SYSTEM_ACTOR = "system"
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class OperationRecord:
     operation: str
     outcome: str  # done | refused | failed
     error: str
-    account_id: str
+    account_id: str  # who asked for it; SYSTEM_ACTOR when the system did
     duration_ms: int
     created_at: datetime
 
@@ -165,7 +167,6 @@ def run_operation(
     with session_scope() as db:
         agent = _pet_agent(db, account_id, agent_id)
         app_id, name = agent.app_id, agent.name
-    started = time.monotonic()
     work: Callable[[], str] = {
         "restart": lambda: _restart(app_id, agent_id, backend),
         "recreate": lambda: _recreate(account_id, app_id, agent_id, backend),
@@ -173,6 +174,20 @@ def run_operation(
         "hibernate": lambda: _hibernate(app_id, agent_id, backend),
         "wake": lambda: _wake(account_id, app_id, agent_id, backend),
     }[operation]
+    return _recorded(account_id, agent_id, operation, work)
+
+
+def hibernate_idle(app_id: str, agent_id: str, backend: SandboxBackend | None = None) -> None:
+    """Hibernate as the owner's Hibernate does, asked by the system (`SYSTEM_ACTOR`) for an
+    Assistant left idle (`pet_idle`); refused and failed attempts are recorded the same way."""
+    _recorded(SYSTEM_ACTOR, agent_id, "hibernate", lambda: _hibernate(app_id, agent_id, backend))
+
+
+def _recorded(
+    account_id: str, agent_id: str, operation: str, work: Callable[[], str]
+) -> OperationResult:
+    """Do `work` and record how it went, whatever the outcome."""
+    started = time.monotonic()
     try:
         message = work()
     except SandboxError as error:

@@ -633,6 +633,7 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
             return _release_stopped_boot(backend, plan, started)
         plan.marks.mark("environment", layer=layer.layer)
     try:
+        _tell_if_waking(backend, plan)
         ref, created = sandbox_for(backend, plan, layer)
         # Looked at between the steps: once the run is stopped, nothing more goes in.
         stopped = not _still_wanted(run_id)
@@ -740,28 +741,39 @@ def _await_layer(backend: SandboxBackend, plan: BootPlan) -> builds.LayerOutcome
     """Wait for the revision's packages (building them here if nobody is), the chat showing
     "Preparing environment" (a `run.preparing` event) while it waits."""
 
-    def tell(status: str) -> None:
-        with session_scope() as db:
-            events = driver_plane.append_events(
-                db,
-                plan.session_id,
-                [
-                    driver_plane.NewEvent(
-                        type="run.preparing",
-                        payload={"stage": "environment", "status": status},
-                        run_id=plan.run_id,
-                    )
-                ],
-            )
-        streams.publish_events(events)
-
     return builds.await_layer(
         plan.packages_hash,
         plan.packages,
         backend=backend,
         still_wanted=lambda: _still_wanted(plan.run_id),
-        on_wait=tell,
+        on_wait=lambda status: _tell_preparing(plan, "environment", status),
     )
+
+
+def _tell_preparing(plan: BootPlan, stage: str, status: str) -> None:
+    """A `run.preparing` event in the run's thread: what the run waits for before it starts."""
+    with session_scope() as db:
+        events = driver_plane.append_events(
+            db,
+            plan.session_id,
+            [
+                driver_plane.NewEvent(
+                    type="run.preparing",
+                    payload={"stage": stage, "status": status},
+                    run_id=plan.run_id,
+                )
+            ],
+        )
+    streams.publish_events(events)
+
+
+def _tell_if_waking(backend: SandboxBackend, plan: BootPlan) -> None:
+    """A hibernated Assistant (no sandbox, its workspace saved) is woken by this run: the
+    chat says "Waking the assistant…" while `sandbox_for` builds it and restores the files."""
+    if plan.kind != "pet" or _pet_sandbox(backend, plan.subject) is not None:
+        return
+    if get_store().exists(pet_checkpoint_key(plan.app_id, plan.agent_id)):
+        _tell_preparing(plan, "wake", "waking")
 
 
 def _set_up(backend: SandboxBackend, ref: SandboxRef, plan: BootPlan) -> str:

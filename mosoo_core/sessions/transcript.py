@@ -93,7 +93,8 @@ class Transcript:
     active_run_id: str | None = None
     last_run_status: str = ""
     # While the active run waits for its environment's packages (`run.preparing`, before its
-    # `run.started`): the build's status, queued or building; "" otherwise.
+    # `run.started`): the build's status, queued or building; "waking" while a hibernated
+    # Assistant's sandbox is built again; "" otherwise.
     preparing: str = ""
     usage: Usage = field(default_factory=Usage)
     _tools: dict[str, int] = field(default_factory=dict, repr=False)
@@ -204,7 +205,10 @@ class Transcript:
             return
         if self.active_run_id not in (None, run_id):
             return
-        status = "building" if payload.get("status") == "building" else "queued"
+        if payload.get("stage") == "wake":
+            status = "waking"  # a hibernated Assistant's sandbox is being built again
+        else:
+            status = "building" if payload.get("status") == "building" else "queued"
         if self.active_run_id == run_id and self.preparing == status:
             return
         self.active_run_id = run_id

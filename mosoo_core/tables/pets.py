@@ -16,7 +16,7 @@ class PetOperation(SQLModel, table=True):
     __tablename__ = "pet_operation"
     id: str = Field(default_factory=new_id, primary_key=True, max_length=26)
     agent_id: str = Field(foreign_key="agent.id", index=True, ondelete="CASCADE", max_length=26)
-    account_id: str = Field(max_length=26)  # who asked for it
+    account_id: str = Field(max_length=26)  # who asked for it ("system": idle hibernation)
     operation: str = Field(max_length=16)  # restart | recreate | reset | hibernate | wake
     outcome: str = Field(max_length=16)  # done | refused | failed
     error: str = Field(default="", max_length=1000)  # why, when not done

@@ -632,17 +632,22 @@ def live_item(kind: rx.Var[str], text: rx.Var[str]) -> rx.Component:
 
 
 def preparing_line(preparing: rx.Var[str]) -> rx.Component:
-    """The run waits for its environment's packages to be built (queued, then building)."""
+    """The run waits for its environment's packages to be built (queued, then building), or
+    for a hibernated Assistant's sandbox to be built again (waking)."""
     return rx.hstack(
         rx.spinner(size="1"),
-        rx.text(
-            "Preparing environment…",
-            rx.cond(
-                preparing == "building",
-                rx.text(" (building packages)", as_="span"),
-                rx.fragment(),
+        rx.cond(
+            preparing == "waking",
+            rx.text("Waking the assistant…", size="1"),
+            rx.text(
+                "Preparing environment…",
+                rx.cond(
+                    preparing == "building",
+                    rx.text(" (building packages)", as_="span"),
+                    rx.fragment(),
+                ),
+                size="1",
             ),
-            size="1",
         ),
         align="center",
         spacing="2",
