@@ -1,13 +1,17 @@
 """Preview with an Assistant (Pet) sandbox running: a change the sandbox was not built with shows
 as pending with Apply (and stops being pending when changed back); Apply recreates the sandbox.
+The Sandbox panel hibernates, wakes and resets it, and the Logs tab lists what was done.
 And the form hides what the runtime cannot do."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import docker
 import pytest
@@ -16,7 +20,7 @@ from playwright.sync_api import Browser, Page, expect
 from mosoo_core import agents, environments, vault
 from mosoo_core.db import session_scope
 from mosoo_core.runtime import runs
-from mosoo_core.runtime.sandbox import LABEL_SUBJECT, WORKSPACE, SandboxSpec
+from mosoo_core.runtime.sandbox import LABEL_SUBJECT, WORKSPACE, SandboxRef, SandboxSpec
 from mosoo_core.runtime.sandbox.docker_backend import DockerBackend
 from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
 from mosoo_core.sessions import driver_plane
@@ -72,13 +76,11 @@ def _ready_agent(account_id: str, app_id: str, **fields: str) -> str:
         return agent.id
 
 
-def test_a_kind_change_is_pending_until_apply_recreates_the_assistant_sandbox(
-    page: Page, browser: Browser, shared_database: WebServer, docker_backend: DockerBackend
-) -> None:
-    server = shared_database
-    account_id, app_id = _signed_in(page, browser, server, "pet")
-    agent_id = _ready_agent(account_id, app_id)
-    # The Agent's sandbox, as a run made it: labelled with what it was built from.
+def _agent_sandbox(
+    backend: DockerBackend, account_id: str, app_id: str, agent_id: str
+) -> tuple[SandboxRef, dict[str, str]]:
+    """The Agent's sandbox, as a run made it: labelled with what it was built from; with the
+    label selector that finds it in Docker."""
     with session_scope() as db:
         driver_plane.register_driver(
             db, app_id=app_id, subject=f"agent:{agent_id}", runtime="openai"
@@ -87,10 +89,17 @@ def test_a_kind_change_is_pending_until_apply_recreates_the_assistant_sandbox(
         revision_id = environments.revision_for_thread(db, app_id, agent.environment_id).id
         built_from = agents.sandbox_fingerprint(agent, revision_id)
     labels = {**runs.installation_label(), runs.LABEL_BUILT_FROM: built_from, "mosoo.test": "1"}
-    sandbox = docker_backend.create(
-        SandboxSpec(subject=f"agent:{agent_id}", app_id=app_id, labels=labels)
-    )
-    selector = {LABEL_SUBJECT: f"agent:{agent_id}", **runs.installation_label()}
+    sandbox = backend.create(SandboxSpec(subject=f"agent:{agent_id}", app_id=app_id, labels=labels))
+    return sandbox, {LABEL_SUBJECT: f"agent:{agent_id}", **runs.installation_label()}
+
+
+def test_a_kind_change_is_pending_until_apply_recreates_the_assistant_sandbox(
+    page: Page, browser: Browser, shared_database: WebServer, docker_backend: DockerBackend
+) -> None:
+    server = shared_database
+    account_id, app_id = _signed_in(page, browser, server, "pet")
+    agent_id = _ready_agent(account_id, app_id)
+    sandbox, selector = _agent_sandbox(docker_backend, account_id, app_id, agent_id)
     try:
         docker_backend.put_file(sandbox, f"{WORKSPACE}/notes.md", b"keep me\n", mode=0o644)
         page.goto(f"{server.url}/apps/{app_id}/agents/{agent_id}")
@@ -116,6 +125,89 @@ def test_a_kind_change_is_pending_until_apply_recreates_the_assistant_sandbox(
         page.get_by_test_id("agent-apply").click()
         expect(page.get_by_test_id("pending-changes")).to_have_count(0)
         assert docker_backend.list_by_label(selector) == []
+    finally:
+        for ref in docker_backend.list_by_label(selector):
+            docker_backend.remove(ref)
+
+
+@contextlib.contextmanager
+def _control_socket(data_dir: Path) -> Iterator[None]:
+    """The control socket Wake mounts into the sandbox it builds, bound at the web process's
+    path (this stack runs no `mosoo control`; no driver boots before the next message)."""
+    control_dir = data_dir / "run" / "control"
+    control_dir.mkdir(parents=True, exist_ok=True)
+    control_dir.chmod(0o755)
+    path = control_dir / "control.sock"
+    with socket.socket(socket.AF_UNIX) as bound:
+        bound.bind(str(path))
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+
+
+def _toast(page: Page, text: str) -> None:
+    expect(page.locator("[data-sonner-toast]").filter(has_text=text).first).to_be_visible()
+
+
+def test_the_sandbox_panel_hibernates_wakes_and_resets_the_assistant_sandbox(
+    page: Page, browser: Browser, shared_database: WebServer, docker_backend: DockerBackend
+) -> None:
+    server = shared_database
+    account_id, app_id = _signed_in(page, browser, server, "ops")
+    agent_id = _ready_agent(account_id, app_id)
+    _, selector = _agent_sandbox(docker_backend, account_id, app_id, agent_id)
+    try:
+        with _control_socket(server.log.parent):
+            page.goto(f"{server.url}/apps/{app_id}/agents/{agent_id}")
+            panel = page.get_by_test_id("sandbox-panel")
+            status = panel.get_by_test_id("sandbox-status")
+            expect(status).to_have_text("Running")
+            expect(panel.get_by_test_id("sandbox-image")).to_have_text(re.compile(r"\S"))
+            expect(panel.get_by_test_id("sandbox-memory")).to_have_text(re.compile(r"\d"))
+
+            panel.get_by_test_id("sandbox-hibernate").click()
+            _toast(page, "The workspace was saved and the sandbox removed")
+            expect(status).to_have_text("Hibernated")
+            assert docker_backend.list_by_label(selector) == []
+
+            panel.get_by_test_id("sandbox-wake").click()
+            _toast(page, "The sandbox was built again with its workspace restored.")
+            expect(status).to_have_text("Running")
+            assert len(docker_backend.list_by_label(selector)) == 1
+
+            # Reset asks for the Agent's name, and only the exact name lets it go.
+            panel.get_by_test_id("sandbox-reset").click()
+            confirm = page.get_by_test_id("sandbox-reset-confirm")
+            page.get_by_test_id("sandbox-reset-confirm-input").fill("Keepr")
+            expect(confirm).to_be_disabled()
+            page.get_by_test_id("sandbox-reset-confirm-input").fill("Keeper")
+            expect(confirm).to_be_enabled()
+            confirm.click()
+            _toast(page, "The sandbox and its saved workspace were wiped")
+            expect(confirm).to_have_count(0)
+            expect(status).to_have_text("No sandbox")
+            assert docker_backend.list_by_label(selector) == []
+
+            # A refusal reaches the owner in the service's own words.
+            panel.get_by_test_id("sandbox-wake").click()
+            _toast(page, "There is nothing to wake: the next message builds a fresh sandbox.")
+            expect(status).to_have_text("No sandbox")
+
+            page.get_by_test_id("agent-logs-link").click()
+            operations = page.get_by_test_id("sandbox-operations").get_by_test_id(
+                "sandbox-operation"
+            )
+            expect(operations).to_have_count(4)
+            expect(operations.get_by_test_id("sandbox-operation-name")).to_have_text(
+                ["Wake", "Reset", "Wake", "Hibernate"]
+            )
+            expect(operations.get_by_test_id("sandbox-operation-outcome")).to_have_text(
+                ["refused", "done", "done", "done"]
+            )
+            expect(operations.first.get_by_test_id("sandbox-operation-error")).to_have_text(
+                "There is nothing to wake: the next message builds a fresh sandbox."
+            )
     finally:
         for ref in docker_backend.list_by_label(selector):
             docker_backend.remove(ref)

@@ -25,6 +25,7 @@ from mosoo_web.pages.agent_logs.state import (
     STATUS_LABELS,
     AgentLogsState,
     Fact,
+    OperationRow,
     PhaseRow,
     RunLogRow,
 )
@@ -32,6 +33,11 @@ from mosoo_web.reflex_typing import cond_value, match_component
 from mosoo_web.state.session import SessionState
 
 State = AgentLogsState
+OUTCOME_COLORS: dict[str, LiteralAccentColor] = {
+    "done": "green",
+    "refused": "amber",
+    "failed": "red",
+}
 RUN_STATUS_COLORS: dict[str, LiteralAccentColor] = {
     "completed": "green",
     "failed": "red",
@@ -143,6 +149,85 @@ def _runs() -> rx.Component:
             spacing="3",
             width="100%",
         ),
+        width="100%",
+    )
+
+
+def _operation(row: ObjectVar[OperationRow]) -> rx.Component:
+    return rx.vstack(
+        rx.hstack(
+            rx.text(row.operation, size="2", weight="medium", data_testid="sandbox-operation-name"),
+            match_component(
+                row.outcome,
+                *[
+                    (
+                        name,
+                        rx.badge(
+                            name,
+                            color_scheme=color,
+                            variant="soft",
+                            data_testid="sandbox-operation-outcome",
+                        ),
+                    )
+                    for name, color in OUTCOME_COLORS.items()
+                ],
+                rx.badge(row.outcome, variant="soft", data_testid="sandbox-operation-outcome"),
+            ),
+            rx.spacer(),
+            rx.text(row.duration, size="1", font_family="monospace", color_scheme="gray"),
+            rx.text(row.when, size="1", color_scheme="gray", title=row.at),
+            align="center",
+            spacing="2",
+            width="100%",
+        ),
+        rx.cond(
+            row.error != "",
+            rx.text(
+                row.error,
+                size="1",
+                color_scheme="red",
+                overflow_wrap="anywhere",
+                data_testid="sandbox-operation-error",
+            ),
+            rx.fragment(),
+        ),
+        spacing="1",
+        width="100%",
+        data_testid="sandbox-operation",
+    )
+
+
+def _operations() -> rx.Component:
+    """An Assistant's sandbox operations (restart, hibernate, ...), newest first."""
+    return rx.cond(
+        State.is_pet,
+        rx.card(
+            rx.vstack(
+                rx.heading("Sandbox operations", size="3"),
+                rx.cond(
+                    State.operations.length() > 0,
+                    rx.vstack(rx.foreach(State.operations, _operation), spacing="2", width="100%"),
+                    rx.text(
+                        "None yet. Restart, hibernate or reset the sandbox from Preview.",
+                        size="2",
+                        color_scheme="gray",
+                    ),
+                ),
+                spacing="3",
+                width="100%",
+            ),
+            width="100%",
+            data_testid="sandbox-operations",
+        ),
+        rx.fragment(),
+    )
+
+
+def _left() -> rx.Component:
+    return rx.vstack(
+        _runs(),
+        _operations(),
+        spacing="3",
         width=["100%", "100%", "380px"],
         flex_shrink="0",
     )
@@ -300,7 +385,7 @@ def _content() -> rx.Component:
             width="100%",
             margin_bottom="16px",
         ),
-        rx.cond(State.loaded, side_by_side(_runs(), _detail()), rx.fragment()),
+        rx.cond(State.loaded, side_by_side(_left(), _detail()), rx.fragment()),
         spacing="0",
         item_missing=State.missing,
         item_missing_card=missing_card(

@@ -14,7 +14,8 @@ import reflex as rx
 from mosoo_core import agents, usage
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
-from mosoo_core.errors import MosooError, NotFound
+from mosoo_core.errors import Conflict, MosooError, NotFound
+from mosoo_core.runtime import pet_operations
 from mosoo_core.sessions import actions, diagnostics
 from mosoo_core.sessions.transcript import build_transcript
 from mosoo_core.usage.reports import usage_by_run
@@ -77,6 +78,19 @@ class Diagnosis:
     error: str = ""
     setup_log: str = ""
     events_before: str = ""
+
+
+@dataclass
+class OperationRow:
+    """One of an Assistant's sandbox operations (restart, hibernate, ...)."""
+
+    id: str = ""
+    when: str = ""
+    at: str = ""  # the exact time, for the row's tooltip
+    operation: str = ""
+    outcome: str = ""  # done | refused | failed
+    error: str = ""
+    duration: str = ""
 
 
 def seconds_text(seconds: float) -> str:
@@ -168,6 +182,29 @@ def _load_run(account_id: str, run_id: str) -> tuple[list[ChatItem], Diagnosis]:
     return [chat_item(item) for item in transcript.items], _diagnosis(found, totals)
 
 
+def _load_operations(account_id: str, agent_id: str) -> list[OperationRow] | None:
+    """The Agent's sandbox operations, newest first; None for a Task (it has no sandbox of
+    its own)."""
+    with session_scope() as db:
+        try:
+            records = pet_operations.list_operations(db, account_id, agent_id)
+        except Conflict:
+            return None
+    now = utcnow()
+    return [
+        OperationRow(
+            id=record.id,
+            when=relative_time(record.created_at, now),
+            at=record.created_at.isoformat(timespec="seconds"),
+            operation=record.operation.capitalize(),
+            outcome=record.outcome,
+            error=record.error,
+            duration=seconds_text(record.duration_ms / 1000),
+        )
+        for record in records
+    ]
+
+
 class AgentLogsState(rx.State):
     agent_id: rx.Field[str] = rx.field("")
     agent_name: rx.Field[str] = rx.field("")
@@ -189,6 +226,9 @@ class AgentLogsState(rx.State):
     error: rx.Field[str] = rx.field("")
     setup_log: rx.Field[str] = rx.field("")
     events_before: rx.Field[str] = rx.field("")
+    # An Assistant's sandbox operations (`is_pet`: the section shows).
+    is_pet: rx.Field[bool] = rx.field(False)
+    operations: rx.Field[list[OperationRow]] = rx.field(default_factory=list)
 
     def _show(self, replay: list[ChatItem], found: Diagnosis) -> None:
         self.replay = replay
@@ -212,12 +252,23 @@ class AgentLogsState(rx.State):
             self.missing, self.rows = True, []
         self.loaded = True
 
+    async def _refresh_operations(self) -> None:
+        account_id, _ = await current_app_ids(self)
+        try:
+            found = await asyncio.to_thread(_load_operations, account_id, self.agent_id)
+        except NotFound:
+            found = None
+        self.is_pet, self.operations = found is not None, found or []
+
     @event
     async def load(self) -> None:
         self.agent_id = str(self.router.page.params.get("agent_id", "") or "")
         self.loaded, self.missing, self.selected = False, False, ""
+        self.is_pet, self.operations = False, []
         self._show([], Diagnosis())
         await self._refresh()
+        if not self.missing:
+            await self._refresh_operations()
         if self.rows:
             await self.select(self.rows[0].id)
 

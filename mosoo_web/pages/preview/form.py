@@ -21,6 +21,7 @@ from mosoo_web.pages.preview.fields import (
 )
 from mosoo_web.pages.preview.mcp_picker import mcp_picker
 from mosoo_web.pages.preview.readiness import pending_changes, readiness_callouts
+from mosoo_web.pages.preview.sandbox_panel import sandbox_panel
 from mosoo_web.pages.preview.state import PreviewState
 from mosoo_web.reflex_typing import cond_value, match_component
 from mosoo_web.state.session import SessionState
@@ -466,6 +467,7 @@ def agent_form() -> rx.Component:
             _form_header(),
             readiness_callouts(),
             pending_changes(),
+            sandbox_panel(),
             _field(
                 "Name",
                 "name",

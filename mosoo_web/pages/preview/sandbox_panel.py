@@ -1,0 +1,174 @@
+"""The Sandbox panel on an Assistant's Preview: its one sandbox's status (Running, Stopped,
+Hibernated, No sandbox), uptime, image, CPU and memory, and Restart, Recreate, Hibernate,
+Wake and Reset (confirmed by typing the Agent's name)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import reflex as rx
+from reflex_components_radix.themes.base import LiteralAccentColor
+
+from mosoo_web.components.dialogs import dialog, dialog_buttons
+from mosoo_web.pages.preview.sandbox_state import SandboxPanelState
+from mosoo_web.pages.preview.state import PreviewState
+from mosoo_web.reflex_typing import match_component
+
+State = SandboxPanelState
+STATES: dict[str, tuple[str, LiteralAccentColor]] = {
+    "running": ("Running", "green"),
+    "stopped": ("Stopped", "amber"),
+    "hibernated": ("Hibernated", "blue"),
+    "none": ("No sandbox", "gray"),
+}
+# (operation, label, icon, what it does: the button's tooltip)
+ACTIONS = (
+    ("restart", "Restart", "rotate-cw", "Restart the driver; the sandbox and its files stay."),
+    (
+        "recreate",
+        "Recreate",
+        "refresh-cw",
+        "Save /workspace, then build a new sandbox from the current profile with it.",
+    ),
+    ("hibernate", "Hibernate", "moon", "Save /workspace and remove the sandbox."),
+    ("wake", "Wake", "sun", "Build a hibernated sandbox again, its workspace restored."),
+)
+
+
+def _status_badge() -> rx.Component:
+    return match_component(
+        State.sandbox_state,
+        *[
+            (key, rx.badge(label, color_scheme=color, variant="soft", data_testid="sandbox-status"))
+            for key, (label, color) in STATES.items()
+        ],
+        rx.badge("…", color_scheme="gray", variant="soft", data_testid="sandbox-status"),
+    )
+
+
+def _figure(label: str, value: rx.Var[str], test_id: str, **props: Any) -> rx.Component:
+    return rx.cond(
+        value != "",
+        rx.hstack(
+            rx.text(label, size="1", color_scheme="gray", width="64px", flex_shrink="0"),
+            rx.text(value, size="1", font_family="monospace", data_testid=test_id, **props),
+            spacing="2",
+            width="100%",
+        ),
+        rx.fragment(),
+    )
+
+
+def _action(operation: str, label: str, icon: str, hint: str) -> rx.Component:
+    return rx.tooltip(
+        rx.button(
+            rx.icon(icon, size=13),
+            label,
+            size="1",
+            variant="soft",
+            type="button",
+            loading=State.busy == operation,
+            disabled=(State.busy != "") | PreviewState.run_active,
+            on_click=State.operate(operation),
+            data_testid=f"sandbox-{operation}",
+        ),
+        content=hint,
+    )
+
+
+def _reset_dialog() -> rx.Component:
+    return dialog(
+        rx.button(
+            rx.icon("eraser", size=13),
+            "Reset",
+            size="1",
+            variant="soft",
+            color_scheme="red",
+            type="button",
+            disabled=(State.busy != "") | PreviewState.run_active,
+            data_testid="sandbox-reset",
+        ),
+        "Reset the sandbox",
+        "Wipes the sandbox and its saved workspace (memory, every thread's files). The "
+        "configuration, threads, usage and logs stay. This cannot be undone.",
+        rx.vstack(
+            rx.text(
+                "Type the Agent's name, ",
+                rx.code(PreviewState.agent_name),
+                ", to confirm.",
+                size="2",
+            ),
+            rx.input(
+                value=State.confirm_text,
+                on_change=State.set_confirm_text,
+                placeholder=PreviewState.agent_name,
+                width="100%",
+                data_testid="sandbox-reset-confirm-input",
+            ),
+            dialog_buttons(
+                rx.button(
+                    "Reset",
+                    color_scheme="red",
+                    type="button",
+                    loading=State.busy == "reset",
+                    disabled=State.confirm_text != PreviewState.agent_name,
+                    on_click=State.operate("reset"),
+                    data_testid="sandbox-reset-confirm",
+                )
+            ),
+            spacing="3",
+            width="100%",
+        ),
+        open=State.reset_open,
+        on_open_change=State.set_reset_open,
+    )
+
+
+def sandbox_panel() -> rx.Component:
+    """Shown for an Assistant only; sampled when it mounts (the form re-mounts on each load)."""
+    return rx.cond(
+        PreviewState.kind == "pet",
+        rx.card(
+            rx.vstack(
+                rx.hstack(
+                    rx.text("Sandbox", size="2", weight="bold"),
+                    _status_badge(),
+                    rx.spacer(),
+                    rx.icon_button(
+                        rx.icon("refresh-ccw", size=13),
+                        size="1",
+                        variant="ghost",
+                        type="button",
+                        loading=State.loading,
+                        on_click=State.refresh,
+                        aria_label="Refresh the sandbox status",
+                        data_testid="sandbox-refresh",
+                    ),
+                    align="center",
+                    spacing="2",
+                    width="100%",
+                ),
+                _figure("Uptime", State.uptime, "sandbox-uptime"),
+                _figure("Image", State.image, "sandbox-image", title=State.image_full),
+                _figure("CPU", State.cpu, "sandbox-cpu"),
+                _figure("Memory", State.memory, "sandbox-memory"),
+                rx.cond(
+                    State.status_error != "",
+                    rx.text(State.status_error, size="1", color_scheme="red"),
+                    rx.fragment(),
+                ),
+                rx.hstack(
+                    *[_action(*action) for action in ACTIONS],
+                    _reset_dialog(),
+                    spacing="2",
+                    wrap="wrap",
+                ),
+                spacing="2",
+                width="100%",
+            ),
+            on_mount=State.refresh,
+            width="100%",
+            data_testid="sandbox-panel",
+        ),
+        rx.fragment(),
+    )
