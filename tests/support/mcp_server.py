@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -35,6 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mosoo_core.settings import reset_settings_cache
+from tests.support.processes import loopback_listener
 
 # A 1x1 PNG.
 PIXEL_PNG = base64.b64decode(
@@ -151,9 +151,7 @@ class MCPTestServer:
         self.authorization_server = authorization_server
         self.seen: list[SeenRequest] = []
         self.lock = threading.Lock()
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", 0))
+        self._socket = loopback_listener()
         self.port = int(self._socket.getsockname()[1])
         app = build_mcp().streamable_http_app(
             json_response=json_response,

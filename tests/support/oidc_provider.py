@@ -8,7 +8,6 @@ S256 PKCE and a nonce are required; ID tokens are signed with an RSA key made at
 from __future__ import annotations
 
 import secrets
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -34,6 +33,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from tests.support.processes import loopback_listener
 
 
 @dataclass
@@ -275,9 +276,7 @@ class LoopbackServer:
     `url` is known before the app is built (our redirect URI needs it)."""
 
     def __init__(self) -> None:
-        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.socket.bind(("127.0.0.1", 0))
+        self.socket = loopback_listener()
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None

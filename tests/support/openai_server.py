@@ -25,7 +25,6 @@ import asyncio
 import json
 import logging
 import re
-import socket
 import threading
 import time
 import uuid
@@ -39,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support.processes import loopback_listener
 from tests.support.recording import read_request
 
 
@@ -150,9 +150,7 @@ class ScriptedOpenAIServer:
         self._lock = threading.Lock()
         self.streams_completed = 0
         self.streams_aborted = 0
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", 0))
+        self._socket = loopback_listener()
         self.port = int(self._socket.getsockname()[1])
         app = Starlette(
             routes=[
