@@ -28,6 +28,7 @@ IDS = {
     "environment_id": "0" * 26,
     "skill_id": "0" * 26,
     "server_id": "0" * 26,
+    "operation": "reset",  # a sandbox operation: the token is checked before it runs
 }
 
 REFUSED_TOKENS = {
