@@ -194,7 +194,11 @@ def test_the_sandbox_panel_hibernates_wakes_and_resets_the_assistant_sandbox(
             _toast(page, "There is nothing to wake: the next message builds a fresh sandbox.")
             expect(status).to_have_text("No sandbox")
 
-            page.get_by_test_id("agent-logs-link").click()
+            # Followed by its address: the header link sits under the toasts just shown, and a
+            # toast under the pointer stays (its timer pauses), so a click can wait it out.
+            logs = page.get_by_test_id("agent-logs-link").get_attribute("href")
+            assert logs == f"/apps/{app_id}/agents/{agent_id}/logs"
+            page.goto(f"{server.url}{logs}")
             operations = page.get_by_test_id("sandbox-operations").get_by_test_id(
                 "sandbox-operation"
             )
