@@ -4,8 +4,6 @@ sandbox is built again (the worker's `run.preparing {stage: "wake"}`), until the
 from __future__ import annotations
 
 import os
-import re
-import uuid
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -15,24 +13,15 @@ from mosoo_core.db import session_scope
 from mosoo_core.sessions.driver_plane import NewEvent, append_events
 from mosoo_core.tables.agents import Agent
 from tests.browser.conftest import WebServer
-from tests.browser.test_console_journey import _sign_in
-from tests.browser.test_preview_chat import _account_id
+from tests.browser.test_pet_pending import _signed_in
 
 pytestmark = pytest.mark.browser
-
-APP_URL = re.compile(r"/apps/([0-9A-Z]{26})$")
 
 
 def test_a_message_to_a_hibernated_assistant_shows_waking_in_the_chat(
     page: Page, browser: Browser, shared_database: WebServer
 ) -> None:
-    page.goto(f"{shared_database.url}/login")
-    _sign_in(page, browser, shared_database, f"wake-{uuid.uuid4().hex[:8]}@example.com")
-    page.wait_for_url(APP_URL)
-    app_match = APP_URL.search(page.url)
-    assert app_match
-    app_id = app_match.group(1)
-    account_id = _account_id(page)
+    account_id, app_id = _signed_in(page, browser, shared_database, "wake")
     with session_scope() as db:
         agent = Agent(app_id=app_id, name="Keeper", model="m", kind="pet")
         db.add(agent)
