@@ -29,6 +29,7 @@ from mosoo_core.runtime.sandbox._base import (
     SANDBOX_GID,
     SANDBOX_UID,
     SANDBOX_USER,
+    TERMINAL_MARKER_ENV,
     WORKSPACE,
     ExecResult,
     Limits,
@@ -40,6 +41,7 @@ from mosoo_core.runtime.sandbox._base import (
     SandboxRef,
     SandboxSpec,
     SandboxStats,
+    TerminalProcess,
     remove_read_only_tree,
 )
 from mosoo_core.settings import Settings, get_settings
@@ -124,6 +126,7 @@ __all__ = [
     "SANDBOX_GID",
     "SANDBOX_UID",
     "SANDBOX_USER",
+    "TERMINAL_MARKER_ENV",
     "WORKSPACE",
     "ExecResult",
     "Limits",
@@ -135,6 +138,7 @@ __all__ = [
     "SandboxRef",
     "SandboxSpec",
     "SandboxStats",
+    "TerminalProcess",
     "get_backend",
     "remove_read_only_tree",
 ]

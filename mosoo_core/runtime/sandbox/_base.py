@@ -191,6 +191,41 @@ class ExecResult:
         return self.stderr.decode("utf-8", "replace")
 
 
+# Every process of an owner's terminal carries this variable (its value the terminal's id), so
+# closing the terminal finds and ends them all, those that left its session too.
+TERMINAL_MARKER_ENV = "MOSOO_TERMINAL_ID"
+# Ends every process of the sandbox user that carries `MOSOO_TERMINAL_ID=$1` in its
+# environment; a few rounds, for children forked while the previous round was killing.
+TERMINAL_KILL_SCRIPT = (
+    'for round in 1 2 3 4 5; do found=""; for dir in /proc/[0-9]*; do '
+    'pid="${dir#/proc/}"; [ "$pid" = "$$" ] && continue; '
+    'if tr "\\000" "\\n" < "$dir/environ" 2>/dev/null | grep -qxF "$2=$1"; then '
+    'kill -KILL "$pid" 2>/dev/null && found=1; fi; done; [ -z "$found" ] && break; done; exit 0'
+)
+
+
+class TerminalProcess(abc.ABC):
+    """An interactive shell on a TTY inside a sandbox, as the sandbox user (an owner's
+    terminal). `read` and `write` block; one thread reads while others write or resize."""
+
+    @abc.abstractmethod
+    def read(self) -> bytes:
+        """What the shell wrote since the last read (blocks until there is some); b"" once
+        the shell has ended."""
+
+    @abc.abstractmethod
+    def write(self, data: bytes) -> None:
+        """Keystrokes (or pasted text) for the shell."""
+
+    @abc.abstractmethod
+    def resize(self, rows: int, cols: int) -> None:
+        """Set the TTY's size; the shell gets SIGWINCH."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """End the shell and every process it started. Closing twice is fine."""
+
+
 class SandboxBackend(abc.ABC):
     """Create, use and destroy sandboxes. Both backends pass tests/integration/sandbox."""
 
@@ -265,6 +300,22 @@ class SandboxBackend(abc.ABC):
     @abc.abstractmethod
     def _stream_out(self, ref: SandboxRef, argv: list[str]) -> Iterator[bytes]:
         """Run argv and yield its stdout as it comes; raise SandboxError if it fails."""
+
+    @abc.abstractmethod
+    def open_terminal(
+        self,
+        ref: SandboxRef,
+        argv: list[str],
+        *,
+        terminal_id: str,
+        rows: int,
+        cols: int,
+        env: Mapping[str, str] | None = None,
+    ) -> TerminalProcess:
+        """Start argv (a shell) on a new TTY of `rows` x `cols` in /workspace, as the sandbox
+        user with the sandbox's own environment, limits and network, and no capability a
+        command run by `exec` lacks. Every process it starts carries TERMINAL_MARKER_ENV =
+        `terminal_id`, which is how `close` finds them."""
 
     @abc.abstractmethod
     def start(self, ref: SandboxRef) -> None:

@@ -34,6 +34,8 @@ from mosoo_core.runtime.sandbox._base import (
     SANDBOX_GID,
     SANDBOX_PATH,
     SANDBOX_UID,
+    TERMINAL_KILL_SCRIPT,
+    TERMINAL_MARKER_ENV,
     WORKSPACE,
     ExecResult,
     Limits,
@@ -44,6 +46,7 @@ from mosoo_core.runtime.sandbox._base import (
     SandboxSpec,
     SandboxStats,
     TarData,
+    TerminalProcess,
     control_socket_dir,
     remove_read_only_tree,
 )
@@ -112,15 +115,16 @@ def _engine_errors(what: str) -> Iterator[None]:
 
 
 class _Hijacked:
-    """The raw, bidirectional connection of one `docker exec` (stdin in, frames out)."""
+    """The raw, bidirectional connection of one `docker exec` (stdin in, frames out; with
+    `tty`, the TTY's bytes as they come, unframed)."""
 
-    def __init__(self, api: docker.APIClient, exec_id: str) -> None:
+    def __init__(self, api: docker.APIClient, exec_id: str, tty: bool = False) -> None:
         # exec_start(socket=True) hands back the socket *below* the HTTP reader, which can lose
         # output already buffered while the 101 headers were parsed; read through the reader.
         response = api._post_json(
             api._url("/exec/{0}/start", exec_id),
             headers={"Connection": "Upgrade", "Upgrade": "tcp"},
-            data={"Tty": False, "Detach": False},
+            data={"Tty": tty, "Detach": False},
             stream=True,
         )
         api._raise_for_status(response)
@@ -180,6 +184,48 @@ class _Hijacked:
             self.sock.close()
         with contextlib.suppress(Exception):
             self._response.close()
+
+
+class _DockerTerminal(TerminalProcess):
+    """A `docker exec` with a TTY; closing it ends its processes with an exec of their own
+    (the engine has no way to kill an exec, and dropping its connection leaves it running)."""
+
+    def __init__(
+        self, backend: DockerBackend, ref: SandboxRef, exec_id: str, terminal_id: str
+    ) -> None:
+        self._backend, self._ref, self._exec_id = backend, ref, exec_id
+        self._terminal_id = terminal_id
+        with _engine_errors(f"could not open a terminal in {ref.name}"):
+            self._connection = _Hijacked(backend.client.api, exec_id, tty=True)
+        self._connection.sock.settimeout(None)
+        self._closed = threading.Event()
+
+    def read(self) -> bytes:
+        try:
+            return bytes(self._connection.reader.read1(65536))
+        except (OSError, ValueError):  # closed under us: the terminal is over
+            return b""
+
+    def write(self, data: bytes) -> None:
+        try:
+            self._connection.sock.sendall(data)
+        except OSError as error:
+            raise SandboxError(f"the terminal in {self._ref.name} is gone: {error}") from error
+
+    def resize(self, rows: int, cols: int) -> None:
+        with _engine_errors(f"could not resize the terminal in {self._ref.name}"):
+            self._backend.client.api.exec_resize(self._exec_id, height=rows, width=cols)
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        try:
+            self._backend.end_terminal_processes(self._ref, self._terminal_id)
+        finally:
+            with contextlib.suppress(OSError):
+                self._connection.sock.shutdown(socket.SHUT_RDWR)  # wakes a blocked read
+            self._connection.close()
 
 
 class DockerBackend(SandboxBackend):
@@ -386,6 +432,7 @@ class DockerBackend(SandboxBackend):
         env: Mapping[str, str] | None,
         workdir: str,
         stdin: bool,
+        tty: bool = False,
     ) -> str:
         try:
             created = self.client.api.exec_create(
@@ -394,6 +441,7 @@ class DockerBackend(SandboxBackend):
                 stdout=True,
                 stderr=True,
                 stdin=stdin,
+                tty=tty,
                 user=user or "",
                 environment=dict(env or {}),
                 workdir=workdir,
@@ -501,6 +549,55 @@ class DockerBackend(SandboxBackend):
         exec_id = self._exec_create(ref, argv, user=None, env=env, workdir=workdir, stdin=False)
         with _engine_errors(f"could not start a process in {ref.name}"):
             self.client.api.exec_start(exec_id, detach=True)
+
+    def open_terminal(
+        self,
+        ref: SandboxRef,
+        argv: list[str],
+        *,
+        terminal_id: str,
+        rows: int,
+        cols: int,
+        env: Mapping[str, str] | None = None,
+    ) -> TerminalProcess:
+        # The container's own user and environment (no secrets: those reach the driver in its
+        # boot payload), never privileged, no capability beyond the container's (none).
+        environment = {**(env or {}), TERMINAL_MARKER_ENV: terminal_id}
+        exec_id = self._exec_create(
+            ref,
+            argv,
+            user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+            env=environment,
+            workdir=WORKSPACE,
+            stdin=True,
+            tty=True,
+        )
+        terminal = _DockerTerminal(self, ref, exec_id, terminal_id)
+        try:
+            terminal.resize(rows, cols)
+        except SandboxError:
+            terminal.close()
+            raise
+        return terminal
+
+    def end_terminal_processes(self, ref: SandboxRef, terminal_id: str) -> None:
+        """Kill every process of terminal `terminal_id` in the sandbox (gone already: fine)."""
+        try:
+            self.exec(
+                ref,
+                ["sh", "-c", TERMINAL_KILL_SCRIPT, "sh", terminal_id, TERMINAL_MARKER_ENV],
+                timeout=30,
+            )
+        except SandboxNotFound:
+            pass  # the sandbox went, and its processes with it
+        except SandboxError:
+            try:
+                with _engine_errors(f"could not inspect {ref.name}"):
+                    still_running = self._container(ref).status == "running"
+            except SandboxNotFound:
+                return
+            if still_running:
+                raise  # a stopped container has no processes left to end
 
     def stats(self, ref: SandboxRef) -> SandboxStats:
         with _engine_errors(f"could not read the use of {ref.name}"):

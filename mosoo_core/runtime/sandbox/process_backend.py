@@ -34,7 +34,9 @@ import os
 import select
 import shutil
 import signal
+import struct
 import subprocess
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -55,6 +57,7 @@ from mosoo_core.runtime.sandbox._base import (
     SANDBOX_PATH,
     SANDBOX_UID,
     SANDBOX_USER,
+    TERMINAL_MARKER_ENV,
     WORKSPACE,
     ExecResult,
     Limits,
@@ -65,6 +68,7 @@ from mosoo_core.runtime.sandbox._base import (
     SandboxSpec,
     SandboxStats,
     TarData,
+    TerminalProcess,
     control_socket_dir,
 )
 from mosoo_core.runtime.sandbox._cgroups import (
@@ -120,6 +124,67 @@ def _start_time(pid: int) -> str | None:
     except OSError:
         return None
     return stat.rsplit(")", 1)[1].split()[19]
+
+
+class _PtyTerminal(TerminalProcess):
+    """A command on a pseudo-terminal, in a bwrap sandbox of its own like `exec`: its pid
+    namespace ends with it, so killing it ends every process it started."""
+
+    # How often a blocked read looks whether the terminal was closed meanwhile.
+    _POLL_SECONDS = 0.5
+
+    def __init__(self, process: subprocess.Popen[bytes], master: int) -> None:
+        self._process, self._master = process, master
+        self._closed = threading.Event()
+        self._fd_lock = threading.Lock()
+
+    def read(self) -> bytes:
+        # The reading side owns the master: closing it under a blocked read could hand the
+        # reader someone else's file descriptor.
+        while True:
+            with self._fd_lock:
+                if self._master == -1:
+                    return b""
+                master = self._master
+            ready, _, _ = select.select([master], [], [], self._POLL_SECONDS)
+            if not ready and not self._closed.is_set():
+                continue
+            try:
+                data = os.read(master, 65536) if ready else b""
+            except OSError:  # EIO: the last process holding the terminal ended
+                data = b""
+            if data:
+                return data
+            with self._fd_lock:
+                os.close(self._master)
+                self._master = -1
+            return b""
+
+    def write(self, data: bytes) -> None:
+        with self._fd_lock:
+            if self._master == -1:
+                raise SandboxError("the terminal has ended")
+            view = memoryview(data)
+            while view:
+                try:
+                    written = os.write(self._master, view)
+                except OSError as error:
+                    raise SandboxError(f"the terminal has ended: {error}") from error
+                view = view[written:]
+
+    def resize(self, rows: int, cols: int) -> None:
+        with self._fd_lock:
+            if self._master != -1:
+                size = struct.pack("HHHH", rows, cols, 0, 0)
+                fcntl.ioctl(self._master, termios.TIOCSWINSZ, size)
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._process.poll() is None:
+            # bwrap's sandbox dies with it (--die-with-parent), pid namespace and all.
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+        self._process.wait()
 
 
 def _read_info(fd: int, deadline: float) -> dict[str, Any]:
@@ -545,6 +610,41 @@ class ProcessBackend(SandboxBackend):
             timed_out=timed_out,
             truncated=out.truncated or err.truncated,
         )
+
+    def open_terminal(
+        self,
+        ref: SandboxRef,
+        argv: list[str],
+        *,
+        terminal_id: str,
+        rows: int,
+        cols: int,
+        env: Mapping[str, str] | None = None,
+    ) -> TerminalProcess:
+        meta = self._running_meta(ref)
+        environment = {**(env or {}), TERMINAL_MARKER_ENV: terminal_id}
+        # bwrap's --new-session leaves the command without a controlling terminal; `setsid
+        # --ctty` gives the shell this pty as its own (job control, ^C, SIGWINCH), and --wait
+        # keeps the pid namespace up for as long as the shell runs.
+        command = self._command(
+            meta, ["setsid", "--ctty", "--wait", *argv], environment, WORKSPACE, detached=False
+        )
+        master, slave = os.openpty()
+        try:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+            process = subprocess.Popen(
+                command,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        return _PtyTerminal(process, master)
 
     @staticmethod
     def _feed(process: subprocess.Popen[bytes], data: TarData) -> None:
