@@ -116,6 +116,9 @@ class Settings(BaseSettings):
     # An Assistant's sandbox left this long without a run is hibernated by the beat (its
     # /workspace saved, the container removed); the next message wakes it.
     pet_idle_minutes: float = Field(default=5.0, gt=0)
+    # The owner's terminal into a running Assistant's sandbox (Preview's Sandbox panel, the
+    # websocket /api/terminal/{agent_id}); off, the route refuses and the console hides it.
+    terminal_enabled: bool = True
 
     # Public API v1: requests a minute per access token, and how often an idle event
     # stream sends a keep-alive comment (proxies close connections that stay silent).

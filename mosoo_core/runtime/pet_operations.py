@@ -78,7 +78,7 @@ class OperationRecord:
     created_at: datetime
 
 
-def _pet_agent(db: Session, account_id: str, agent_id: str) -> Agent:
+def pet_agent(db: Session, account_id: str, agent_id: str) -> Agent:
     """The account's Agent (NotFound otherwise), refused unless it is an Assistant."""
     row = db.get(Agent, agent_id) if agent_id else None
     if row is None:
@@ -94,7 +94,7 @@ def sandbox_status(
 ) -> SandboxStatus:
     """The Agent's sandbox, its uptime and use (about a second: CPU use is sampled). NotFound
     for another owner's Agent, Conflict for a Task."""
-    agent = _pet_agent(db, account_id, agent_id)
+    agent = pet_agent(db, account_id, agent_id)
     saved = get_store().exists(runs.pet_checkpoint_key(agent.app_id, agent.id))
     status = pets.pet_sandbox_status(account_id, agent.app_id, agent.id, backend)
     if not status.exists:
@@ -128,7 +128,7 @@ def list_operations(
     db: Session, account_id: str, agent_id: str, limit: int = 50
 ) -> list[OperationRecord]:
     """The Agent's sandbox operations, newest first. NotFound for another owner's Agent."""
-    _pet_agent(db, account_id, agent_id)
+    pet_agent(db, account_id, agent_id)
     rows = db.exec(
         select(PetOperation)
         .where(PetOperation.agent_id == agent_id)
@@ -165,7 +165,7 @@ def run_operation(
     if operation not in OPERATIONS:
         raise InvalidInput(f"Unknown operation {operation!r}.", field="operation")
     with session_scope() as db:
-        agent = _pet_agent(db, account_id, agent_id)
+        agent = pet_agent(db, account_id, agent_id)
         app_id, name = agent.app_id, agent.name
     work: Callable[[], str] = {
         "restart": lambda: _restart(app_id, agent_id, backend),
@@ -191,11 +191,11 @@ def _recorded(
     try:
         message = work()
     except SandboxError as error:
-        _record(account_id, agent_id, operation, "failed", error.message, started)
+        record_operation(account_id, agent_id, operation, "failed", error.message, started)
         raise Conflict(f"The sandbox could not {operation}: {error.message[:300]}") from None
     except MosooError as error:
         failed = isinstance(error, pets.CheckpointFailed)
-        _record(
+        record_operation(
             account_id,
             agent_id,
             operation,
@@ -205,17 +205,21 @@ def _recorded(
         )
         raise
     except Exception as error:  # the object store, the database: the log still says it failed
-        _record(account_id, agent_id, operation, "failed", f"{type(error).__name__}", started)
+        record_operation(
+            account_id, agent_id, operation, "failed", f"{type(error).__name__}", started
+        )
         raise
-    _record(account_id, agent_id, operation, "done", "", started)
+    record_operation(account_id, agent_id, operation, "done", "", started)
     seconds = round(time.monotonic() - started, 3)
     log.info("pet.operation", agent_id=agent_id, operation=operation, seconds=seconds)
     return OperationResult(operation=operation, message=message, seconds=seconds)
 
 
-def _record(
+def record_operation(
     account_id: str, agent_id: str, operation: str, outcome: str, error: str, started: float
 ) -> None:
+    """One line of the Agent's Logs: `operation` by `account_id`, begun at `started`
+    (time.monotonic()), its outcome (done | refused | failed) and why when not done."""
     with session_scope() as db:
         db.add(
             PetOperation(

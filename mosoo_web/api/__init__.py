@@ -9,7 +9,17 @@ from starlette.routing import Mount
 
 from mosoo_core.origins import allowed_origins
 from mosoo_core.settings import get_settings
-from mosoo_web.api import auth, cli_auth, files, google, health, mcp_oauth, skills, usage_export
+from mosoo_web.api import (
+    auth,
+    cli_auth,
+    files,
+    google,
+    health,
+    mcp_oauth,
+    skills,
+    terminal,
+    usage_export,
+)
 from mosoo_web.api._origin import OriginCheck
 from mosoo_web.api.body_limit import BodyLimit
 from mosoo_web.api.errors import install_error_handlers
@@ -38,6 +48,7 @@ def build_api() -> FastAPI:
     api.include_router(skills.router)
     api.include_router(mcp_oauth.router)
     api.include_router(usage_export.router)
+    api.include_router(terminal.router)
     google.install(api)
     api.mount(PREFIX, build_v1())
     _match_line_breaks(api, PREFIX)

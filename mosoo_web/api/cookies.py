@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from fastapi import Request, Response
+from fastapi import Response
+from starlette.requests import HTTPConnection
 
 from mosoo_core.identity import NewSession
 from mosoo_core.settings import get_settings
@@ -36,7 +37,8 @@ def clear_session_cookie(response: Response) -> None:
     )
 
 
-def session_token(request: Request) -> str | None:
+def session_token(request: HTTPConnection) -> str | None:
+    """The cookie's token, from a request or a websocket handshake."""
     return request.cookies.get(get_settings().session_cookie)
 
 
