@@ -92,8 +92,14 @@ class _FlushLogs:
     """Marker in the outgoing queue: send the pending log lines here."""
 
 
+class _SayReady:
+    """Marker in the outgoing queue: send `ready` here (after `assign`)."""
+
+
 _FLUSH_LOGS = _FlushLogs()
-_Outgoing = str | CommandUpdate | _FlushLogs  # str = the source_event_id of an unacked event
+_READY = _SayReady()
+# str = the source_event_id of an unacked event
+_Outgoing = str | CommandUpdate | _FlushLogs | _SayReady
 
 
 def utc_now() -> str:
@@ -141,11 +147,11 @@ class ControlConnection:
         self.handshake_timeout = handshake_timeout
 
         self._boot_token = boot_token
-        # The values of the environment's secret variables, masked in every event sent: a
-        # command that prints one shows it to the model, never to the thread's log.
-        self._masks = sorted(
-            {json.dumps(value)[1:-1] for value in secrets if value}, key=len, reverse=True
-        )
+        self._masks: list[str] = []
+        self.mask_secrets(secrets)
+        # A driver booted without a run (warm pool) says `ready {standby}` until it is
+        # assigned one; `announce_ready` then says ready for it.
+        self.standby = False
         self._resume_token: str | None = None
         self._last_acked: str | None = None
         self._backend_started = False
@@ -195,6 +201,24 @@ class ControlConnection:
         )
         self._remember_command(command_id, message)
         self._queue(message)
+
+    def mask_secrets(self, secrets: Sequence[str]) -> None:
+        """The values of the environment's secret variables, masked in every event sent: a
+        command that prints one shows it to the model, never to the thread's log."""
+        self._masks = sorted(
+            {json.dumps(value)[1:-1] for value in secrets if value}, key=len, reverse=True
+        )
+
+    def announce_ready(self) -> None:
+        """A standby driver took its run and started its backend: say `ready` (with the
+        backend's capabilities), as every later reconnect will."""
+        self.standby = False
+        self._queue(_READY)
+
+    def _ready(self) -> Ready:
+        if self.standby:
+            return Ready(at=utc_now(), standby=True)
+        return Ready(at=utc_now(), capabilities=self.capabilities)
 
     def log_line(self, level: str, message: str) -> None:
         """Queue a log line for control (best effort, bounded, never re-sent)."""
@@ -334,7 +358,7 @@ class ControlConnection:
                         )
                     raise BackendStartFailed(f"{type(error).__name__}: {error}") from error
             self._backend_started = True
-        await self._send(websocket, encode(Ready(at=utc_now())))
+        await self._send(websocket, encode(self._ready()))
         self._requeue()
         self.connected.set()
         interval = max(MIN_HEARTBEAT_SECONDS, welcome.heartbeat_interval_ms / 1000)
@@ -415,7 +439,8 @@ class ControlConnection:
 
     def _requeue(self) -> None:
         """After a (re)connect: every unacknowledged event first, in order, then the rest."""
-        rest = [item for item in self._outgoing if not isinstance(item, str)]
+        # A `ready` still queued was just said on connecting.
+        rest = [item for item in self._outgoing if not isinstance(item, str | _SayReady)]
         self._outgoing = deque([*self._unacked.keys(), *rest])
         self._wakeup.set()
 
@@ -423,6 +448,8 @@ class ControlConnection:
         item = self._outgoing.popleft()
         if isinstance(item, CommandUpdate):
             return encode(item)
+        if isinstance(item, _SayReady):
+            return encode(self._ready())
         if isinstance(item, _FlushLogs):
             lines = [
                 self._pending_logs.popleft()

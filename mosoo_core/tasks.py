@@ -16,6 +16,7 @@ from mosoo_core.logs import configure_logging, get_logger
 from mosoo_core.runtime import builds, pet_idle
 from mosoo_core.runtime import skills as skill_files
 from mosoo_core.runtime.lost_runs import resend_lost_runs
+from mosoo_core.runtime.run_queue import dispatch_next_run
 from mosoo_core.runtime.runs import DISPATCHING_MARK_SECONDS, finish_run_sandbox, sweep_stuck_boots
 from mosoo_core.runtime.runs import dispatch_run as dispatch
 from mosoo_core.runtime.runs import sweep_sandboxes as sweep
@@ -75,13 +76,16 @@ def purge_sign_in_records() -> int:
 @app.task(name="mosoo.dispatch_run", bind=True)
 def dispatch_run(self: Any, run_id: str) -> str:
     if not tracing.enabled():
-        return dispatch(run_id)
-    # The run's trace goes on from the enqueuing request (its `traceparent` message header).
-    parent = tracing.context_from(self.request.get("traceparent") or "")
-    with tracing.tracer().start_as_current_span(
-        "run.dispatch", context=parent, attributes={"mosoo.run_id": run_id}
-    ):
-        return dispatch(run_id)
+        status = dispatch(run_id)
+    else:
+        # The run's trace goes on from the enqueuing request (its `traceparent` message header).
+        parent = tracing.context_from(self.request.get("traceparent") or "")
+        with tracing.tracer().start_as_current_span(
+            "run.dispatch", context=parent, attributes={"mosoo.run_id": run_id}
+        ):
+            status = dispatch(run_id)
+    dispatch_next_run(run_id)  # a boot that failed (or was stopped) ended the run here
+    return status
 
 
 @app.task(name="mosoo.finish_run", bind=True, max_retries=40)
@@ -91,6 +95,7 @@ def finish_run(self: Any, run_id: str) -> str:
         status == "deferred"
     ):  # its dispatcher releases the sandbox; look again in case it dies first
         raise self.retry(countdown=DISPATCHING_MARK_SECONDS)
+    dispatch_next_run(run_id)  # the thread's next message, once this run's sandbox is released
     return status
 
 

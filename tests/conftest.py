@@ -42,6 +42,8 @@ def isolated_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
     monkeypatch.setenv("MOSOO_LOG_JSON", "false")
     # The scripted model servers listen on loopback (a test of the refusal turns this off).
     monkeypatch.setenv("MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS", "true")
+    # No warm pool unless a test asks: members would be sandboxes a test did not make.
+    monkeypatch.setenv("MOSOO_POOL_SIZE", "0")
     monkeypatch.chdir(tmp_path)
     reset_settings_cache()
     yield data_dir

@@ -14,6 +14,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from driver.protocol import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
+    SUPPORTED_PROTOCOL_VERSIONS,
     Ack,
     Close,
     Command,
@@ -111,8 +112,10 @@ class DriverConnection:
             await self.refuse("expected_hello", "the first message must be hello")
             return
         self.instance_id = hello.driver_instance_id
-        if hello.protocol_version != PROTOCOL_VERSION:
-            await self.refuse("protocol_version", f"control speaks protocol {PROTOCOL_VERSION}")
+        if hello.protocol_version not in SUPPORTED_PROTOCOL_VERSIONS:
+            await self.refuse(
+                "protocol_version", f"control speaks protocol 1 to {PROTOCOL_VERSION}"
+            )
             return
         try:
             welcome = await asyncio.to_thread(self._accept, hello)
@@ -145,6 +148,16 @@ class DriverConnection:
     def _accept(self, hello: Hello) -> driver_plane.DriverWelcome:
         with session_scope() as db:
             return driver_plane.accept_hello(db, hello)
+
+    def _ready(self, ready: Ready) -> None:
+        with session_scope() as db:
+            driver_plane.mark_ready(
+                db,
+                self.instance_id,
+                self.connection_id,
+                standby=ready.standby,
+                capabilities=ready.capabilities,
+            )
 
     def _disconnected(self) -> None:
         with session_scope() as db:
@@ -179,8 +192,9 @@ class DriverConnection:
                 )
             )
         elif isinstance(message, Ready):
-            await asyncio.to_thread(self._in_db, driver_plane.mark_ready)
-            await self.redis.set(streams.ready_key(self.instance_id), "1", ex=3600)
+            await asyncio.to_thread(self._ready, message)
+            if not message.standby:  # a warm pool member is ready for a run, not yet in one
+                await streams.announce_ready(self.redis, self.instance_id)
             log.info("driver.ready", instance_id=self.instance_id)
         elif isinstance(message, CommandUpdate):
             await asyncio.to_thread(self._command_update, message)
@@ -267,9 +281,6 @@ class DriverConnection:
 
     def _pending_commands(self) -> list[Command]:
         with session_scope() as db:
-            rows = driver_plane.undelivered_commands(
+            return driver_plane.commands_to_send(
                 db, self.instance_id, after_seq=self.sent_command_seq
             )
-            return [
-                Command(command_id=r.id, seq=r.seq, kind=r.kind, payload=r.payload) for r in rows
-            ]

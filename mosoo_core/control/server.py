@@ -29,6 +29,7 @@ from mosoo_core.control.egress import egress_socket_path, serving_egress
 from mosoo_core.control.gateway import Upstream
 from mosoo_core.control.gateway import build_routes as gateway_routes
 from mosoo_core.control.mcp_proxy import build_routes as mcp_routes
+from mosoo_core.control.workspace import build_routes as workspace_routes
 from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
 from mosoo_core.sessions import driver_plane
@@ -66,6 +67,7 @@ def build_app() -> Starlette:
             WebSocketRoute("/driver/socket", driver_socket),
             *gateway_routes(resolve_upstream),
             *mcp_routes(),
+            *workspace_routes(),
         ],
         lifespan=lifespan,
     )

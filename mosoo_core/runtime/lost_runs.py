@@ -6,12 +6,17 @@ new messages until someone pressed Stop.
 The beat's sandbox sweep sends each run queued longer than `LOST_AFTER` to the worker again,
 at most once per `RESEND_EVERY` (a Redis key remembers it), so a worker that is merely busy
 gets one spare task per run, not one a minute. Sending again is safe: `plan_boot` claims a run
-with one conditional UPDATE, so whichever task comes first boots it and the other skips."""
+with one conditional UPDATE, so whichever task comes first boots it and the other skips. A
+message that waited its turn (`pending`) is never sent: it is not `queued` until the run
+before it ends, and it counts as queued from that end (its dispatch waits for the ended run's
+sandbox to be released: see `runtime.run_queue`)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import sqlalchemy as sa
+from sqlalchemy.orm import aliased
 from sqlmodel import col, select
 
 from mosoo_core import streams, tasks_client
@@ -32,12 +37,23 @@ def resend_lost_runs(*, now: datetime | None = None) -> int:
     """Hand runs queued since before `now - LOST_AFTER` to the worker again; how many were
     sent. Redis down: nothing can be sent, and nothing is lost by trying next time."""
     now = now or utcnow()
+    earlier = aliased(SessionRun)
+    # A message that waited its turn is queued since the run before it ended, not since sent.
+    just_ended = (
+        select(earlier.id)
+        .where(
+            earlier.session_id == SessionRun.session_id,
+            col(earlier.finished_at) >= now - LOST_AFTER,
+        )
+        .exists()
+    )
     with session_scope() as db:
         run_ids = db.exec(
             select(SessionRun.id)
             .where(
                 SessionRun.status == "queued",
                 col(SessionRun.created_at) < now - LOST_AFTER,
+                sa.not_(just_ended),
             )
             .order_by(col(SessionRun.created_at))
             .limit(BATCH)

@@ -4,6 +4,7 @@ What front doors may call; the driver-facing calls are in `sessions.driver_plane
 
 from mosoo_core.ownership import owned_thread
 from mosoo_core.sessions._drivers import live_capabilities
+from mosoo_core.sessions._queue import MAX_PENDING_MESSAGES
 from mosoo_core.sessions.service import (
     RunView,
     Sent,
@@ -32,6 +33,7 @@ from mosoo_core.sessions.titles import auto_title
 from mosoo_core.streams import StoredEvent
 
 __all__ = [
+    "MAX_PENDING_MESSAGES",
     "DeletedThread",
     "RunView",
     "Sent",

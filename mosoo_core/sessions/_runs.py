@@ -9,6 +9,7 @@ from sqlmodel import Session, col, select
 
 from driver.protocol import PUBLIC_EVENT_TYPES, DriverEvent
 from mosoo_core.clock import utcnow
+from mosoo_core.sessions import _queue
 from mosoo_core.sessions._drivers import DriverRefused
 from mosoo_core.sessions._events import NewEvent, append_events
 from mosoo_core.sessions._marks import mark_driver_events
@@ -51,7 +52,9 @@ def finish_run(
     emit_event: bool = False,
     now: datetime | None = None,
 ) -> list[StoredEvent]:
-    """Close a run (completed, failed, cancelled, expired); the thread is usable again."""
+    """Close a run (completed, failed, cancelled, expired). The thread's oldest message
+    waiting its turn becomes its next run (`queued`: the worker dispatches it once this run's
+    sandbox is released, see `runtime.run_queue`); with none the thread is idle again."""
     if run.status not in ACTIVE_RUN_STATUSES:
         return []
     run.status = status
@@ -67,9 +70,11 @@ def finish_run(
         stored += append_events(
             db, run.session_id, [NewEvent(type=f"run.{status}", payload=payload, run_id=run.id)]
         )
-    session = db.get(AgentSession, run.session_id)
-    if session is not None:
-        stored += set_session_status(db, session, "idle")
+    session = _queue.lock_thread(db, run.session_id)
+    # Another active run: this one was finished twice by racing processes; one promotes.
+    if session is not None and _queue.active_run(db, session.id) is None:
+        promoted = _queue.promote_oldest_pending(db, session.id)
+        stored += set_session_status(db, session, "running" if promoted else "idle")
     return stored
 
 

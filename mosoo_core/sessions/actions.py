@@ -73,6 +73,8 @@ def require_runnable(db: Session, thread: AgentSession) -> None:
 
 def _dispatch(account_id: str, sent: Sent) -> None:
     streams.publish_events(sent.events)
+    if sent.run.status != "queued":
+        return  # it waits its turn: the worker dispatches it when the run before it ends
     try:
         tasks_client.enqueue_run_dispatch(sent.run.id)
     except Exception:

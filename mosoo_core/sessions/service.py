@@ -7,20 +7,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
 from mosoo_core.environments import revision_for_thread
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
 from mosoo_core.files import bind_attachments
 from mosoo_core.identity import get_app
 from mosoo_core.ownership import owned_thread
-from mosoo_core.sessions import _drivers
+from mosoo_core.sessions import _drivers, _queue
 from mosoo_core.sessions._events import NewEvent, append_events, read_events
+from mosoo_core.sessions._queue import MAX_PENDING_MESSAGES
 from mosoo_core.sessions._runs import finish_run, set_session_status
 from mosoo_core.sessions.titles import title_untitled_thread
 from mosoo_core.streams import StoredEvent
 from mosoo_core.tables.agents import Agent, AgentVersion
-from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, SessionRun
+from mosoo_core.tables.sessions import AgentSession, SessionRun
 
 MAX_MESSAGE_CHARS = 100_000
 
@@ -143,20 +144,20 @@ def get_session(db: Session, account_id: str, session_id: str) -> SessionView:
 
 
 def active_run(db: Session, session_id: str) -> SessionRun | None:
-    return db.exec(
-        select(SessionRun)
-        .where(SessionRun.session_id == session_id, col(SessionRun.status).in_(ACTIVE_RUN_STATUSES))
-        .order_by(col(SessionRun.created_at).desc())
-    ).first()
+    """The thread's active run (messages waiting their turn are `pending`, not active)."""
+    return _queue.active_run(db, session_id)
 
 
 def send_message(
     db: Session, account_id: str, session_id: str, text: str, *, file_ids: Sequence[str] = ()
 ) -> Sent:
-    """Store the user's message and queue a run; refused while another run is active.
+    """Store the user's message and queue a run. While the thread's active run has not
+    started yet (`queued`, `booting`: a worker, an environment build or a waking Assistant
+    to wait for) the message waits its turn behind it, its run `pending` (at most
+    `MAX_PENDING_MESSAGES`); once that run is running, a message is refused.
     `file_ids` names uploaded attachments of the thread's Agent: they are bound to the thread
     and mounted for this run only (see `mosoo_core.files.bind_attachments` for the rules).
-    The caller enqueues `dispatch_run(run.id)` after committing."""
+    The caller enqueues `dispatch_run(run.id)` after committing when the run is `queued`."""
     session = owned_thread(db, account_id, session_id)
     text = (text or "").strip()
     if not text:
@@ -165,16 +166,33 @@ def send_message(
         raise InvalidInput(
             f"Messages are limited to {MAX_MESSAGE_CHARS:,} characters.", field="text"
         )
+    # Held until commit: a run ending meanwhile sees this message, or this message sees it end.
+    locked = _queue.lock_thread(db, session.id)
+    if locked is None:  # deleted since it was read
+        raise NotFound("Thread not found.")
+    session = locked
     if session.status == "terminated":
         raise Conflict("This thread has ended.")
-    if active_run(db, session.id) is not None:
+    current = _queue.active_run(db, session.id)
+    if current is not None and current.status not in _queue.STARTING_RUN_STATUSES:
         raise Conflict(
             "The agent is still working on the previous message. Wait for it or press Stop."
+        )
+    if current is not None and len(_queue.pending_runs(db, session.id)) >= MAX_PENDING_MESSAGES:
+        raise Conflict(
+            f"{MAX_PENDING_MESSAGES} messages are already waiting for the agent. Wait for it "
+            "to answer them or press Stop.",
+            code="queue_full",
         )
     if session.archived_at is not None:
         session.archived_at = None  # a new message unarchives (PRODUCT.md)
     title_untitled_thread(db, session, text)
-    run = SessionRun(session_id=session.id, app_id=session.app_id, input_text=text)
+    run = SessionRun(
+        session_id=session.id,
+        app_id=session.app_id,
+        input_text=text,
+        status="queued" if current is None else _queue.PENDING,
+    )
     attachments: list[dict[str, Any]] = []
     if file_ids:
         attachments = bind_attachments(db, session, run.id, file_ids)
@@ -192,17 +210,20 @@ def send_message(
 
 
 def cancel_active_run(db: Session, account_id: str, session_id: str) -> list[StoredEvent]:
-    """Stop: a run not yet on a driver is cancelled at once; otherwise the driver is told."""
+    """Stop: the messages waiting their turn are cancelled at once; the active run too when
+    no driver has it yet, else its driver is told (and reports the cancellation)."""
     session = owned_thread(db, account_id, session_id)
     run = active_run(db, session.id)
     if run is None:
         return []
+    # Before the active run: its end must find no message left to promote.
+    events = _queue.cancel_pending(db, session.id)
     if run.driver_instance_id is None or run.status in ("queued", "booting"):
-        return finish_run(db, run, "cancelled", emit_event=True)
+        return events + finish_run(db, run, "cancelled", emit_event=True)
     _drivers.enqueue_command(
         db, run.driver_instance_id, "turn.cancel", {"run_id": run.id, "reason": "user"}
     )
-    return []
+    return events
 
 
 def resolve_permission(

@@ -7,8 +7,13 @@ ignored, so a viewer can read the database and then a stream that overlaps it.
 At most one item is *open* (still receiving deltas): the last one, an assistant text or
 a thinking block. Everything before it is settled. `version` changes when a settled item
 changes or an item settles (not when deltas only grow the open item); `status_version`
-when the thread's status, active run, environment preparation or usage totals change. A
-viewer re-renders the settled list rarely and the open text often.
+when the thread's status, active run, environment preparation, queued messages or usage
+totals change. A viewer re-renders the settled list rarely and the open text often.
+
+A message sent while the thread's run was still starting waits its turn (`sessions._queue`):
+it is `queued`, shown apart, until its own run's first event puts it in the transcript, after
+the answer to the message before it. A queued run cancelled by Stop ends before the run ahead
+of it does: its end waits for that run's, so the transcript still reads in turn.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from mosoo_core.sessions._queue import MAX_PENDING_MESSAGES
 
 RUN_END_TYPES = {"run.completed": "completed", "run.failed": "failed", "run.cancelled": "cancelled"}
 USAGE_FIELDS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
@@ -97,6 +104,8 @@ class Transcript:
     # Assistant's sandbox is built again; "" otherwise.
     preparing: str = ""
     usage: Usage = field(default_factory=Usage)
+    # Messages waiting their turn, oldest first (`user` items with status `queued`).
+    queued: list[TranscriptItem] = field(default_factory=list)
     _tools: dict[str, int] = field(default_factory=dict, repr=False)
     _permissions: dict[str, int] = field(default_factory=dict, repr=False)
     _run_usage: dict[str, Usage] = field(default_factory=dict, repr=False)
@@ -107,6 +116,10 @@ class Transcript:
     _preparing_run: str | None = field(default=None, repr=False)
     # `mcp.tool_call` records whose tool card has not started yet: (run, tool name) -> server.
     _mcp_calls: dict[tuple[str | None, str], list[str]] = field(default_factory=dict, repr=False)
+    # Ends of queued runs (Stop) that arrived while the run ahead of them was still active.
+    _held_ends: list[tuple[str, str, str | None, Mapping[str, Any]]] = field(
+        default_factory=list, repr=False
+    )
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -120,6 +133,16 @@ class Transcript:
     @property
     def settled_items(self) -> list[TranscriptItem]:
         return [item for item in self.items if not item.streaming]
+
+    @property
+    def run_starting(self) -> bool:
+        """The thread's run has not started yet, so a message sent now waits its turn (and
+        there is room for one): the console's composer stays open."""
+        if len(self.queued) >= MAX_PENDING_MESSAGES:
+            return False
+        if self.active_run_id is not None:
+            return self.active_run_id not in self._started_runs
+        return bool(self.queued)  # between a run's end and its successor's first event
 
     @property
     def pending_permissions(self) -> list[TranscriptItem]:
@@ -147,10 +170,43 @@ class Transcript:
             payload = {}
         run_id = event.get("run_id")
         key = str(seq) if isinstance(seq, int) else f"local-{len(self.items)}"
+        if kind != "user.message" and self._queued_index(run_id) is not None:
+            if kind in RUN_END_TYPES and self.active_run_id not in (None, run_id):
+                self._held_ends.append((kind, key, run_id, payload))
+                return True
+            self._release(run_id)
+        self._handle(kind, key, run_id, payload)
+        self._end_held()
+        return True
+
+    def _handle(self, kind: str, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
         handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, key, run_id, payload)
-        return True
+
+    def _end_held(self) -> None:
+        """The run ahead ended: the queued runs Stop cancelled behind it end now, in turn."""
+        while self.active_run_id is None and self._held_ends:
+            kind, key, run_id, payload = self._held_ends.pop(0)
+            self._release(run_id)
+            self._handle(kind, key, run_id, payload)
+
+    def _queued_index(self, run_id: Any) -> int | None:
+        if run_id is None:
+            return None
+        return next((i for i, item in enumerate(self.queued) if item.run_id == run_id), None)
+
+    def _release(self, run_id: Any) -> None:
+        """A queued message's turn has come: it joins the transcript, its run the active one."""
+        index = self._queued_index(run_id)
+        if index is None:
+            return
+        item = self.queued.pop(index)
+        item.status = ""
+        self._close_open()
+        self._append(item)
+        self.active_run_id = item.run_id
+        self._status_changed()
 
     def _changed(self) -> None:
         self.version += 1
@@ -171,22 +227,26 @@ class Transcript:
         return len(self.items) - 1
 
     def _on_user_message(self, key: str, run_id: str | None, payload: Mapping[str, Any]) -> None:
-        self._close_open()
         files = payload.get("attachments")
         names = (
             [str(f.get("name", "")) for f in files if isinstance(f, Mapping)]
             if isinstance(files, list)
             else []
         )
-        self._append(
-            TranscriptItem(
-                key=key,
-                kind="user",
-                run_id=run_id,
-                text=str(payload.get("text", "")),
-                attachments=names,
-            )
+        item = TranscriptItem(
+            key=key,
+            kind="user",
+            run_id=run_id,
+            text=str(payload.get("text", "")),
+            attachments=names,
         )
+        if run_id and (self.queued or self.active_run_id not in (None, run_id)):
+            item.status = "queued"  # sent while another run was starting: it waits its turn
+            self.queued.append(item)
+            self._status_changed()
+            return
+        self._close_open()
+        self._append(item)
         if run_id:
             self.active_run_id = run_id
             self._status_changed()
@@ -503,6 +563,13 @@ class Transcript:
         if isinstance(status, str) and status:
             self.session_status = status
             self._status_changed()
+        if status == "idle" and (self.queued or self._held_ends):
+            # Nothing waits on an idle thread (a run ended without its event?): show it all.
+            self.active_run_id = None
+            self._end_held()
+            while self.queued:
+                self._release(self.queued[0].run_id)
+            self.active_run_id = None
 
 
 def _run_end(status: str) -> Any:

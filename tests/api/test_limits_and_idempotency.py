@@ -19,6 +19,7 @@ from mosoo_core.tables.sessions import AgentSession, SessionRun
 from mosoo_web.api.v1 import _ratelimit
 from tests.api.conftest import REDIS_URL, ApiOwner, use_redis
 from tests.support.processes import free_port
+from tests.support.runs import set_run_status
 
 # --- rate limit ------------------------------------------------------------------------------
 
@@ -154,6 +155,8 @@ def test_a_failed_call_releases_its_key(
     headers = {**owner.headers, "Idempotency-Key": "retry-me"}
     first = client.post(url, headers=headers, json={"message": "one"})
     thread_id = first.json()["thread"]["id"]
+    # Running (before it starts, a second message waits its turn: test_prompt_queue.py).
+    set_run_status(api_env, first.json()["run"]["id"], "running")
     events = f"/api/v1/threads/{thread_id}/events"
     busy = client.post(
         events,

@@ -18,6 +18,7 @@ from mosoo_core.tables.sessions import AgentSession, DriverCommand, SessionRun
 from mosoo_web.api import build_api
 from tests.api.conftest import REDIS_URL, ApiOwner, make_owner, use_redis
 from tests.support.processes import free_port
+from tests.support.runs import set_run_status
 
 
 def _queued_dispatches() -> list[str]:
@@ -321,7 +322,7 @@ def test_events_page_after_seq_with_limit(
 
 
 def test_post_user_message_starts_a_run_and_a_second_is_refused(
-    client: TestClient, owner: ApiOwner
+    client: TestClient, owner: ApiOwner, api_env: Engine
 ) -> None:
     thread_id = _new_thread(client, owner)
     url = f"/api/v1/threads/{thread_id}/events"
@@ -331,6 +332,8 @@ def test_post_user_message_starts_a_run_and_a_second_is_refused(
     assert body["type"] == "user_message" and body["run"]["status"] == "queued"
     assert [e["type"] for e in body["events"]] == ["user.message", "session.status"]
     assert _queued_dispatches() == [body["run"]["id"]]
+    # Running (before it starts, a second message waits its turn: test_prompt_queue.py).
+    set_run_status(api_env, body["run"]["id"], "running")
     _error(
         client.post(url, headers=owner.headers, json={"type": "user_message", "text": "second"}),
         409,

@@ -35,7 +35,10 @@ def test_message_queues_a_run_and_logs_the_message_then_running(db: Session) -> 
 def test_one_active_run_per_thread(db: Session) -> None:
     account_id, app_id, agent_id = _owner(db, "t@example.com")
     thread = sessions.create_session(db, account_id, app_id, agent_id)
-    sessions.send_message(db, account_id, thread.id, "first")
+    sent = sessions.send_message(db, account_id, thread.id, "first")
+    run = db.get(SessionRun, sent.run.id)
+    assert run is not None
+    run.status = "running"  # before it starts, a message waits its turn (test_prompt_queue.py)
     with pytest.raises(Conflict, match="still working"):
         sessions.send_message(db, account_id, thread.id, "second")
 

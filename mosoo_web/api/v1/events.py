@@ -90,13 +90,19 @@ _POST_EXAMPLES = {
     operation_id="postEvent",
     summary="Send a message, a permission decision or an interrupt",
     description="`user_message` stores the message and starts a run (one active run per thread; attach "
-    "uploaded files with `file_ids`). `permission_decision` answers a `tool.confirmation.required` event "
-    "(`allow_once` or `reject_once`). `user_interrupt` stops the active run. The outcome arrives as events.",
+    "uploaded files with `file_ids`). Sent while the active run has not started yet (`queued`, `booting`: "
+    "waiting for a worker, an environment build or a hibernated Assistant to wake), the message waits its "
+    f"turn as a `pending` run, at most {sessions.MAX_PENDING_MESSAGES} per thread, and is answered after the "
+    "ones before it. "
+    "`permission_decision` answers a `tool.confirmation.required` event (`allow_once` or `reject_once`). "
+    "`user_interrupt` stops the active run and cancels the messages waiting their turn. The outcome "
+    "arrives as events.",
     responses={
         202: {"headers": REPLAYED_DOC},
         **error_responses(
             404,
-            conflicts="`conflict`: a run is already active, or nothing awaits a decision. `thread_archived`: "
+            conflicts="`conflict`: a run is already running, or nothing awaits a decision. `queue_full`: "
+            f"{sessions.MAX_PENDING_MESSAGES} messages already wait their turn. `thread_archived`: "
             "unarchive the thread first. `readiness_blocked`: the agent version cannot run. "
             "`idempotency_conflict`: see `Idempotency-Key`. `worker_unavailable`: no worker took the run.",
         ),

@@ -142,7 +142,9 @@ class Run(BaseModel):
     thread_id: str
     status: str = Field(
         description="Active: `queued`, `booting`, `running`, `waiting_input`. "
-        "Terminal: `completed`, `failed`, `cancelled`, `expired`."
+        "Terminal: `completed`, `failed`, `cancelled`, `expired`. `pending`: a message sent while "
+        "the thread's run had not started yet waits its turn (it becomes `queued` when the run "
+        "before it ends)."
     )
     error: RunError | None = Field(description="Why a failed run failed.")
     usage: RunUsage | None = Field(
@@ -307,7 +309,9 @@ PostEvent = Annotated[UserMessage | PermissionDecision | UserInterrupt, Field(di
 
 class PostedEvent(BaseModel):
     type: str = Field(description="The type of the event you posted.")
-    run: Run | None = Field(description="The run a `user_message` started.")
+    run: Run | None = Field(
+        description="The run a `user_message` started (`pending` when it waits its turn)."
+    )
     events: list[Event] = Field(
         description="Events stored by this call (they also appear on the stream)."
     )
