@@ -1,5 +1,6 @@
 """`mosoo-driver`: read and delete the boot payload, start the forwarder, dial control, run
-the backend until control stops us.
+the backend until control stops us. A payload without a run boots a standby driver, which
+gets its run from control (`assign`, see driver/slot.py).
 
 Exit codes: 0 stopped normally (`session.stop`, SIGTERM/SIGINT); 1 control closed the
 connection with a reason (bad boot token, superseded, ...); 2 no usable boot payload;
@@ -22,8 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from driver import __version__
-from driver.egress import EgressForwarder, egress_socket_for, proxy_environment
-from driver.protocol import BootPayload, ExecutionSpec
+from driver.protocol import BootPayload
 
 BOOT_PAYLOAD_ENV = "MOSOO_DRIVER_BOOT_PAYLOAD_FILE"
 LOG_LEVEL_ENV = "MOSOO_DRIVER_LOG_LEVEL"
@@ -88,29 +88,18 @@ def read_boot_payload(path: Path) -> BootPayload:
     try:
         raw = path.read_bytes()
     finally:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            # A standby payload the host could not give us (not root): it holds only a
+            # single-use boot token, spent at hello, and goes with the sandbox.
+            log.warning("boot_payload_not_deleted", extra={"error": type(error).__name__})
     return BootPayload.model_validate_json(raw)
 
 
-async def _open_network(
-    control_url: str, spec: ExecutionSpec
-) -> tuple[EgressForwarder | None, ExecutionSpec]:
-    """The run's network, as its tools see it: under `limited` a listener that tunnels to
-    control's egress proxy, with the proxy variables pointing at it; under `full` only the
-    policy's name (the sandbox has its own route); under `none` nothing at all."""
-    extra: dict[str, str] = {"MOSOO_NETWORK_POLICY": spec.network_policy}
-    egress: EgressForwarder | None = None
-    socket_path = egress_socket_for(control_url)
-    if spec.network_policy == "limited" and socket_path is not None:
-        egress = EgressForwarder(socket_path, spec.gateway.grant)
-        await egress.start()
-        extra.update(proxy_environment(egress.url))
-    return egress, spec.model_copy(update={"environment": {**spec.environment, **extra}})
-
-
 async def run_driver(payload: BootPayload, *, install_signal_handlers: bool = True) -> int:
-    from driver.backends import create_backend
     from driver.connection import (
         BackendStartFailed,
         ControlConnection,
@@ -119,29 +108,24 @@ async def run_driver(payload: BootPayload, *, install_signal_handlers: bool = Tr
         ControlUnreachable,
     )
     from driver.forwarder import Forwarder
+    from driver.slot import BackendSlot
 
     spec = payload.execution_spec
-    if spec.runtime != payload.runtime:
+    if spec is not None and spec.runtime != payload.runtime:
         log.warning(
             "runtime_mismatch",
             extra={"payload_runtime": payload.runtime, "spec_runtime": spec.runtime},
         )
     forwarder = Forwarder(payload.control_url, traceparent=payload.traceparent)
     await forwarder.start()
-    egress, spec = await _open_network(payload.control_url, spec)
     connection = ControlConnection(
         control_url=payload.control_url,
         driver_instance_id=payload.driver_instance_id,
         boot_token=payload.boot_token,
         runtime=payload.runtime,
-        secrets=[
-            spec.environment[name] for name in spec.secret_variables if name in spec.environment
-        ],
     )
-    backend = create_backend(payload.runtime, spec, connection, gateway_url=forwarder.gateway_url)
-    connection.capabilities = list(backend.capabilities)
-    connection.on_command = backend.handle_command
-    connection.on_first_welcome = backend.start
+    slot = BackendSlot(payload, connection, forwarder)
+    await slot.prepare()
     log_handler = ControlLogHandler(connection)
     log_handler.setFormatter(JsonFormatter())
     logging.getLogger("driver").addHandler(log_handler)
@@ -154,7 +138,7 @@ async def run_driver(payload: BootPayload, *, install_signal_handlers: bool = Tr
 
     connection_task = asyncio.create_task(connection.run(), name="control-connection")
     stop_tasks = [
-        asyncio.create_task(backend.stopped.wait()),
+        asyncio.create_task(slot.stopped.wait()),
         asyncio.create_task(interrupted.wait()),
     ]
     code = EXIT_OK
@@ -165,7 +149,7 @@ async def run_driver(payload: BootPayload, *, install_signal_handlers: bool = Tr
                 "driver_stopping",
                 extra={"reason": "signal" if interrupted.is_set() else "session.stop"},
             )
-            await backend.close()  # a run still active fails as `driver_stopped` (retryable)
+            await slot.close()  # a run still active fails as `driver_stopped` (retryable)
             connection.stop()
         try:
             await connection_task
@@ -186,10 +170,8 @@ async def run_driver(payload: BootPayload, *, install_signal_handlers: bool = Tr
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await connection_task
         with contextlib.suppress(Exception):
-            await backend.close()
+            await slot.close()
         await forwarder.close()
-        if egress is not None:
-            await egress.close()
         logging.getLogger("driver").removeHandler(log_handler)
         if install_signal_handlers:
             for signum in (signal.SIGTERM, signal.SIGINT):
@@ -213,16 +195,23 @@ def main() -> int:
         # Only the error type: a validation message could quote the token.
         log.error("boot_payload_invalid", extra={"path": location, "error": type(error).__name__})
         return EXIT_BAD_PAYLOAD
+    spec = payload.execution_spec
     configure_logging(
         {
             "driver_instance_id": payload.driver_instance_id,
-            "session_id": payload.execution_spec.session_id,
+            # A standby driver learns its thread with `assign` (and logs it then).
+            "session_id": spec.session_id if spec is not None else "",
             "traceparent": payload.traceparent,
         }
     )
     log.info(
         "driver_starting",
-        extra={"version": __version__, "runtime": payload.runtime, "pid": os.getpid()},
+        extra={
+            "version": __version__,
+            "runtime": payload.runtime,
+            "pid": os.getpid(),
+            "standby": spec is None,
+        },
     )
     return asyncio.run(run_driver(payload))
 

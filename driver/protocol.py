@@ -17,7 +17,12 @@ from pydantic import (
     field_validator,
 )
 
-PROTOCOL_VERSION = 1
+# v2 adds the warm pool's standby: a driver booted without a run (`BootPayload` without an
+# execution spec) says `ready {standby: true}`, then gets its run in an `assign` command.
+PROTOCOL_VERSION = 2
+# What control accepts in hello: a v1 driver (an Assistant's sandbox made before the upgrade
+# runs the image's older driver) never stands by, and everything else it says is unchanged.
+SUPPORTED_PROTOCOL_VERSIONS = frozenset({1, 2})
 MAX_FRAME_BYTES = 1024 * 1024
 MAX_EVENTS_PER_BATCH = 64
 DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000
@@ -83,12 +88,26 @@ CAPABILITIES = frozenset(
 )
 
 COMMAND_KINDS = frozenset(
-    {"input.start", "turn.cancel", "permission.resolve", "session.stop", "checkpoint.prepare"}
+    {
+        "assign",  # a standby driver's run (payload: Assignment); control opens it sealed
+        "input.start",
+        "turn.cancel",
+        "permission.resolve",
+        "session.stop",
+        "checkpoint.prepare",
+    }
 )
 
 
 class _Message(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _known(capabilities: list[str]) -> list[str]:
+    unknown = sorted(set(capabilities) - CAPABILITIES)
+    if unknown:
+        raise ValueError(f"unknown capabilities {unknown}; known: {sorted(CAPABILITIES)}")
+    return capabilities
 
 
 # --- driver -> control -------------------------------------------------------------------
@@ -109,15 +128,22 @@ class Hello(_Message):
     @field_validator("capabilities")
     @classmethod
     def _known_capabilities(cls, value: list[str]) -> list[str]:
-        unknown = sorted(set(value) - CAPABILITIES)
-        if unknown:
-            raise ValueError(f"unknown capabilities {unknown}; known: {sorted(CAPABILITIES)}")
-        return value
+        return _known(value)
 
 
 class Ready(_Message):
     type: Literal["ready"] = "ready"
     at: str
+    # v2: a driver booted without a run is warm and waits for `assign` (the warm pool).
+    standby: bool = False
+    # v2: what the backend supports, sent with the ready after `assign` (a standby driver's
+    # hello has no backend yet, so it names none).
+    capabilities: list[str] | None = Field(default=None, max_length=32)
+
+    @field_validator("capabilities")
+    @classmethod
+    def _known_capabilities(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else _known(value)
 
 
 class Heartbeat(_Message):
@@ -265,12 +291,27 @@ class ExecutionSpec(_Message):
 
 
 class BootPayload(_Message):
+    """What a driver boots with. Without `execution_spec` it stands by (a warm pool member,
+    or a cold start whose run is on its way): it dials control, warms up its runtime, says
+    `ready {standby: true}` and waits for an `assign` command carrying its run."""
+
     control_url: str  # unix:///run/mosoo/control.sock or ws(s)://host/driver/socket
     driver_instance_id: str
     boot_token: str
     traceparent: str = ""
     runtime: str
+    execution_spec: ExecutionSpec | None = None
+
+
+class Assignment(_Message):
+    """The payload of `assign`: the run a standby driver takes. It holds the run's grants and
+    secret variables, so control stores it sealed and opens it only to send it."""
+
     execution_spec: ExecutionSpec
+    traceparent: str = ""
+    # The thread's /workspace checkpoint: the driver fetches it from control
+    # (`GET /driver/workspace`, the run's grant as bearer) and extracts it before `ready`.
+    restore_workspace: bool = False
 
 
 # --- environment builds (the worker runs `python -m driver.build` in a build sandbox) -------

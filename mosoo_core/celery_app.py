@@ -35,6 +35,8 @@ def _configuration() -> dict[str, Any]:
             },
             "collect-skill-files": {"task": "mosoo.collect_skill_files", "schedule": 3600.0},
             "hibernate-idle-pets": {"task": "mosoo.hibernate_idle_pets", "schedule": 60.0},
+            # Dead or stale warm pool members replaced, unwanted keys dropped, the rest refilled.
+            "maintain-pool": {"task": "mosoo.pool_maintain", "schedule": 30.0},
             # Today's usage is rolled up every 10 minutes; pruning follows in the same task.
             "roll-up-usage": {"task": "mosoo.roll_up_usage", "schedule": 600.0},
         },

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import secrets
+import socket
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -89,6 +90,19 @@ class Settings(BaseSettings):
     sandbox_cpus: float = 1.0
     sandbox_pids_limit: int = 256
     driver_heartbeat_interval_ms: int = 10_000
+    # Which Docker host this process's sandboxes are on: a warm pool belongs to one host
+    # (mosoo_core/runtime/pool.py). The machine's name unless the operator names it.
+    sandbox_host: str = Field(default_factory=socket.gethostname, max_length=128)
+    # The warm pool of Task sandboxes: how many stand by for each kind of sandbox runs used in
+    # the last `pool_key_idle_minutes` (0: no pool, every run starts cold), per-kind sizes
+    # as JSON keyed "<runtime>" or "<runtime>/<network policy>" (the more specific wins),
+    # the memory every member may use at most together (counted at the sandbox memory limit),
+    # and how old a member may get before it is replaced.
+    pool_size: int = Field(default=1, ge=0, le=64)
+    pool_sizes: dict[str, int] = Field(default_factory=dict)
+    pool_max_memory_mb: int = Field(default=4096, ge=0)
+    pool_member_ttl_minutes: float = Field(default=60.0, gt=0)
+    pool_key_idle_minutes: float = Field(default=30.0, gt=0)
 
     # Environments: where packages are installed from (private mirrors welcome). A
     # revision's packages are built from these; changing them makes new builds.
@@ -136,6 +150,18 @@ class Settings(BaseSettings):
             raise ValueError(
                 "MOSOO_EGRESS_ALLOW_LOOPBACK is for tests: it is refused with MOSOO_ENV=production"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _pool_sizes_by_kind(self) -> Settings:
+        for kind, size in self.pool_sizes.items():
+            runtime, _, network = kind.partition("/")
+            if not runtime.isalpha() or network not in ("", "none", "limited", "full"):
+                raise ValueError(
+                    f"MOSOO_POOL_SIZES: {kind!r} is not <runtime> or <runtime>/<none|limited|full>"
+                )
+            if not 0 <= size <= 64:
+                raise ValueError(f"MOSOO_POOL_SIZES: {kind!r} must be 0 to 64, not {size}")
         return self
 
     @model_validator(mode="after")

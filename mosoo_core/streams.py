@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 import redis
+import redis.asyncio as aioredis
 
 from mosoo_core.logs import get_logger
 from mosoo_core.settings import get_settings
@@ -51,6 +52,26 @@ def commands_channel(instance_id: str) -> str:
 
 def ready_key(instance_id: str) -> str:
     return f"driver:{instance_id}:ready"
+
+
+def _ready_signal(instance_id: str) -> str:
+    return f"driver:{instance_id}:ready:signal"
+
+
+async def announce_ready(client: aioredis.Redis, instance_id: str) -> None:
+    """Control: the driver said ready. The key says so to anyone who looks; the list wakes the
+    dispatcher blocked on it at once (`await_ready`), where polling the key cost ~25 ms."""
+    pipe = client.pipeline(transaction=False)
+    pipe.set(ready_key(instance_id), "1", ex=3600)
+    pipe.rpush(_ready_signal(instance_id), "1")
+    pipe.expire(_ready_signal(instance_id), 3600)
+    await pipe.execute()
+
+
+def await_ready(instance_id: str, timeout: float, client: redis.Redis | None = None) -> bool:
+    """Block up to `timeout` seconds for the driver's ready (at once if it came before)."""
+    client = client or sync_client()
+    return client.blpop([_ready_signal(instance_id)], timeout=timeout) is not None
 
 
 def event_fields(event: StoredEvent) -> dict[Any, Any]:

@@ -13,7 +13,7 @@ from mosoo_core.celery_app import app
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.logs import configure_logging, get_logger
-from mosoo_core.runtime import builds, pet_idle
+from mosoo_core.runtime import builds, pet_idle, pool
 from mosoo_core.runtime import skills as skill_files
 from mosoo_core.runtime.lost_runs import resend_lost_runs
 from mosoo_core.runtime.run_queue import dispatch_next_run
@@ -128,6 +128,18 @@ def sweep_environment_builds() -> int:
 def collect_skill_files() -> int:
     """Extracted skill versions no sandbox mounts and no run used lately are removed."""
     return skill_files.collect_skill_files()
+
+
+@app.task(name="mosoo.pool_refill")
+def pool_refill() -> int:
+    """Warm pool members for the keys of this host that lack some (after a run took one)."""
+    return pool.refill()
+
+
+@app.task(name="mosoo.pool_maintain")
+def pool_maintain() -> int:
+    """The warm pool's members that cannot serve are replaced, unwanted keys dropped."""
+    return pool.maintain()
 
 
 @app.task(name="mosoo.hibernate_idle_pets")

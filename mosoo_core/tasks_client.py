@@ -46,6 +46,11 @@ def enqueue_run_dispatch(run_id: str) -> None:
         _send("mosoo.dispatch_run", run_id, headers={"traceparent": tracing.traceparent()})
 
 
+def enqueue_pool_refill() -> None:
+    """Ask the worker to make warm pool members for the keys that lack some."""
+    _send("mosoo.pool_refill")
+
+
 def enqueue_run_finish(run_id: str) -> None:
     """Ask the worker to checkpoint and tear down after a run ended."""
     _send("mosoo.finish_run", run_id)

@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+
 from driver.backends.base import Backend, EventSink, RunFailure, RunInput
 from driver.backends.unsupported import UnsupportedBackend
 from driver.protocol import ExecutionSpec
 
 SUPPORTED_RUNTIMES = ["openai", "claude", "acp"]
+# Each runtime's module: imported only by a driver that runs it (its SDK is heavy).
+RUNTIME_MODULES = {
+    "openai": "driver.backends.openai",
+    "claude": "driver.backends.claude",
+    "acp": "driver.backends.acp",
+}
+
+
+async def warm_up(runtime: str) -> None:
+    """Import the runtime's module (and its SDK) ahead of a run: what a standby driver does
+    before it says it is ready, so that a run assigned to it starts at once. In a thread, so
+    the connection's heartbeats go on meanwhile."""
+    module = RUNTIME_MODULES.get(runtime)
+    if module is not None:
+        await asyncio.to_thread(importlib.import_module, module)
 
 
 def create_backend(
@@ -43,4 +61,13 @@ def create_backend(
     return UnsupportedBackend(spec, sink, runtime=runtime, supported=SUPPORTED_RUNTIMES)
 
 
-__all__ = ["SUPPORTED_RUNTIMES", "Backend", "EventSink", "RunFailure", "RunInput", "create_backend"]
+__all__ = [
+    "RUNTIME_MODULES",
+    "SUPPORTED_RUNTIMES",
+    "Backend",
+    "EventSink",
+    "RunFailure",
+    "RunInput",
+    "create_backend",
+    "warm_up",
+]

@@ -2,6 +2,7 @@
 writes). Their delivery into sandboxes and collection after each run are the runtime's
 (`runtime.attachments`, `runtime.artifacts`)."""
 
+from mosoo_core.files.checkpoints import checkpoint_key, checkpoint_prefix, pet_checkpoint_key
 from mosoo_core.files.names import media_type_for, sanitize_name
 from mosoo_core.files.service import (
     MAX_ATTACHMENTS_PER_MESSAGE,
@@ -35,6 +36,8 @@ __all__ = [
     "agent_object_keys",
     "bind_attachments",
     "blob_key",
+    "checkpoint_key",
+    "checkpoint_prefix",
     "delete_file",
     "get_file",
     "get_store",
@@ -43,6 +46,7 @@ __all__ = [
     "list_thread_files",
     "media_type_for",
     "open_file",
+    "pet_checkpoint_key",
     "purge_after_commit",
     "purge_objects",
     "remove_thread_files",

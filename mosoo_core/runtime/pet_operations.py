@@ -23,7 +23,7 @@ from mosoo_core import agents, environments, skills, streams
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, InvalidInput, MosooError, NotFound
-from mosoo_core.files import get_store
+from mosoo_core.files import get_store, pet_checkpoint_key
 from mosoo_core.logs import get_logger
 from mosoo_core.ownership import owned_agent
 from mosoo_core.runtime import pets, runs
@@ -95,7 +95,7 @@ def sandbox_status(
     """The Agent's sandbox, its uptime and use (about a second: CPU use is sampled). NotFound
     for another owner's Agent, Conflict for a Task."""
     agent = pet_agent(db, account_id, agent_id)
-    saved = get_store().exists(runs.pet_checkpoint_key(agent.app_id, agent.id))
+    saved = get_store().exists(pet_checkpoint_key(agent.app_id, agent.id))
     status = pets.pet_sandbox_status(account_id, agent.app_id, agent.id, backend)
     if not status.exists:
         return SandboxStatus(state="hibernated" if saved else "none")
@@ -278,7 +278,7 @@ def _hibernate(app_id: str, agent_id: str, backend: SandboxBackend | None) -> st
 def _recreate(account_id: str, app_id: str, agent_id: str, backend: SandboxBackend | None) -> str:
     sandbox = _resolved(backend)
     saved = _save_and_remove(app_id, agent_id, sandbox, "recreate")
-    if not saved and not get_store().exists(runs.pet_checkpoint_key(app_id, agent_id)):
+    if not saved and not get_store().exists(pet_checkpoint_key(app_id, agent_id)):
         raise Conflict("There is no sandbox to recreate: the next message builds one.")
     reason = _cannot_wake_now(account_id, app_id, agent_id)
     if reason:
@@ -303,7 +303,7 @@ def _reset(
     for ref in refs:
         sandbox.remove(ref)
     # The Pet's saved workspace lives in a folder of its own (runs.pet_checkpoint_key).
-    get_store().delete_prefix(runs.pet_checkpoint_key(app_id, agent_id).rsplit("/", 1)[0])
+    get_store().delete_prefix(pet_checkpoint_key(app_id, agent_id).rsplit("/", 1)[0])
     return "The sandbox and its saved workspace were wiped; the next message starts afresh."
 
 
@@ -313,7 +313,7 @@ def _wake(account_id: str, app_id: str, agent_id: str, backend: SandboxBackend |
     sandbox = _resolved(backend)
     if pets.pet_sandboxes(sandbox, agent_id):
         raise Conflict("The sandbox is already awake.")
-    if not get_store().exists(runs.pet_checkpoint_key(app_id, agent_id)):
+    if not get_store().exists(pet_checkpoint_key(app_id, agent_id)):
         raise Conflict("There is nothing to wake: the next message builds a fresh sandbox.")
     reason = _cannot_wake_now(account_id, app_id, agent_id)
     if reason:

@@ -18,11 +18,10 @@ from sqlmodel import Session, col, select
 from mosoo_core import agents, environments, skills
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict
-from mosoo_core.files import get_store
+from mosoo_core.files import get_store, pet_checkpoint_key
 from mosoo_core.files.store import ChunkReader
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.labels import LABEL_BUILT_FROM, installation_label
-from mosoo_core.runtime.runs import pet_checkpoint_key
 from mosoo_core.runtime.sandbox import (
     LABEL_SUBJECT,
     WORKSPACE,

@@ -19,7 +19,7 @@ import contextlib
 import secrets
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import IO, Any, Literal, cast
 
@@ -29,19 +29,36 @@ from sqlmodel import Session, col, select
 
 from driver.protocol import (
     ENVIRONMENT_LAYER,
+    Assignment,
     BootPayload,
     ExecutionSpec,
     GatewayGrant,
     McpBinding,
     SkillBinding,
 )
-from mosoo_core import agents, environments, files, mcp, sessions, skills, streams, tracing
+from mosoo_core import (
+    agents,
+    environments,
+    files,
+    mcp,
+    sessions,
+    skills,
+    streams,
+    tasks_client,
+    tracing,
+)
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
-from mosoo_core.files import get_store, iter_chunks
+from mosoo_core.files import (
+    checkpoint_key,
+    checkpoint_prefix,
+    get_store,
+    iter_chunks,
+    pet_checkpoint_key,
+)
 from mosoo_core.files.store import ChunkReader
 from mosoo_core.logs import get_logger
-from mosoo_core.runtime import artifacts, builds
+from mosoo_core.runtime import artifacts, builds, pool
 from mosoo_core.runtime import attachments as delivery
 from mosoo_core.runtime import skills as skill_files
 from mosoo_core.runtime.labels import (
@@ -52,7 +69,7 @@ from mosoo_core.runtime.labels import (
 )
 from mosoo_core.runtime.sandbox import (
     BOOT_PAYLOAD,
-    CONTROL_SOCKET,
+    CONTROL_URL,
     LABEL_DRIVER_INSTANCE,
     LABEL_SUBJECT,
     WORKSPACE,
@@ -69,7 +86,13 @@ from mosoo_core.settings import get_settings
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.environments import EnvironmentRevision
 from mosoo_core.tables.files import StoredFile
-from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
+from mosoo_core.tables.sessions import (
+    ACTIVE_RUN_STATUSES,
+    AgentSession,
+    DriverCommand,
+    DriverInstance,
+    SessionRun,
+)
 from mosoo_core.tables.vault import ProviderCredential
 from mosoo_core.vault.types import PROVIDER_PRESETS, ProviderKind
 
@@ -79,9 +102,6 @@ READY_TIMEOUT_SECONDS = 60.0
 STOP_CHECK_SECONDS = 0.25
 # How long a dispatcher's mark on its run outlives it (renewed every third of it).
 DISPATCHING_MARK_SECONDS = 15
-# Inside the sandbox; not PROTOCOL.md's /run/mosoo/control.sock: the socket's directory is
-# mounted so that a restarted control is reachable again (see sandbox/_base.py CONTROL_DIR).
-CONTROL_URL = f"unix://{CONTROL_SOCKET}"  # unix:///run/mosoo/control/control.sock
 
 
 @dataclass(frozen=True)
@@ -110,20 +130,25 @@ class BootPlan:
     skills: tuple[skills.BoundSkill, ...] = ()
     # The boot's moments, written with the input (or the failure) for the run's diagnostics.
     marks: driver_plane.MarkClock = field(default_factory=driver_plane.MarkClock)
+    # The environment revision the run froze (a Task's sandbox comes from its warm pool key).
+    revision_id: str = ""
+    runtime: str = ""
 
+    def standby_payload(self) -> bytes:
+        """What a Task sandbox's driver boots with: the boot payload without the run, which
+        follows as `assign` (so no grant or secret is ever written into the sandbox)."""
+        payload = BootPayload.model_validate_json(self.payload_json)
+        return payload.model_copy(update={"execution_spec": None}).model_dump_json().encode()
 
-def checkpoint_key(app_id: str, session_id: str) -> str:
-    return f"{checkpoint_prefix(app_id, session_id)}/workspace.tar"
-
-
-def pet_checkpoint_key(app_id: str, agent_id: str) -> str:
-    """Where a Pet's /workspace waits while its sandbox is recreated (runtime.pets)."""
-    return f"{app_id}/checkpoints/pet-{agent_id}/workspace.tar"
-
-
-def checkpoint_prefix(app_id: str, session_id: str) -> str:
-    """Every object a thread keeps in the store (its checkpoints)."""
-    return f"{app_id}/checkpoints/{session_id}"
+    def assignment(self, *, restore_workspace: bool) -> Assignment:
+        """The run, for a standby driver (`assign`)."""
+        payload = BootPayload.model_validate_json(self.payload_json)
+        assert payload.execution_spec is not None
+        return Assignment(
+            execution_spec=payload.execution_spec,
+            traceparent=payload.traceparent,
+            restore_workspace=restore_workspace,
+        )
 
 
 def remove_agent_sandboxes(
@@ -368,6 +393,8 @@ def plan_boot(
         packages=packages,
         grant=grant,
         skills=tuple(bound_skills),
+        revision_id=revision.id,
+        runtime=profile.runtime,
     )
     return plan, []
 
@@ -439,33 +466,13 @@ def sandbox_for(
 ) -> tuple[SandboxRef, bool]:
     """The run's sandbox, and whether it is new (a new one runs the setup script). A new one
     mounts the environment's layer when the revision has packages."""
-    settings = get_settings()
     if plan.kind == "pet":
         for ref in backend.list_by_label({LABEL_SUBJECT: plan.subject, **installation_label()}):
             if ref.state != "running":
                 backend.start(ref)
             plan.marks.mark("sandbox", created=False, sandbox=ref.id[:64])
             return ref, False
-    labels = installation_label()
-    if plan.kind == "pet":
-        labels[LABEL_BUILT_FROM] = plan.built_from
-    mounts: tuple[Mount, ...] = ()
-    if layer is not None and layer.path is not None:
-        labels[LABEL_ENV_LAYER] = layer.layer
-        mounts = (builds.layer_mount(layer.path),)
-    mounts += skill_files.skill_mounts(plan.skills)
-    labels |= skill_files.skills_label(plan.skills)
-    spec = SandboxSpec(
-        subject=plan.subject,
-        app_id=plan.app_id,
-        driver_instance_id=plan.instance_id,
-        control_socket=settings.resolved_control_socket,
-        labels=labels,
-        mounts=mounts,
-        # `limited` stays on no network at all: its only way out is control's egress proxy.
-        network="full" if plan.network_policy == "full" else "none",
-    )
-    ref = backend.create(spec)
+    ref = backend.create(_sandbox_spec(plan, layer))
     plan.marks.mark("sandbox", created=True, sandbox=ref.id[:64], image=backend.image_name())
     if plan.kind == "pet":
         restored = _restore_pet_workspace(
@@ -557,23 +564,36 @@ def _still_wanted(run_id: str) -> bool:
         return run is not None and run.status in ACTIVE_RUN_STATUSES
 
 
-def _wait_ready(
-    run_id: str, instance_id: str, timeout: float
-) -> Literal["ready", "stopped", "timeout"]:
-    """Wait for the driver's ready (a Redis key control sets), and end the wait as soon as the
-    run is stopped or its thread deleted (the database says so; looked at every 0.25 s)."""
+def _wait_ready(run_id: str, instance_id: str, timeout: float) -> str:
+    """Wait for the driver's ready: "ready", "stopped" (the run was stopped or its thread
+    deleted), "refused:<why>" (the driver could not take its run: `assign` failed) or
+    "timeout". Blocks on control's ready signal, looking at the database between waits
+    (every 0.25 s)."""
     client = streams.sync_client()
     deadline = time.monotonic() + timeout
-    next_check = 0.0
-    while (now := time.monotonic()) < deadline:
-        if client.get(streams.ready_key(instance_id)):
+    while (remaining := deadline - time.monotonic()) > 0:
+        if streams.await_ready(instance_id, min(STOP_CHECK_SECONDS, remaining), client):
             return "ready"
-        if now >= next_check:
-            if not _still_wanted(run_id):
-                return "stopped"
-            next_check = now + STOP_CHECK_SECONDS
-        time.sleep(0.05)
+        verdict = _boot_verdict(run_id, instance_id)
+        if verdict:
+            return verdict
     return "timeout"
+
+
+def _boot_verdict(run_id: str, instance_id: str) -> str:
+    """Why waiting for the driver is over before its ready ("" when it is not)."""
+    with session_scope() as db:
+        run = db.get(SessionRun, run_id)
+        if run is None or run.status not in ACTIVE_RUN_STATUSES:
+            return "stopped"
+        refused = db.exec(
+            select(DriverCommand.error).where(
+                DriverCommand.driver_instance_id == instance_id,
+                DriverCommand.kind == "assign",
+                DriverCommand.status == "failed",
+            )
+        ).first()
+        return f"refused:{refused or 'no reason given'}" if refused is not None else ""
 
 
 def dispatch_run(run_id: str, backend: SandboxBackend | None = None) -> str:
@@ -633,28 +653,12 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
             return _release_stopped_boot(backend, plan, started)
         plan.marks.mark("environment", layer=layer.layer)
     try:
-        _tell_if_waking(backend, plan)
-        ref, created = sandbox_for(backend, plan, layer)
-        # Looked at between the steps: once the run is stopped, nothing more goes in.
-        stopped = not _still_wanted(run_id)
-        if created and plan.setup_script and not stopped:
-            failure = _set_up(backend, ref, plan)
-            if failure:
-                return failure
-            plan.marks.mark("setup")
-            stopped = not _still_wanted(run_id)
-        if not stopped:
-            if plan.kind == "pet":
-                delivery.remove_stale_attachments(backend, ref)
-            # Before input.start: the driver names them in the user message, so they must be there.
-            attachments = delivery.deliver_attachments(backend, ref, run_id)
-            if attachments:
-                plan.marks.mark("attachments", files=len(attachments))
-            stopped = not _still_wanted(run_id)
-        if not stopped:
-            backend.put_file(ref, BOOT_PAYLOAD, plan.payload_json.encode(), mode=0o600)
-            backend.start_driver(ref)
-            plan.marks.mark("driver_start")
+        if plan.kind == "pet":
+            ref, stopped, attachments, failure = _boot_in_pet_sandbox(backend, plan, layer)
+        else:
+            plan, ref, stopped, attachments, failure = _boot_task_sandbox(backend, plan, layer)
+        if failure:
+            return failure
     except SandboxError as error:
         log.warning("run.sandbox_failed", run_id=run_id, error=str(error)[:300])
         if ref is not None and plan.kind == "pet":
@@ -676,6 +680,16 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
             run_id,
             "driver_boot_timeout",
             "The driver did not report ready within 60 seconds.",
+            True,
+            plan.marks,
+        )
+    if outcome.startswith("refused:"):  # the driver could not take its run (`assign` failed)
+        _teardown(backend, plan.instance_id, plan.kind)
+        plan.marks.mark("teardown")
+        return _fail_by_id(
+            run_id,
+            "sandbox_failed",
+            f"The sandbox could not start the run: {outcome.removeprefix('refused:')[:300]}",
             True,
             plan.marks,
         )
@@ -704,6 +718,134 @@ def _dispatch(run_id: str, backend: SandboxBackend | None, mark: _DispatchingMar
         seconds=round(time.monotonic() - started, 3),
     )
     return "booting"
+
+
+_Attachments = list[dict[str, Any]]
+
+
+def _boot_in_pet_sandbox(
+    backend: SandboxBackend, plan: BootPlan, layer: builds.LayerOutcome | None
+) -> tuple[SandboxRef, bool, _Attachments, str]:
+    """An Assistant's run: its Agent's sandbox (made, or woken, when there is none), then a
+    driver of its own in it, booted from a payload with the run written into the sandbox.
+    (sandbox, stopped, attachments, failure: the run's status when the boot failed it)."""
+    _tell_if_waking(backend, plan)
+    ref, created = sandbox_for(backend, plan, layer)
+    # Looked at between the steps: once the run is stopped, nothing more goes in.
+    stopped = not _still_wanted(plan.run_id)
+    if created and plan.setup_script and not stopped:
+        failure = _set_up(backend, ref, plan)
+        if failure:
+            return ref, False, [], failure
+        plan.marks.mark("setup")
+        stopped = not _still_wanted(plan.run_id)
+    attachments: _Attachments = []
+    if not stopped:
+        delivery.remove_stale_attachments(backend, ref)
+        # Before input.start: the driver names them in the user message, so they must be there.
+        attachments = _deliver_attachments(backend, ref, plan)
+        stopped = not _still_wanted(plan.run_id)
+    if not stopped:
+        backend.put_file(ref, BOOT_PAYLOAD, plan.payload_json.encode(), mode=0o600)
+        backend.start_driver(ref)
+        plan.marks.mark("driver_start")
+    return ref, stopped, attachments, ""
+
+
+def _boot_task_sandbox(
+    backend: SandboxBackend, plan: BootPlan, layer: builds.LayerOutcome | None
+) -> tuple[BootPlan, SandboxRef | None, bool, _Attachments, str]:
+    """A Task's run: a sandbox of its warm pool key taken from the pool (its driver standing
+    by, connected), else one started cold with its driver booting standby as the container
+    starts. Either way the run reaches the driver as `assign` over the control connection
+    (spec, grants, whether to restore the thread's workspace), never as a file.
+    (plan: its driver the member's on a hit, sandbox, stopped, attachments, failure)."""
+    if not _still_wanted(plan.run_id):
+        return plan, None, True, [], ""
+    key = pool.KeySpec(
+        host=get_settings().sandbox_host,
+        app_id=plan.app_id,
+        runtime=plan.runtime,
+        image=backend.image_name(),
+        revision_id=plan.revision_id,
+        network_policy=plan.network_policy,
+        layer=layer.layer if layer is not None and layer.path is not None else "",
+        skill_versions=tuple(bound.version_id for bound in plan.skills),
+    )
+    with session_scope() as db:
+        claimed = pool.claim(db, key, plan.run_id, plan.session_id)
+        if claimed is not None:
+            # The run's driver is the member's; the one registered for a cold start never boots.
+            run = db.get(SessionRun, plan.run_id)
+            if run is not None:
+                run.driver_instance_id = claimed.instance_id
+                db.add(run)
+            driver_plane.mark_stopped(db, plan.instance_id)
+    _ask_for_refill(key)
+    if claimed is not None:
+        plan = replace(plan, instance_id=claimed.instance_id)
+        ref = claimed.sandbox(backend)
+        plan.marks.mark("sandbox", created=False, pool="hit", sandbox=ref.id[:64])
+    else:
+        ref = backend.create_with_driver(_sandbox_spec(plan, layer), plan.standby_payload())
+        plan.marks.mark(
+            "sandbox", created=True, pool="miss", sandbox=ref.id[:64], image=backend.image_name()
+        )
+        if plan.setup_script and _still_wanted(plan.run_id):
+            failure = _set_up(backend, ref, plan)
+            if failure:
+                return plan, ref, False, [], failure
+            plan.marks.mark("setup")
+    if not _still_wanted(plan.run_id):
+        return plan, ref, True, [], ""
+    attachments = _deliver_attachments(backend, ref, plan)
+    # The checkpoint of the thread's last completed run: the driver fetches it from control.
+    restore = get_store().exists(checkpoint_key(plan.app_id, plan.session_id))
+    with session_scope() as db:
+        driver_plane.enqueue_assignment(
+            db, plan.instance_id, plan.assignment(restore_workspace=restore)
+        )
+    streams.notify_driver(plan.instance_id)
+    plan.marks.mark("driver_start", assigned=True, restore=restore)
+    return plan, ref, False, attachments, ""
+
+
+def _deliver_attachments(backend: SandboxBackend, ref: SandboxRef, plan: BootPlan) -> _Attachments:
+    attachments = delivery.deliver_attachments(backend, ref, plan.run_id)
+    if attachments:
+        plan.marks.mark("attachments", files=len(attachments))
+    return attachments
+
+
+def _sandbox_spec(plan: BootPlan, layer: builds.LayerOutcome | None) -> SandboxSpec:
+    """A new sandbox for the run: the environment's layer and the bound skills mounted."""
+    labels = installation_label() | skill_files.skills_label(plan.skills)
+    if plan.kind == "pet":
+        labels[LABEL_BUILT_FROM] = plan.built_from
+    mounts: tuple[Mount, ...] = ()
+    if layer is not None and layer.path is not None:
+        labels[LABEL_ENV_LAYER] = layer.layer
+        mounts = (builds.layer_mount(layer.path),)
+    return SandboxSpec(
+        subject=plan.subject,
+        app_id=plan.app_id,
+        driver_instance_id=plan.instance_id,
+        control_socket=get_settings().resolved_control_socket,
+        labels=labels,
+        mounts=mounts + skill_files.skill_mounts(plan.skills),
+        # `limited` stays on no network at all: its only way out is control's egress proxy.
+        network="full" if plan.network_policy == "full" else "none",
+    )
+
+
+def _ask_for_refill(key: pool.KeySpec) -> None:
+    """A run took a member or found none: the pool makes the next in the background."""
+    if pool.target_size(key.runtime, key.network_policy) <= 0:
+        return
+    try:
+        tasks_client.enqueue_pool_refill()
+    except Exception:  # the beat's maintenance refills too
+        log.warning("pool.refill_not_queued")
 
 
 def _release_stopped_boot(backend: SandboxBackend, plan: BootPlan, boot_started: float) -> str:
@@ -852,6 +994,8 @@ def _teardown(backend: SandboxBackend, instance_id: str, kind: str) -> None:
 def _remove_sandboxes_of(backend: SandboxBackend, instance_id: str) -> None:
     for ref in backend.list_by_label({LABEL_DRIVER_INSTANCE: instance_id}):
         backend.remove(ref)
+    with session_scope() as db:
+        pool.forget_member(db, instance_id)
 
 
 def _stop_driver(db: Session, instance_id: str, reason: str) -> bool:
@@ -948,6 +1092,7 @@ def _release_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> 
     marks.mark("teardown", sandbox="removed")
     with session_scope() as db:
         driver_plane.mark_stopped(db, instance_id)
+        pool.forget_member(db, instance_id)  # when the sandbox came from the warm pool
         _write_marks(db, run_id, marks)
     return "removed"
 
@@ -1039,7 +1184,14 @@ def sweep_sandboxes(
         for ref in backend.list_by_label(installation_label()):
             subject = ref.labels.get(LABEL_SUBJECT, "")
             instance_id = ref.labels.get(LABEL_DRIVER_INSTANCE, "")
-            if subject.startswith("agent:"):
+            waiting = (
+                pool.sandbox_needed(db, subject.removeprefix(pool.SUBJECT_PREFIX))
+                if subject.startswith(pool.SUBJECT_PREFIX)
+                else None
+            )
+            if waiting is not None:  # a warm pool member not claimed yet, or forgotten
+                needed = waiting
+            elif subject.startswith("agent:"):
                 needed = db.get(Agent, subject.removeprefix("agent:")) is not None
             elif subject.startswith(builds.BUILD_SUBJECT_PREFIX):
                 needed = builds.build_sandbox_needed(db, ref.labels.get(LABEL_BUILD, ""))

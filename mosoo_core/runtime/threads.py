@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from mosoo_core import sessions, streams
 from mosoo_core.db import session_scope
-from mosoo_core.files import get_store, purge_objects
+from mosoo_core.files import checkpoint_prefix, get_store, purge_objects
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.labels import installation_label
-from mosoo_core.runtime.runs import checkpoint_prefix
 from mosoo_core.runtime.sandbox import (
     LABEL_DRIVER_INSTANCE,
     LABEL_SUBJECT,

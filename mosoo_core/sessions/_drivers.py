@@ -13,7 +13,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from driver.protocol import COMMAND_KINDS, CommandUpdate, Hello
+from driver.protocol import COMMAND_KINDS, Assignment, Command, CommandUpdate, Hello
+from mosoo_core import vault
 from mosoo_core.clock import utcnow
 from mosoo_core.db import commit_refusal
 from mosoo_core.errors import InvalidInput, NotFound
@@ -188,10 +189,23 @@ def record_heartbeat(
 
 
 def mark_ready(
-    db: Session, instance_id: str, connection_id: str, *, now: datetime | None = None
+    db: Session,
+    instance_id: str,
+    connection_id: str,
+    *,
+    standby: bool = False,
+    capabilities: list[str] | None = None,
+    now: datetime | None = None,
 ) -> None:
+    """The driver said ready: for its run, or (`standby`, a warm pool member) for one to be
+    assigned. A driver that got its run by `assign` names its backend's capabilities here."""
     instance = _live_instance(db, instance_id, connection_id)
-    instance.ready_at = instance.ready_at or (now or utcnow())
+    if standby:
+        instance.standby_at = instance.standby_at or (now or utcnow())
+    else:
+        instance.ready_at = instance.ready_at or (now or utcnow())
+    if capabilities is not None:
+        instance.capabilities = list(capabilities)
     db.add(instance)
 
 
@@ -239,6 +253,44 @@ def enqueue_command(
     return command
 
 
+def enqueue_assignment(db: Session, instance_id: str, assignment: Assignment) -> DriverCommand:
+    """Give a standby driver its run (`assign`). The assignment holds the run's grants and
+    secret variables: it is stored sealed for this instance and opened only by
+    `commands_to_send` as control sends it; the row's copy is wiped once the command is done."""
+    instance = db.get(DriverInstance, instance_id)
+    if instance is None:
+        raise NotFound("Driver instance not found.")
+    sealed = vault.seal_in_transit(
+        instance.app_id, instance.id, assignment.model_dump_json().encode()
+    )
+    return enqueue_command(db, instance_id, "assign", {"sealed": sealed})
+
+
+def commands_to_send(db: Session, instance_id: str, *, after_seq: int = 0) -> list[Command]:
+    """The driver's unfinished commands as it receives them, oldest first: an assignment is
+    opened here. One that cannot be opened (the master key changed meanwhile) is failed with
+    the reason, which fails its run, rather than stopping the commands after it."""
+    messages = []
+    for row in undelivered_commands(db, instance_id, after_seq=after_seq):
+        payload = row.payload
+        if row.kind == "assign":
+            instance = db.get(DriverInstance, row.driver_instance_id)
+            try:
+                opened = vault.open_in_transit(
+                    instance.app_id if instance is not None else "",
+                    row.driver_instance_id,
+                    row.payload.get("sealed") or {},
+                )
+            except vault.VaultError as error:
+                row.status, row.error, row.payload = "failed", str(error)[:4096], {}
+                row.updated_at = utcnow()
+                db.add(row)
+                continue
+            payload = Assignment.model_validate_json(opened).model_dump(mode="json")
+        messages.append(Command(command_id=row.id, seq=row.seq, kind=row.kind, payload=payload))
+    return messages
+
+
 def undelivered_commands(
     db: Session, instance_id: str, *, after_seq: int = 0
 ) -> list[DriverCommand]:
@@ -266,5 +318,7 @@ def apply_command_update(db: Session, instance_id: str, update: CommandUpdate) -
     command.status = update.status
     command.error = update.error
     command.updated_at = utcnow()
+    if command.kind == "assign" and update.status in ("completed", "failed"):
+        command.payload = {}  # the sealed run (grants, secrets) is of no more use
     db.add(command)
     return command

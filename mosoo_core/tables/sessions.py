@@ -129,6 +129,8 @@ class DriverInstance(SQLModel, table=True):
     last_heartbeat_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     disconnected_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     ready_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    # A warm pool member's driver: when it said `ready {standby}` (warm, waiting for a run).
+    standby_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     # What the driver's backend said it supports in hello (PROTOCOL.md); [] before hello.
     capabilities: list[str] = Field(default_factory=list, sa_type=sa.JSON)
     driver_version: str = Field(default="", max_length=64)

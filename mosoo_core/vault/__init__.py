@@ -27,6 +27,7 @@ from mosoo_core.vault._secrets import (
     rotate_master_key,
     store_secret,
 )
+from mosoo_core.vault._transit import open_in_transit, seal_in_transit
 from mosoo_core.vault.types import (
     PROVIDER_PRESETS,
     ConnectionResult,
@@ -57,12 +58,14 @@ __all__ = [
     "get_provider_credential",
     "list_provider_credentials",
     "load_master_key",
+    "open_in_transit",
     "provider_headers",
     "read_key_file",
     "replace_secret",
     "reveal_provider_key",
     "reveal_secret",
     "rotate_master_key",
+    "seal_in_transit",
     "set_default_provider_credential",
     "store_secret",
     "update_provider_credential",

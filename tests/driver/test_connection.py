@@ -13,7 +13,7 @@ import pytest
 
 from driver import __version__
 from driver.connection import ControlConnection, ControlRejected, ControlUnreachable
-from driver.protocol import MAX_FRAME_BYTES, Command
+from driver.protocol import MAX_FRAME_BYTES, PROTOCOL_VERSION, Command
 from tests.driver.conftest import wait_for
 from tests.support.control_harness import ControlHarness
 
@@ -85,7 +85,7 @@ async def test_hello_welcome_then_backend_start_then_ready_and_heartbeats(
         "type": "hello",
         "driver_instance_id": "drv_1",
         "boot_token": harness.boot_token,
-        "protocol_version": 1,
+        "protocol_version": PROTOCOL_VERSION,
         "driver_version": __version__,
         "runtime": "openai",
         "capabilities": ["text_stream", "cancel"],

@@ -72,6 +72,8 @@ def mosoo_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]
         # The scripted model servers listen on loopback, which a provider's base URL may
         # reach only with this on (tests/service/test_provider_connection.py: off refuses).
         MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS="true",
+        # No warm pool unless a test asks (extra=): members are sandboxes a test did not make.
+        MOSOO_POOL_SIZE="0",
     )
     env.update(extra)
     return env

@@ -32,8 +32,14 @@ WORKSPACE = "/workspace"
 CONTROL_DIR = "/run/mosoo/control"
 CONTROL_SOCKET_NAME = "control.sock"
 CONTROL_SOCKET = f"{CONTROL_DIR}/{CONTROL_SOCKET_NAME}"
+# What a driver dials (its boot payload's `control_url`): the socket above, inside the
+# sandbox. Not PROTOCOL.md's /run/mosoo/control.sock (see CONTROL_DIR).
+CONTROL_URL = f"unix://{CONTROL_SOCKET}"
 BOOT_DIR = "/run/mosoo/boot"
 BOOT_PAYLOAD = "/run/mosoo/boot/payload.json"
+# Where a driver started with its sandbox (`create_with_driver`) finds its standby payload,
+# when the backend puts it there from the host before the sandbox starts.
+STANDBY_DIR = "/run/mosoo/standby"
 ATTACHMENTS_DIR = "/mnt/attachments"
 DRIVER_COMMAND = "mosoo-driver"
 BOOT_PAYLOAD_ENV = "MOSOO_DRIVER_BOOT_PAYLOAD_FILE"
@@ -267,6 +273,20 @@ class SandboxBackend(abc.ABC):
     def start_driver(self, ref: SandboxRef, payload_path: str = BOOT_PAYLOAD) -> None:
         """Start `mosoo-driver`, which reads (and deletes) the boot payload at payload_path."""
         self.start_process(ref, [DRIVER_COMMAND], env={BOOT_PAYLOAD_ENV: payload_path})
+
+    def create_with_driver(self, spec: SandboxSpec, payload: bytes) -> SandboxRef:
+        """Create a sandbox whose driver starts with it, booting from `payload`: a standby
+        boot payload (a single-use boot token, never a run's secrets: those come with
+        `assign` over the control connection). This default writes the payload into the new
+        sandbox and starts the driver; a backend that can start it with the sandbox does."""
+        ref = self.create(spec)
+        try:
+            self.put_file(ref, BOOT_PAYLOAD, payload, mode=0o600)
+            self.start_driver(ref)
+        except SandboxError:
+            self.remove(ref)
+            raise
+        return ref
 
     def put_file(self, ref: SandboxRef, path: str, data: bytes, mode: int = 0o600) -> None:
         """Write one file as the sandbox user, created with `mode` (never wider on the way)."""

@@ -10,6 +10,8 @@ by the sandbox user inside its own mount namespace.
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import socket
 import struct
 import threading
@@ -21,19 +23,22 @@ from typing import Any
 
 import docker
 from docker import errors as docker_errors
+from docker.types import LogConfig, Ulimit
 from docker.types import Mount as DockerMount
-from docker.types import Ulimit
 
 from mosoo_core.ids import new_id
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime.sandbox._base import (
     ATTACHMENTS_DIR,
     BOOT_DIR,
+    BOOT_PAYLOAD_ENV,
     CONTROL_DIR,
+    DRIVER_COMMAND,
     LABEL_SANDBOX,
     SANDBOX_GID,
     SANDBOX_PATH,
     SANDBOX_UID,
+    STANDBY_DIR,
     TERMINAL_KILL_SCRIPT,
     TERMINAL_MARKER_ENV,
     WORKSPACE,
@@ -94,6 +99,27 @@ def _memory_bytes(sample: dict[str, Any]) -> int | None:
     # What `docker stats` shows: page cache left out (cgroup v1 "total_inactive_file", v2 "inactive_file").
     cache = details.get("total_inactive_file", details.get("inactive_file", 0))
     return int(memory["usage"]) - int(cache)
+
+
+_STANDBY_FILE = "payload.json"
+
+
+def _write_standby_payload(folder: Path, payload: bytes) -> None:
+    """The standby payload (a boot token, single-use and bound to its driver), in a folder
+    the sandbox user owns when we can give it (as root): the driver deletes it once read.
+    Otherwise it stays readable (0644) until the sandbox goes: the token is spent at hello."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / _STANDBY_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        file.write(payload)
+    try:
+        os.chown(folder, SANDBOX_UID, SANDBOX_GID)
+        os.chown(path, SANDBOX_UID, SANDBOX_GID)
+        folder.chmod(0o700)
+    except PermissionError:
+        folder.chmod(0o755)
+        path.chmod(0o644)
 
 
 def _workspace_volume(name: str) -> str:
@@ -245,6 +271,10 @@ class DockerBackend(SandboxBackend):
         engine must share this host's filesystem); None: no attachments folder."""
         self.client = client or docker.from_env(timeout=120)
         self.attachments_root = attachments_root.resolve() if attachments_root else None
+        # Beside it: the folder a driver started with its sandbox boots from (STANDBY_DIR).
+        self.standby_root = (
+            self.attachments_root.parent / "sandbox-standby" if self.attachments_root else None
+        )
         self.limits = limits or Limits()
         self._image = image
         self._base_image = base_image
@@ -266,11 +296,33 @@ class DockerBackend(SandboxBackend):
     # --- lifecycle -------------------------------------------------------------------------
 
     def create(self, spec: SandboxSpec) -> SandboxRef:
+        return self._create(spec, None)
+
+    def create_with_driver(self, spec: SandboxSpec, payload: bytes) -> SandboxRef:
+        """The driver is the container's own first process, started with it: no exec to write
+        the payload and none to start the driver (each a round trip to the engine). The
+        standby payload waits in a host folder mounted at STANDBY_DIR, as attachments do."""
+        if self.standby_root is None:
+            return super().create_with_driver(spec, payload)
+        return self._create(spec, payload)
+
+    def _create(self, spec: SandboxSpec, standby_payload: bytes | None) -> SandboxRef:
         limits = self.limits.apply(spec)
         labels = spec.all_labels()
         name = f"mosoo-{new_id().lower()}"
         image = self.image
+        command = ["sleep", "infinity"]
+        environment = {"HOME": WORKSPACE, "PATH": SANDBOX_PATH, **spec.env}
         mounts = [DockerMount(WORKSPACE, _workspace_volume(name), type="volume")]
+        if standby_payload is not None:
+            folder = self._standby_host_dir(name)
+            assert folder is not None
+            _write_standby_payload(folder, standby_payload)
+            mounts.append(DockerMount(STANDBY_DIR, str(folder), type="bind"))
+            environment[BOOT_PAYLOAD_ENV] = f"{STANDBY_DIR}/{_STANDBY_FILE}"
+            # The driver, then the same `sleep` as any sandbox: the container outlives its
+            # driver, so a run's outputs and checkpoint are still read after it ends.
+            command = ["sh", "-c", f"{DRIVER_COMMAND} & exec sleep infinity"]
         control_dir = control_socket_dir(spec)
         if control_dir is not None:
             # The socket's directory, not the socket: it survives control restarts (_base.py).
@@ -295,13 +347,15 @@ class DockerBackend(SandboxBackend):
         try:
             container = self.client.containers.run(
                 image,
-                ["sleep", "infinity"],
+                command,
                 name=name,
                 hostname="sandbox",
                 detach=True,
                 user=f"{SANDBOX_UID}:{SANDBOX_GID}",
                 working_dir=WORKSPACE,
-                environment={"HOME": WORKSPACE, "PATH": SANDBOX_PATH, **spec.env},
+                environment=environment,
+                # What the driver prints when it starts with the container; bounded.
+                log_config=LogConfig(type="json-file", config={"max-size": "1m", "max-file": "1"}),
                 labels=labels,
                 init=True,
                 read_only=True,
@@ -347,6 +401,9 @@ class DockerBackend(SandboxBackend):
             self._remove_by_name(ref.name)
         log.info("sandbox.removed", backend=self.name, sandbox=ref.name)
 
+    def _standby_host_dir(self, name: str) -> Path | None:
+        return self.standby_root / name if self.standby_root is not None else None
+
     def _attachments_host_dir(self, name: str) -> Path | None:
         return self.attachments_root / name if self.attachments_root is not None else None
 
@@ -361,6 +418,9 @@ class DockerBackend(SandboxBackend):
     def _remove_by_name(self, name: str) -> None:
         with contextlib.suppress(docker_errors.NotFound):
             self.client.containers.get(name).remove(force=True, v=True)
+        standby = self._standby_host_dir(name)
+        if standby is not None:
+            shutil.rmtree(standby, ignore_errors=True)
         attachments = self._attachments_host_dir(name)
         if attachments is not None:
             try:
