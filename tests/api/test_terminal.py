@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from mosoo_core import agents, identity
+from mosoo_core.db import session_scope
 from mosoo_core.runtime import terminal as terminals
 from mosoo_core.runtime.labels import installation_label
 from mosoo_core.runtime.sandbox import (
@@ -37,7 +38,7 @@ from tests.support.redis_db import own_redis_database, redis_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-REDIS_URL = redis_url(16)  # this module's own
+REDIS_URL = redis_url(9)  # flushed before and after, like test_event_feed.py's
 CONTROL = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|\][^\x07]*\x07)|\r")
 
 
@@ -138,14 +139,15 @@ class Screen:
         raise AssertionError(f"no {pattern!r} after {command!r} in {self.text!r}")
 
 
-def _terminal_processes(backend: SandboxBackend, ref: SandboxRef) -> int:
+def terminal_processes(backend: SandboxBackend, ref: SandboxRef) -> int:
     """How many processes in the sandbox belong to a terminal (looked at from inside)."""
     script = f"grep -lsa {TERMINAL_MARKER_ENV}= /proc/[0-9]*/environ | grep -vc self || true"
     return int(backend.exec(ref, ["sh", "-c", script]).stdout_text.strip() or 0)
 
 
-def _operations(engine: Engine, agent_id: str) -> list[tuple[str, str, str]]:
-    with Session(engine) as db:
+def recorded(agent_id: str) -> list[tuple[str, str, str]]:
+    """The Agent's Logs lines (operation, outcome, error), oldest first."""
+    with session_scope() as db:
         rows = db.exec(
             select(PetOperation)
             .where(PetOperation.agent_id == agent_id)
@@ -169,11 +171,11 @@ def test_the_owner_types_in_the_terminal_and_closing_the_page_ends_its_processes
         assert screen.run("stty size", r"\n(\d+ \d+)\n").group(1) == "40 120"
         assert screen.run("echo TERM=$TERM", r"\nTERM=(\S+)\n").group(1) == "xterm-256color"
         screen.run("sleep 1234 & setsid sleep 1235 & echo started", r"\nstarted\n")
-        assert _terminal_processes(backend, ref) >= 3
+        assert terminal_processes(backend, ref) >= 3
     # The page went: the shell and both sleeps go with it.
-    wait_for(lambda: _terminal_processes(backend, ref) == 0, 30, "the terminal's processes to end")
-    wait_for(lambda: len(_operations(engine, found.agent_id)) == 2, 10, "the close to be recorded")
-    assert _operations(engine, found.agent_id) == [
+    wait_for(lambda: terminal_processes(backend, ref) == 0, 30, "the terminal's processes to end")
+    wait_for(lambda: len(recorded(found.agent_id)) == 2, 10, "the close to be recorded")
+    assert recorded(found.agent_id) == [
         ("terminal open", "done", ""),
         ("terminal close", "done", ""),
     ]
@@ -203,8 +205,8 @@ def test_no_session_another_owner_and_a_task_are_refused(
     with _connect(server, found.agent_id, found.token) as socket:
         assert _closed_with(socket)[0] == 4401
 
-    assert _operations(engine, found.agent_id) == []  # nothing reached the Agent
-    assert _terminal_processes(backend, ref) == 0
+    assert recorded(found.agent_id) == []  # nothing reached the Agent
+    assert terminal_processes(backend, ref) == 0
 
 
 def test_a_page_of_another_site_cannot_open_it_with_the_owner_cookie(
@@ -216,8 +218,8 @@ def test_a_page_of_another_site_cannot_open_it_with_the_owner_cookie(
         with pytest.raises(InvalidStatus) as refused:
             _connect(server, found.agent_id, found.token, origin=origin)
         assert refused.value.response.status_code == 403
-    assert _operations(engine, found.agent_id) == []
-    assert _terminal_processes(backend, ref) == 0
+    assert recorded(found.agent_id) == []
+    assert terminal_processes(backend, ref) == 0
     # No Origin at all is not a browser page's (a script with the cookie is the owner).
     with _connect(server, found.agent_id, found.token, origin=None) as socket:
         assert Screen(socket).run("echo ok-$((40+2))", r"ok-42")
@@ -234,7 +236,7 @@ def test_the_terminal_is_refused_when_turned_off(
     reset_settings_cache()
     with _connect(server, found.agent_id, found.token) as socket:
         assert _closed_with(socket) == (4403, "The terminal is turned off on this installation.")
-    assert _operations(engine, found.agent_id) == []
+    assert recorded(found.agent_id) == []
 
 
 def test_a_stopped_sandbox_and_a_fifth_terminal_are_refused_and_recorded(
@@ -252,7 +254,7 @@ def test_a_stopped_sandbox_and_a_fifth_terminal_are_refused_and_recorded(
             )
         opened.pop().close()
         wait_for(
-            lambda: _operations(engine, found.agent_id).count(("terminal close", "done", "")) == 1,
+            lambda: recorded(found.agent_id).count(("terminal close", "done", "")) == 1,
             30,
             "the fourth terminal to close",
         )
@@ -265,7 +267,7 @@ def test_a_stopped_sandbox_and_a_fifth_terminal_are_refused_and_recorded(
     with _connect(server, found.agent_id, found.token) as socket:
         code, reason = _closed_with(socket)
     assert code == 4409 and reason.startswith("The sandbox is not running"), reason
-    refused = [op for op in _operations(engine, found.agent_id) if op[1] == "refused"]
+    refused = [op for op in recorded(found.agent_id) if op[1] == "refused"]
     assert [(name, outcome) for name, outcome, _ in refused] == [
         ("terminal open", "refused"),
         ("terminal open", "refused"),
@@ -301,8 +303,8 @@ def test_a_bad_frame_closes_the_terminal_with_the_reason(
         Screen(socket).run("echo ready", r"\nready\n")
         socket.send(frame)
         assert _closed_with(socket) == closed
-    assert _terminal_processes(backend, ref) == 0
-    assert _operations(engine, found.agent_id)[-1] == ("terminal close", "done", closed[1])
+    assert terminal_processes(backend, ref) == 0
+    assert recorded(found.agent_id)[-1] == ("terminal close", "done", closed[1])
 
 
 def test_a_bad_size_is_refused_before_anything_opens(
@@ -312,7 +314,7 @@ def test_a_bad_size_is_refused_before_anything_opens(
     for query in ("rows=0&cols=80", "rows=24&cols=100000", "rows=-3&cols=80", "rows=a&cols=1"):
         with _connect(server, found.agent_id, found.token, query=query) as socket:
             assert _closed_with(socket)[0] == 4400, query
-    assert _operations(engine, found.agent_id) == []
+    assert recorded(found.agent_id) == []
 
 
 def test_signing_out_closes_the_open_terminal_and_ends_its_processes(
@@ -325,8 +327,8 @@ def test_signing_out_closes_the_open_terminal_and_ends_its_processes(
         identity.sign_out(found.token)  # announced on Redis, as the console's Sign out does
         assert _closed_with(socket) == (4401, "The sign-in session ended.")
         assert time.monotonic() - began < 10  # the announcement, not the periodic check
-    assert _terminal_processes(backend, ref) == 0
-    assert _operations(engine, found.agent_id)[-1] == (
+    assert terminal_processes(backend, ref) == 0
+    assert recorded(found.agent_id)[-1] == (
         "terminal close",
         "done",
         "The sign-in session ended.",

@@ -1,6 +1,6 @@
 """The Sandbox panel on an Assistant's Preview: its one sandbox's status (Running, Stopped,
 Hibernated, No sandbox), uptime, image, CPU and memory, and Restart, Recreate, Hibernate,
-Wake and Reset (confirmed by typing the Agent's name)."""
+Wake and Reset (confirmed by typing the Agent's name); while it runs, the owner's Terminal."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import reflex as rx
 from reflex_components_radix.themes.base import LiteralAccentColor
 
 from mosoo_web.components.dialogs import dialog, dialog_buttons
+from mosoo_web.components.terminal import terminal
 from mosoo_web.pages.preview.sandbox_state import SandboxPanelState
 from mosoo_web.pages.preview.state import PreviewState
 from mosoo_web.reflex_typing import match_component
@@ -124,6 +125,40 @@ def _reset_dialog() -> rx.Component:
     )
 
 
+def _terminal_dialog() -> rx.Component:
+    """A shell in the running sandbox; closing the dialog (or the page) ends it."""
+    return rx.cond(
+        State.terminal_enabled & (State.sandbox_state == "running"),
+        dialog(
+            rx.button(
+                rx.icon("square-terminal", size=13),
+                "Terminal",
+                size="1",
+                variant="soft",
+                type="button",
+                data_testid="sandbox-terminal",
+            ),
+            "Terminal",
+            "A shell in the sandbox as the agent's user, in /workspace, with its limits and "
+            "network. Closing this ends the shell and everything it started.",
+            terminal(
+                f"/api/terminal/{PreviewState.current_agent_id}",
+                width="100%",
+                height="60vh",
+                background="#000",
+                padding="4px",
+                border_radius="6px",
+                data_testid="terminal",
+            ),
+            rx.box(dialog_buttons(cancel="Close"), margin_top="12px"),
+            open=State.terminal_open,
+            on_open_change=State.set_terminal_open,
+            max_width="min(1100px, 95vw)",
+        ),
+        rx.fragment(),
+    )
+
+
 def sandbox_panel() -> rx.Component:
     """Shown for an Assistant only; sampled when it mounts (the form re-mounts on each load)."""
     return rx.cond(
@@ -160,6 +195,7 @@ def sandbox_panel() -> rx.Component:
                 rx.hstack(
                     *[_action(*action) for action in ACTIONS],
                     _reset_dialog(),
+                    _terminal_dialog(),
                     spacing="2",
                     wrap="wrap",
                 ),

@@ -14,6 +14,7 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import MosooError
 from mosoo_core.logs import get_logger
 from mosoo_core.runtime import pet_operations
+from mosoo_core.settings import get_settings
 from mosoo_web.formatting import size_text
 from mosoo_web.pages.preview.services import pet_status
 from mosoo_web.pages.preview.state import PreviewState
@@ -93,6 +94,9 @@ class SandboxPanelState(rx.State):
     busy: rx.Field[str] = rx.field("")  # the operation under way, "" when none
     reset_open: rx.Field[bool] = rx.field(False)
     confirm_text: rx.Field[str] = rx.field("")
+    # The owner's terminal (MOSOO_TERMINAL_ENABLED), in a dialog while `terminal_open`.
+    terminal_enabled: rx.Field[bool] = rx.field(False)
+    terminal_open: rx.Field[bool] = rx.field(False)
     # Each refresh takes a number; only the newest one's sample is shown (a refresh on page
     # load may still be sampling when an operation's refresh starts).
     _sample: int = 0
@@ -114,6 +118,7 @@ class SandboxPanelState(rx.State):
             self._sample += 1
             sample = self._sample
             self.loading = True
+            self.terminal_enabled = get_settings().terminal_enabled
         shown: SandboxFigures | None = None
         error = ""
         try:
@@ -189,3 +194,8 @@ class SandboxPanelState(rx.State):
     @event
     def set_confirm_text(self, value: str) -> None:
         self.confirm_text = value
+
+    @event
+    def set_terminal_open(self, value: bool) -> None:
+        """Open or close the terminal's dialog; closing it ends the shell (the socket goes)."""
+        self.terminal_open = value and self.terminal_enabled
