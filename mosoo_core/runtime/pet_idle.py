@@ -2,7 +2,8 @@
 `/workspace` of every Pet sandbox left without a run for `MOSOO_PET_IDLE_MINUTES` and removes
 the container, as the owner's Hibernate does (`pet_operations.hibernate_idle`, recorded with
 `SYSTEM_ACTOR`). The next message builds the sandbox again with the workspace restored, the
-chat saying "Waking the assistant…" meanwhile (`runs`).
+chat saying "Waking the assistant…" meanwhile (`runs`). An open owner's terminal keeps its
+Assistant awake, and its close counts as activity (`terminal`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from mosoo_core import streams
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.logs import get_logger
-from mosoo_core.runtime import pet_operations
+from mosoo_core.runtime import pet_operations, terminal
 from mosoo_core.runtime.labels import installation_label
 from mosoo_core.runtime.sandbox import LABEL_SUBJECT, SandboxBackend, SandboxError, get_backend
 from mosoo_core.settings import get_settings
@@ -45,8 +46,9 @@ def idle_pets(
     """Which of these Agents (those whose sandbox exists) are Assistants idle for longer than
     `idle`: no active run, and their last activity older than that. The last activity is the
     latest of: a run's end (its creation if it never ended), the sandbox's making without a
-    run (a Wake or Recreate), and a failed or refused idle hibernation (so a failing one is
-    tried again once per idle time, not at every tick). With none of these, it is idle."""
+    run (a Wake or Recreate), an owner's terminal opened or closed, and a failed or refused
+    idle hibernation (so a failing one is tried again once per idle time, not at every
+    tick). With none of these, it is idle."""
     wanted = sorted(set(agent_ids))
     if not wanted:
         return []
@@ -79,7 +81,7 @@ def idle_pets(
     )
     made_or_tried = sa.or_(
         sa.and_(
-            col(PetOperation.operation).in_(("wake", "recreate")),
+            col(PetOperation.operation).in_(("wake", "recreate", terminal.OPENED, terminal.CLOSED)),
             col(PetOperation.outcome) == "done",
         ),
         sa.and_(
@@ -109,9 +111,9 @@ def idle_pets(
 def hibernate_idle_pets(
     backend: SandboxBackend | None = None, *, now: datetime | None = None
 ) -> int:
-    """Hibernate every idle Assistant whose sandbox exists; how many were hibernated. A
-    failure (the workspace could not be saved) keeps that sandbox running, is logged and
-    recorded, and does not stop the others."""
+    """Hibernate every idle Assistant whose sandbox exists and that no owner's terminal is
+    open on; how many were hibernated. A failure (the workspace could not be saved) keeps that
+    sandbox running, is logged and recorded, and does not stop the others."""
     backend = backend or get_backend()
     try:
         refs = backend.list_by_label(installation_label())
@@ -131,7 +133,9 @@ def hibernate_idle_pets(
     for pet in found:
         key = _HIBERNATING_KEY.format(pet.agent_id)
         # A slow tick and the next never save one workspace at once (a failed save deletes it).
-        if client is None or not client.set(key, "1", nx=True, ex=_HIBERNATING_SECONDS):
+        if client is None or terminal.has_open_terminal(pet.agent_id, client):
+            continue
+        if not client.set(key, "1", nx=True, ex=_HIBERNATING_SECONDS):
             continue
         try:
             pet_operations.hibernate_idle(pet.app_id, pet.agent_id, backend)

@@ -147,6 +147,12 @@ class Terminal:
         log.info("terminal.closed", terminal_id=self.id, agent_id=self.agent_id, reason=reason)
 
 
+def has_open_terminal(agent_id: str, client: redis.Redis | None = None) -> bool:
+    """Whether a terminal of the Agent holds a live lease (what keeps an Assistant awake)."""
+    client = client or streams.sync_client()
+    return bool(client.zcount(_slots_key(agent_id), time.time(), "+inf"))
+
+
 def _claim(agent_id: str, terminal_id: str) -> bool:
     now = time.time()
     try:

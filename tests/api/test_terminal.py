@@ -11,6 +11,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 import redis
@@ -20,9 +21,12 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from mosoo_core import agents, identity
+from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
+from mosoo_core.runtime import pet_idle
 from mosoo_core.runtime import terminal as terminals
 from mosoo_core.runtime.labels import installation_label
+from mosoo_core.runtime.pets import pet_sandboxes
 from mosoo_core.runtime.sandbox import (
     TERMINAL_MARKER_ENV,
     SandboxBackend,
@@ -333,6 +337,21 @@ def test_signing_out_closes_the_open_terminal_and_ends_its_processes(
         "done",
         "The sign-in session ended.",
     )
+
+
+def test_an_open_terminal_keeps_its_assistant_from_idle_hibernation(
+    server: LiveServer, owner: tuple[Owner, SandboxRef], engine: Engine, backend: SandboxBackend
+) -> None:
+    found, ref = owner
+    later = utcnow() + timedelta(hours=1)
+    with Session(engine) as db:
+        idle = pet_idle.idle_pets(db, [found.agent_id], now=later, idle=timedelta(minutes=5))
+    assert [pet.agent_id for pet in idle] == [found.agent_id]  # nothing else keeps it awake
+    with _connect(server, found.agent_id, found.token) as socket:
+        Screen(socket).run("echo ready", r"\nready\n")
+        assert pet_idle.hibernate_idle_pets(backend, now=later) == 0
+        assert [sandbox.id for sandbox in pet_sandboxes(backend, found.agent_id)] == [ref.id]
+        Screen(socket).run("echo still-here", r"\nstill-here\n")
 
 
 def test_a_terminal_size_must_be_whole_numbers_in_bounds() -> None:

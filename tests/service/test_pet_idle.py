@@ -1,7 +1,7 @@
 """Which Assistants the beat hibernates: those whose last activity (a run's end, a Wake or
-Recreate, a failed idle hibernation) is older than the idle time, never one with an active
-run, never a Task. What the hibernation does to a real sandbox, and the waking message that
-follows: tests/integration/test_pet_idle.py."""
+Recreate, an owner's terminal, a failed idle hibernation) is older than the idle time, never
+one with an active run, never a Task. What the hibernation does to a real sandbox, and the
+waking message that follows: tests/integration/test_pet_idle.py."""
 
 from __future__ import annotations
 
@@ -145,6 +145,23 @@ def test_a_failed_idle_hibernation_is_tried_again_only_after_another_idle_time(
     _run(engine, owners, "completed", NOW - timedelta(hours=1))
     _operation(engine, owners[2], "hibernate", "failed", NOW - timedelta(minutes=1), owners[0])
     assert _idle(engine, owners[2]) == [owners[2]]
+
+
+def test_an_owners_terminal_counts_from_its_close(engine: Engine) -> None:
+    # Closed two minutes ago after an hour of typing: the close counts, not the older run.
+    typing = _agent(engine, "typing@example.com")
+    _run(engine, typing, "completed", NOW - timedelta(hours=2))
+    _operation(engine, typing[2], "terminal open", "done", NOW - timedelta(hours=1), typing[0])
+    _operation(engine, typing[2], "terminal close", "done", NOW - timedelta(minutes=2), typing[0])
+    # A refused open did nothing in the sandbox.
+    refused = _agent(engine, "term-refused@example.com")
+    _run(engine, refused, "completed", NOW - timedelta(hours=2))
+    _operation(
+        engine, refused[2], "terminal open", "refused", NOW - timedelta(minutes=1), refused[0]
+    )
+    assert _idle(engine, typing[2], refused[2]) == [refused[2]]
+    # (An open terminal keeps its Assistant awake whatever the records say:
+    # tests/api/test_terminal.py.)
 
 
 def test_the_chat_says_waking_until_the_woken_run_starts() -> None:
