@@ -1,12 +1,24 @@
 """Events through one control process: throughput and driver-to-viewer latency.
 
-Starts a real `mosoo control` (SQLite in a temp dir, Redis db 10), plays C drivers over
-the Unix socket (hello, then event batches waiting for each ack, as the driver does) and C
-viewers reading the threads' Redis streams, and prints events/second and the latency from
-a driver sending an event to a viewer receiving it.
+For each database and each number of concurrent streams, starts a real `mosoo control`, then
+a load process that plays one driver per stream with the driver's own connection code
+(`driver.connection.ControlConnection`: its batching, its pipelining, acks) and one viewer
+per stream with the console's and the API's own follow loop (`event_feed.ThreadFeed`). Two
+phases on the same connections:
 
-    .venv/bin/python bench/events.py                 # C = 1 and 50
-    .venv/bin/python bench/events.py --streams 10 --events 500
+- flood: every stream emits `--events` events at once; events/s is the number stored and
+  acknowledged over the time until the last ack (the process's capacity);
+- paced: the streams together emit `--rate` events a second (split evenly) for
+  `--seconds`; latency runs from a driver's `emit` to a viewer holding the event.
+
+With `--baseline DIR` (a checkout of an earlier commit, e.g. `git archive <sha> | tar -x -C
+DIR`) each case runs control and the load from that checkout too, turn about with this one.
+
+    .venv/bin/python bench/events.py --postgres-url postgresql+psycopg://mosoo:mosoo@127.0.0.1:5432/<db>
+    .venv/bin/python bench/events.py --databases sqlite --streams 50 --baseline /tmp/base
+
+The PostgreSQL database named is emptied (its public schema dropped) before each case.
+Redis db 10 (shifted by MOSOO_TEST_REDIS_DB_OFFSET) is flushed.
 """
 
 from __future__ import annotations
@@ -15,35 +27,37 @@ import argparse
 import asyncio
 import json
 import os
+import resource
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import redis.asyncio as aioredis  # noqa: E402
-import websockets  # noqa: E402
-
-REDIS_DB = 10
+REDIS_DB = 10 + int(os.environ.get("MOSOO_TEST_REDIS_DB_OFFSET", "0"))
+TICK_SECONDS = 0.005  # the paced phase's emission tick
 
 
-def _prepare(data_dir: Path, streams: int) -> list[tuple[str, str, str, str]]:
-    """Threads with a booting run each and a registered driver: (session, run, instance, token)."""
+# --- the orchestrator: databases, control processes, turn about ----------------------------
+
+
+def _prepare(streams: int) -> list[dict[str, str]]:
+    """Threads with a running run each and a registered driver (boot tokens last 60 s, so
+    this runs right before each case)."""
     from mosoo_core import identity, sessions
     from mosoo_core.db import session_scope
-    from mosoo_core.migrations import upgrade
+    from mosoo_core.sessions import driver_plane
     from mosoo_core.tables.agents import Agent
     from mosoo_core.tables.sessions import SessionRun
 
-    upgrade()
     out = []
     with session_scope() as db:
-        account = identity.sign_in_identity(
-            db, provider="email", subject="bench@example.com", email="bench@example.com"
-        )
+        email = f"bench-{time.time_ns()}@example.com"
+        account = identity.sign_in_identity(db, provider="email", subject=email, email=email)
         app_id = identity.list_apps(db, account.id)[0].id
         agent = Agent(app_id=app_id, name="bench", model="m")
         db.add(agent)
@@ -51,7 +65,7 @@ def _prepare(data_dir: Path, streams: int) -> list[tuple[str, str, str, str]]:
         for _ in range(streams):
             thread = sessions.create_session(db, account.id, app_id, agent.id)
             sent = sessions.send_message(db, account.id, thread.id, "go")
-            driver = sessions.register_driver(
+            driver = driver_plane.register_driver(
                 db,
                 app_id=app_id,
                 subject=f"session:{thread.id}",
@@ -61,178 +75,269 @@ def _prepare(data_dir: Path, streams: int) -> list[tuple[str, str, str, str]]:
             run = db.get(SessionRun, sent.run.id)
             assert run is not None
             run.driver_instance_id, run.status = driver.instance_id, "running"
-            out.append((thread.id, run.id, driver.instance_id, driver.boot_token))
+            out.append(
+                {
+                    "account_id": account.id,
+                    "session_id": thread.id,
+                    "run_id": run.id,
+                    "instance_id": driver.instance_id,
+                    "boot_token": driver.boot_token,
+                }
+            )
     return out
 
 
-async def _driver(
-    socket_path: str,
-    session_id: str,
-    run_id: str,
-    instance_id: str,
-    token: str,
-    events: int,
-    batch: int,
-    sent_at: dict[str, float],
-) -> None:
-    async with websockets.unix_connect(
-        socket_path, uri="ws://control/driver/socket", max_size=None
-    ) as ws:
-        await ws.send(
-            json.dumps(
-                {
-                    "type": "hello",
-                    "driver_instance_id": instance_id,
-                    "boot_token": token,
-                    "protocol_version": 1,
-                    "driver_version": "bench",
-                    "runtime": "openai",
-                    "capabilities": [],
-                    "pid": os.getpid(),
-                }
-            )
+def _fresh_database(kind: str, work: Path, postgres_url: str) -> str:
+    import sqlalchemy as sa
+
+    from mosoo_core import db as db_module
+    from mosoo_core.migrations import upgrade
+    from mosoo_core.settings import reset_settings_cache
+
+    db_module.dispose_engines()
+    if kind == "sqlite":
+        url = f"sqlite:///{work / f'mosoo-{time.time_ns()}.db'}"
+    else:
+        url = postgres_url
+        engine = sa.create_engine(url)
+        with engine.begin() as connection:
+            connection.execute(sa.text("DROP SCHEMA IF EXISTS public CASCADE"))
+            connection.execute(sa.text("CREATE SCHEMA public"))
+        engine.dispose()
+    os.environ["MOSOO_DATABASE_URL"] = url
+    reset_settings_cache()
+    upgrade(url)
+    return url
+
+
+def _control_up(socket_path: Path) -> bool:
+    if not socket_path.exists():
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX) as client:
+            client.settimeout(2)
+            client.connect(str(socket_path))
+            client.sendall(b"GET /control/health HTTP/1.1\r\nhost: control\r\n\r\n")
+            return b" 200 " in client.recv(4096)
+    except OSError:
+        return False
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _run_case(root: Path, env: dict[str, str], spec: dict[str, Any]) -> dict[str, Any]:
+    """One control process from `root` and one load process from `root`; the load's figures."""
+    import redis
+
+    redis.Redis(db=REDIS_DB).flushdb()
+    socket_path = Path(env["MOSOO_DATA_DIR"]) / "run" / "control" / "control.sock"
+    control = subprocess.Popen(
+        [sys.executable, "-m", "mosoo_core.cli", "control"],
+        cwd=root,
+        env={**env, "PYTHONPATH": str(root)},
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not _control_up(socket_path):
+            if control.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("control did not start")
+            time.sleep(0.1)
+        cpu_before = _cpu_seconds(control.pid)
+        load = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--load", str(root)],
+            input=json.dumps({**spec, "socket_path": str(socket_path)}),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
         )
-        welcome = json.loads(await ws.recv())
-        assert welcome["type"] == "welcome", welcome
-        sent = 0
-        while sent < events:
-            size = min(batch, events - sent)
-            ids = [f"{instance_id}-{sent + i}" for i in range(size)]
-            now = time.perf_counter()
-            for source_id in ids:
-                sent_at[f"{session_id}:{source_id}"] = now
-            frame = {
-                "type": "events",
-                "events": [
-                    {
-                        "source_event_id": s,
-                        "run_id": run_id,
-                        "kind": "message.delta",
-                        "occurred_at": "2026-01-01T00:00:00+00:00",
-                        "payload": {"text": "tok ", "sid": s},
-                    }
-                    for s in ids
-                ],
-            }
-            await ws.send(json.dumps(frame))
-            while True:
-                reply = json.loads(await ws.recv())
-                if reply["type"] == "ack":
-                    break
-            sent += size
+        if load.returncode != 0:
+            raise SystemExit(f"the load failed:\n{load.stderr[-4000:]}")
+        result: dict[str, Any] = json.loads(load.stdout.strip().splitlines()[-1])
+        result["control_cpu_seconds"] = _cpu_seconds(control.pid) - cpu_before
+        return result
+    finally:
+        control.terminate()
+        control.wait(20)
+        redis.Redis(db=REDIS_DB).flushdb()
 
 
-async def _viewer(
-    redis_url: str, session_id: str, expected: int, received_at: dict[str, float]
-) -> None:
-    client = aioredis.Redis.from_url(redis_url)
-    last = "0-0"
-    seen = 0
-    while seen < expected:
-        answer = await client.xread({f"session:{session_id}:events": last}, block=5000, count=500)
-        for _stream, entries in answer or []:
-            for entry_id, fields in entries:
-                last = entry_id
-                event = json.loads(fields[b"event"])
-                sid = event["payload"].get("sid")
-                if sid:
-                    received_at[f"{session_id}:{sid}"] = time.perf_counter()
-                    seen += 1
-    await client.aclose()
-
-
-async def _round(
-    socket_path: str,
-    redis_url: str,
-    threads: list[tuple[str, str, str, str]],
-    events: int,
-    batch: int,
-) -> dict[str, float]:
-    sent_at: dict[str, float] = {}
-    received_at: dict[str, float] = {}
-    viewers = [asyncio.create_task(_viewer(redis_url, t[0], events, received_at)) for t in threads]
-    await asyncio.sleep(0.2)
-    started = time.perf_counter()
-    await asyncio.gather(*(_driver(socket_path, *t, events, batch, sent_at) for t in threads))
-    ingest_seconds = time.perf_counter() - started
-    await asyncio.wait_for(asyncio.gather(*viewers), 120)
-    latencies = sorted((received_at[k] - sent_at[k]) * 1000 for k in sent_at if k in received_at)
-    total = len(threads) * events
-    return {
-        "streams": len(threads),
-        "events": total,
-        "events_per_second": total / ingest_seconds,
-        "latency_p50_ms": statistics.median(latencies),
-        "latency_p95_ms": latencies[int(len(latencies) * 0.95) - 1],
-        "latency_max_ms": latencies[-1],
-    }
+def _line(label: str, result: dict[str, Any]) -> str:
+    flood, paced = result["flood"], result["paced"]
+    return (
+        f"    {label:<9} flood {flood['events_per_second']:7.0f} ev/s "
+        f"(p50 {flood['p50']:6.1f} p99 {flood['p99']:7.1f} max {flood['max']:7.1f} ms) | "
+        f"paced {paced['events_per_second']:6.0f} ev/s: p50 {paced['p50']:5.1f} "
+        f"p95 {paced['p95']:5.1f} p99 {paced['p99']:6.1f} max {paced['max']:6.1f} ms | "
+        f"CPU: control {result['control_cpu_seconds']:.1f} s, load {result['load_cpu_seconds']:.1f} s"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--streams", type=int, nargs="*", default=[1, 50])
-    parser.add_argument("--events", type=int, default=400, help="events per stream")
+    parser.add_argument("--load", help=argparse.SUPPRESS)  # internal: play the load from ROOT
+    parser.add_argument("--streams", type=int, nargs="*", default=[1, 50, 200])
+    parser.add_argument("--databases", nargs="*", default=["sqlite", "postgresql"])
     parser.add_argument(
-        "--batch", type=int, default=8, help="events per batch (the driver sends up to 64)"
+        "--postgres-url",
+        default=os.environ.get("MOSOO_BENCH_POSTGRES_URL", ""),
+        help="a database of your own: it is emptied (default: $MOSOO_BENCH_POSTGRES_URL)",
     )
+    parser.add_argument("--events", type=int, default=400, help="events per stream (flood)")
+    parser.add_argument("--rate", type=int, default=10_000, help="events/s in all (paced)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="length of the paced phase")
+    parser.add_argument("--baseline", type=Path, help="a checkout to compare, turn about")
     args = parser.parse_args()
-
-    import subprocess
-
-    import redis
+    if args.load:
+        sys.path.insert(0, args.load)
+        print(json.dumps(asyncio.run(_load(json.loads(sys.stdin.read())))))
+        return
+    if "postgresql" in args.databases and not args.postgres_url:
+        raise SystemExit("--postgres-url (or MOSOO_BENCH_POSTGRES_URL) names the database to use")
+    sys.path.insert(0, str(ROOT))
 
     work = Path(tempfile.mkdtemp(prefix="mosoo-bench-events-"))
     redis_url = f"redis://127.0.0.1:6379/{REDIS_DB}"
-    env = {
-        **os.environ,
-        "MOSOO_DATA_DIR": str(work),
-        "MOSOO_REDIS_URL": redis_url,
-        "MOSOO_LOG_LEVEL": "WARNING",
-        "MOSOO_CONTROL_PORT": "0",
-    }
-    os.environ.update({k: v for k, v in env.items() if k.startswith("MOSOO_")})
-    redis.Redis(db=REDIS_DB).flushdb()
-    threads = _prepare(work, sum(args.streams))
-    control = subprocess.Popen(
-        [sys.executable, "-m", "mosoo_core.cli", "control"],
-        cwd=ROOT,
-        env=env,
-        start_new_session=True,
+    os.environ.update(
+        MOSOO_DATA_DIR=str(work),
+        MOSOO_REDIS_URL=redis_url,
+        MOSOO_LOG_LEVEL="WARNING",
+        MOSOO_CONTROL_PORT="0",
     )
-    socket_path = work / "run" / "control" / "control.sock"
-    try:
-        deadline = time.monotonic() + 30
-        while not socket_path.exists():
-            if time.monotonic() > deadline:
-                raise SystemExit("control did not start")
-            time.sleep(0.1)
-        time.sleep(0.5)
-        offset = 0
-        print(
-            f"one control process, SQLite, {args.events} events per stream in batches of {args.batch}"
-        )
+    roots = [("this", ROOT)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
+    print(
+        f"one control process; flood {args.events} events a stream, paced {args.rate} events/s "
+        f"for {args.seconds:g} s; load {os.getloadavg()[0]:.2f}"
+    )
+    for kind in args.databases:
         for count in args.streams:
-            result = asyncio.run(
-                _round(
-                    str(socket_path),
-                    redis_url,
-                    threads[offset : offset + count],
-                    args.events,
-                    args.batch,
-                )
-            )
-            offset += count
-            print(
-                f"  {result['streams']:>3} stream(s): {result['events_per_second']:8.0f} events/s stored+acked; "
-                f"driver->viewer latency p50 {result['latency_p50_ms']:.1f} ms, p95 {result['latency_p95_ms']:.1f} ms, "
-                f"max {result['latency_max_ms']:.1f} ms"
-            )
-    finally:
-        control.terminate()
-        control.wait(20)
-        redis.Redis(db=REDIS_DB).flushdb()
+            print(f"  {kind}, {count} stream(s):")
+            # Turn about: the order flips from one case to the next.
+            order = roots if count % 2 == 0 else list(reversed(roots))
+            for label, root in order:
+                database_url = _fresh_database(kind, work, args.postgres_url)
+                spec = {
+                    "threads": _prepare(count),
+                    "events": args.events,
+                    "rate": args.rate,
+                    "seconds": args.seconds,
+                }
+                result = _run_case(root, dict(os.environ, MOSOO_DATABASE_URL=database_url), spec)
+                print(_line(label, result), flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+# --- the load process: drivers and viewers ---------------------------------------------------
+
+
+def _percentiles(latencies: list[float], seconds: float, events: int) -> dict[str, float]:
+    ordered = sorted(latencies)
+
+    def at(fraction: float) -> float:
+        return ordered[max(0, int(len(ordered) * fraction) - 1)] if ordered else float("nan")
+
+    return {
+        "events_per_second": events / seconds,
+        "received": len(ordered),
+        "p50": statistics.median(ordered) if ordered else float("nan"),
+        "p95": at(0.95),
+        "p99": at(0.99),
+        "max": ordered[-1] if ordered else float("nan"),
+    }
+
+
+async def _load(spec: dict[str, Any]) -> dict[str, Any]:
+    from driver.connection import ControlConnection
+    from mosoo_core.event_feed import ThreadFeed
+
+    threads = spec["threads"]
+    emitted: dict[tuple[str, int], float] = {}
+    received: dict[tuple[str, int], float] = {}
+    drivers = [
+        ControlConnection(
+            control_url=f"unix://{spec['socket_path']}",
+            driver_instance_id=t["instance_id"],
+            boot_token=t["boot_token"],
+            runtime="openai",
+        )
+        for t in threads
+    ]
+    running = [asyncio.create_task(driver.run()) for driver in drivers]
+    await asyncio.wait_for(asyncio.gather(*(d.connected.wait() for d in drivers)), 60)
+
+    async def view(thread: dict[str, str]) -> None:
+        async with ThreadFeed(thread["account_id"], thread["session_id"]) as feed:
+            async for batch in feed.follow(0):
+                now = time.perf_counter()
+                for event in batch:
+                    number = event["payload"].get("n")
+                    if number is not None:
+                        received[(thread["session_id"], number)] = now
+
+    viewers = [asyncio.create_task(view(t)) for t in threads]
+    counters = dict.fromkeys((t["session_id"] for t in threads), 0)
+
+    def emit(index: int) -> None:
+        thread = threads[index]
+        key = (thread["session_id"], counters[thread["session_id"]])
+        counters[thread["session_id"]] += 1
+        emitted[key] = time.perf_counter()
+        drivers[index].emit(thread["run_id"], "message.delta", {"text": "tok ", "n": key[1]})
+
+    async def settled(keys: list[tuple[str, int]]) -> float:
+        """Waits until every driver's events are acked; the moment they were."""
+        while any(driver.unacked_count for driver in drivers):
+            await asyncio.sleep(0.001)
+        acked = time.perf_counter()
+        deadline = time.monotonic() + 60
+        while any(key not in received for key in keys) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        return acked
+
+    async def flood() -> dict[str, float]:
+        started = time.perf_counter()
+        for _ in range(spec["events"]):
+            for index in range(len(threads)):
+                emit(index)
+            await asyncio.sleep(0)
+        keys = list(emitted)
+        acked = await settled(keys)
+        latencies = [(received[k] - emitted[k]) * 1000 for k in keys if k in received]
+        return _percentiles(latencies, acked - started, len(keys))
+
+    async def paced() -> dict[str, float]:
+        before = set(emitted)
+        per_stream = spec["rate"] / len(threads)
+        started = time.perf_counter()
+        sent = 0
+        while (elapsed := time.perf_counter() - started) < spec["seconds"]:
+            due = int(per_stream * elapsed)
+            for _ in range(due - sent):
+                for index in range(len(threads)):
+                    emit(index)
+            sent = max(sent, due)
+            await asyncio.sleep(TICK_SECONDS)
+        keys = [k for k in emitted if k not in before]
+        acked = await settled(keys)
+        latencies = [(received[k] - emitted[k]) * 1000 for k in keys if k in received]
+        return _percentiles(latencies, acked - started, len(keys))
+
+    results: dict[str, Any] = {"flood": await flood(), "paced": await paced()}
+    for viewer in viewers:
+        viewer.cancel()
+    await asyncio.gather(*viewers, return_exceptions=True)
+    for driver in drivers:
+        driver.stop()
+    await asyncio.gather(*running, return_exceptions=True)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    results["load_cpu_seconds"] = usage.ru_utime + usage.ru_stime
+    return results
 
 
 if __name__ == "__main__":

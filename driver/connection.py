@@ -65,6 +65,10 @@ MAX_LOG_LINES_PER_MESSAGE = 256
 MAX_PENDING_LOG_LINES = 1000
 MAX_REMEMBERED_COMMANDS = 10_000
 MIN_HEARTBEAT_SECONDS = 0.05
+# Event batches sent and not yet acknowledged: while one is stored, the events emitted
+# meanwhile wait to go in the next batch together (control's writer then has fewer, larger
+# batches to store when it is busy, and no wait when it is not).
+MAX_BATCHES_IN_FLIGHT = 1
 
 
 class ControlRejected(Exception):
@@ -162,6 +166,7 @@ class ControlConnection:
         self._wakeup = asyncio.Event()
         self._stopping = asyncio.Event()
         self._send_lock = asyncio.Lock()
+        self._batches_in_flight = 0
         self.connected = asyncio.Event()  # set while a welcomed connection is up
         self.connections = 0  # welcomed connections so far
 
@@ -406,6 +411,8 @@ class ControlConnection:
                 continue
             if isinstance(message, Ack):
                 self._on_ack(message.source_event_ids)
+                self._batches_in_flight = max(0, self._batches_in_flight - 1)
+                self._wakeup.set()
             elif isinstance(message, Command):
                 await self._dispatch(message)
             elif isinstance(message, Close):
@@ -414,12 +421,17 @@ class ControlConnection:
                 log.warning("control_unexpected_welcome")
 
     async def _send_loop(self, websocket: ClientConnection) -> None:
+        self._batches_in_flight = 0  # a new connection: nothing sent on it awaits an ack
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
             while self._outgoing:
+                batch = isinstance(self._outgoing[0], str)
+                if batch and self._batches_in_flight >= MAX_BATCHES_IN_FLIGHT:
+                    break  # its ack wakes this loop; the events meanwhile go in one batch
                 frame = self._next_frame()
                 if frame is not None:
+                    self._batches_in_flight += batch
                     await self._send(websocket, frame)
 
     async def _heartbeat_loop(self, websocket: ClientConnection, interval: float) -> None:

@@ -29,39 +29,28 @@ from driver.protocol import (
     encode,
     parse_driver_message,
 )
-from mosoo_core import sessions, streams, tracing
-from mosoo_core.control import _traces
+from mosoo_core import streams
+from mosoo_core.control._event_writer import EventWriter
 from mosoo_core.db import session_scope
 from mosoo_core.logs import get_logger
 from mosoo_core.sessions import driver_plane
-from mosoo_core.tables.sessions import DriverInstance
-from mosoo_core.tasks_client import enqueue_run_finish
 
 log = get_logger(__name__)
 HELLO_TIMEOUT_SECONDS = 10.0
 COMMAND_POLL_SECONDS = 2.0
 
 
-TERMINAL_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled"})
-
-
-def request_teardown(stored: list[sessions.StoredEvent]) -> None:
-    """A run ended: the worker checkpoints and removes its sandbox (best effort; the
-    sandbox sweep catches what this misses)."""
-    for event in stored:
-        if event.type in TERMINAL_TYPES and not event.duplicate and event.run_id:
-            try:
-                enqueue_run_finish(event.run_id)
-            except Exception:
-                log.warning("driver.teardown_not_queued", run_id=event.run_id)
-
-
 class DriverConnection:
     def __init__(
-        self, websocket: WebSocket, redis: aioredis.Redis, heartbeat_interval_ms: int
+        self,
+        websocket: WebSocket,
+        redis: aioredis.Redis,
+        heartbeat_interval_ms: int,
+        writer: EventWriter,
     ) -> None:
         self.websocket = websocket
         self.redis = redis
+        self.writer = writer
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.instance_id = ""
         self.connection_id = ""
@@ -182,9 +171,10 @@ class DriverConnection:
         if isinstance(message, Heartbeat):
             await asyncio.to_thread(self._in_db, driver_plane.record_heartbeat)
         elif isinstance(message, Events):
-            stored = await asyncio.to_thread(self._ingest, message)
-            await self._publish(stored)
-            await asyncio.to_thread(request_teardown, stored)
+            # Stored (committed) and published before the ack: see _event_writer.
+            stored = await self.writer.store(
+                self.instance_id, self.connection_id, list(message.events)
+            )
             await self.send(
                 Ack(
                     source_event_ids=[e.source_event_id for e in message.events],
@@ -213,47 +203,9 @@ class DriverConnection:
         with session_scope() as db:
             action(db, self.instance_id, self.connection_id)
 
-    def _ingest(self, message: Events) -> list[sessions.StoredEvent]:
-        events = list(message.events)
-        with session_scope() as db:
-            instance = db.get(DriverInstance, self.instance_id)
-            if instance is None or instance.connection_id != self.connection_id:
-                raise driver_plane.DriverRefused(
-                    "superseded", "a newer connection replaced this one"
-                )
-            if not tracing.enabled():
-                return driver_plane.ingest_driver_events(db, instance, events)
-            traceparent = _traces.run_traceparent(db, events[0].run_id)
-            with tracing.tracer().start_as_current_span(
-                "control.ingest",
-                context=tracing.context_from(traceparent),
-                attributes={"mosoo.run_id": events[0].run_id, "mosoo.events": len(events)},
-            ):
-                stored = driver_plane.ingest_driver_events(db, instance, events)
-        # Once committed: the driver's own spans, from the events' times.
-        _traces.record_driver_events(traceparent, events, stored)
-        return stored
-
     def _command_update(self, update: CommandUpdate) -> None:
         with session_scope() as db:
             driver_plane.apply_command_update(db, self.instance_id, update)
-
-    async def _publish(self, stored: list[sessions.StoredEvent]) -> None:
-        fresh = [e for e in stored if not e.duplicate]
-        if not fresh:
-            return
-        try:
-            pipe = self.redis.pipeline(transaction=False)
-            for event in fresh:
-                pipe.xadd(
-                    streams.events_stream(event.session_id),
-                    streams.event_fields(event),
-                    maxlen=streams.STREAM_MAXLEN,
-                    approximate=True,
-                )
-            await pipe.execute()
-        except Exception as error:  # viewers fall back to the database
-            log.warning("driver.publish_failed", error=type(error).__name__)
 
     async def _push_commands(self) -> None:
         pubsub = self.redis.pubsub()

@@ -24,7 +24,8 @@ from starlette.websockets import WebSocket
 from driver.protocol import MAX_FRAME_BYTES
 from mosoo_core import streams
 from mosoo_core.control import _traces
-from mosoo_core.control.driver_socket import DriverConnection, request_teardown
+from mosoo_core.control._event_writer import EventWriter, request_teardown
+from mosoo_core.control.driver_socket import DriverConnection
 from mosoo_core.control.egress import egress_socket_path, serving_egress
 from mosoo_core.control.gateway import Upstream
 from mosoo_core.control.gateway import build_routes as gateway_routes
@@ -47,9 +48,12 @@ async def health(_request: Request) -> JSONResponse:
 def build_app() -> Starlette:
     settings = get_settings()
     redis = aioredis.Redis.from_url(settings.redis_url)
+    writer = EventWriter(redis)  # every connection's event batches, group-committed
 
     async def driver_socket(websocket: WebSocket) -> None:
-        await DriverConnection(websocket, redis, settings.driver_heartbeat_interval_ms).run()
+        await DriverConnection(
+            websocket, redis, settings.driver_heartbeat_interval_ms, writer
+        ).run()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -60,6 +64,7 @@ def build_app() -> Starlette:
             sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await sweeper
+            await writer.close()
 
     return Starlette(
         routes=[

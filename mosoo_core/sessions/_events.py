@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -10,6 +11,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
+from mosoo_core.ids import new_id
 from mosoo_core.streams import StoredEvent
 from mosoo_core.tables.sessions import AgentSession, SessionEvent
 
@@ -36,74 +38,130 @@ def stored_event(row: SessionEvent, duplicate: bool = False) -> StoredEvent:
     )
 
 
-def _reserve_seqs(db: Session, session_id: str, count: int) -> int:
-    """Atomically reserve `count` seqs; returns the last one (works on SQLite and PostgreSQL)."""
+def _reserve_seqs(db: Session, counts: Mapping[str, int], now: datetime) -> dict[str, int]:
+    """Atomically reserve `counts[thread]` seqs on each thread, in one statement; returns
+    each thread's last reserved seq (works on SQLite and PostgreSQL)."""
     table = AgentSession.__table__  # type: ignore[attr-defined]
-    result = db.execute(
+    added = (
+        sa.case(counts, value=table.c.id)
+        if len(counts) > 1
+        else sa.literal(next(iter(counts.values())))
+    )
+    rows = db.execute(
         sa.update(table)
-        .where(table.c.id == session_id)
-        .values(last_seq=table.c.last_seq + count, updated_at=utcnow())
-        .returning(table.c.last_seq)
-    ).scalar_one()
-    return int(result)
+        .where(table.c.id.in_(list(counts)))
+        .values(last_seq=table.c.last_seq + added, updated_at=now)
+        .returning(table.c.id, table.c.last_seq)
+    ).all()
+    reserved = {row[0]: int(row[1]) for row in rows}
+    if len(reserved) != len(counts):
+        raise sa.exc.NoResultFound(f"no thread {sorted(set(counts) - set(reserved))}")
+    return reserved
+
+
+def _stored(
+    db: Session, events_by_thread: Mapping[str, Sequence[NewEvent]]
+) -> dict[tuple[str, str], StoredEvent]:
+    """The events already stored under these threads' source_event_ids, by (thread, id)."""
+    wanted = {
+        (session_id, event.source_event_id)
+        for session_id, events in events_by_thread.items()
+        for event in events
+        if event.source_event_id
+    }
+    if not wanted:
+        return {}
+    rows = db.exec(
+        select(SessionEvent).where(
+            col(SessionEvent.session_id).in_({key[0] for key in wanted}),
+            col(SessionEvent.source_event_id).in_({key[1] for key in wanted}),
+        )
+    ).all()
+    return {
+        (row.session_id, row.source_event_id): stored_event(row, duplicate=True)
+        for row in rows
+        if row.source_event_id and (row.session_id, row.source_event_id) in wanted
+    }
+
+
+def append_to_threads(
+    db: Session, events_by_thread: Mapping[str, Sequence[NewEvent]]
+) -> dict[str, list[StoredEvent]]:
+    """Store events on several threads at once, each thread's in order with consecutive
+    seqs: one query for duplicates, one statement reserving every thread's seqs, one insert.
+    Answers each thread's events one for one: an event whose source_event_id is already
+    stored (or came earlier in this call) is not stored again and answers with the stored
+    one, flagged duplicate."""
+    db.flush()  # what this unit of work added first (the run these events name)
+    known = _stored(db, events_by_thread)
+    counts: dict[str, int] = {}
+    for session_id, events in events_by_thread.items():
+        sources = {event.source_event_id for event in events if event.source_event_id}
+        repeats = sum(1 for event in events if event.source_event_id) - len(sources)
+        count = (
+            len(events) - repeats - sum(1 for source in sources if (session_id, source) in known)
+        )
+        if count:
+            counts[session_id] = count
+    now = utcnow()
+    next_seq = {
+        session_id: last - counts[session_id] + 1
+        for session_id, last in (_reserve_seqs(db, counts, now) if counts else {}).items()
+    }
+    rows: list[dict[str, Any]] = []
+    answers: dict[str, list[StoredEvent]] = {}
+    for session_id, events in events_by_thread.items():
+        answered = answers.setdefault(session_id, [])
+        for event in events:
+            source = event.source_event_id
+            if source and (session_id, source) in known:
+                answered.append(known[(session_id, source)])
+                continue
+            seq, occurred_at = next_seq[session_id], event.occurred_at or now
+            next_seq[session_id] += 1
+            rows.append(
+                {
+                    "id": new_id(),
+                    "session_id": session_id,
+                    "seq": seq,
+                    "run_id": event.run_id,
+                    "type": event.type,
+                    "source_event_id": source,
+                    "payload": event.payload,
+                    "occurred_at": occurred_at,
+                    "created_at": now,
+                }
+            )
+            stored = StoredEvent(
+                session_id=session_id,
+                seq=seq,
+                type=event.type,
+                payload=event.payload,
+                run_id=event.run_id,
+                source_event_id=source,
+                occurred_at=occurred_at,
+            )
+            answered.append(stored)
+            if source:  # a repeat later in this call answers as a duplicate of this one
+                known[(session_id, source)] = replace(stored, duplicate=True)
+    if rows:
+        db.execute(sa.insert(SessionEvent.__table__), rows)  # type: ignore[attr-defined]
+    return answers
 
 
 def append_events(db: Session, session_id: str, events: list[NewEvent]) -> list[StoredEvent]:
     """Store events in order with consecutive seqs. An event whose source_event_id is already
-    stored is not stored again; its original seq is returned (flagged duplicate)."""
-    source_ids = [e.source_event_id for e in events if e.source_event_id]
-    existing: dict[str, SessionEvent] = {}
-    if source_ids:
-        rows = db.exec(
-            select(SessionEvent).where(
-                SessionEvent.session_id == session_id,
-                col(SessionEvent.source_event_id).in_(source_ids),
-            )
-        ).all()
-        existing = {row.source_event_id: row for row in rows if row.source_event_id}
-    fresh: list[NewEvent] = []
+    stored is not stored again; its original seq is returned (flagged duplicate). A
+    source_event_id given twice answers once."""
+    answers = append_to_threads(db, {session_id: events})[session_id]
     seen: set[str] = set()
-    for event in events:
-        if event.source_event_id and (
-            event.source_event_id in existing or event.source_event_id in seen
-        ):
-            continue
-        if event.source_event_id:
-            seen.add(event.source_event_id)
-        fresh.append(event)
-    results: list[StoredEvent] = []
-    if fresh:
-        last = _reserve_seqs(db, session_id, len(fresh))
-        first = last - len(fresh) + 1
-        now = utcnow()
-        for offset, event in enumerate(fresh):
-            row = SessionEvent(
-                session_id=session_id,
-                seq=first + offset,
-                run_id=event.run_id,
-                type=event.type,
-                source_event_id=event.source_event_id,
-                payload=event.payload,
-                occurred_at=event.occurred_at or now,
-                created_at=now,
-            )
-            db.add(row)
-            results.append(stored_event(row))
-        db.flush()
-    # Answer in the caller's order; a duplicate answers with its original seq.
     ordered: list[StoredEvent] = []
-    fresh_results = iter(results)
-    answered: set[str] = set()
-    for event in events:
-        source = event.source_event_id
-        if source and source in answered:
-            continue
-        if source and source in existing:
-            ordered.append(stored_event(existing[source], duplicate=True))
-        else:
-            ordered.append(next(fresh_results))
-        if source:
-            answered.add(source)
+    for event, answer in zip(events, answers, strict=True):
+        if event.source_event_id:
+            if event.source_event_id in seen:
+                continue
+            seen.add(event.source_event_id)
+        ordered.append(answer)
     return ordered
 
 

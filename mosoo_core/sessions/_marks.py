@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from driver.protocol import DriverEvent
@@ -85,6 +86,12 @@ _FIRST_TOKEN_SEEN: OrderedDict[str, None] = OrderedDict()
 _SEEN_MAX = 10_000
 
 
+def _seen_first_token(run_id: str) -> None:
+    _FIRST_TOKEN_SEEN[run_id] = None
+    while len(_FIRST_TOKEN_SEEN) > _SEEN_MAX:
+        _FIRST_TOKEN_SEEN.popitem(last=False)
+
+
 def mark_driver_events(db: Session, run: SessionRun, events: Iterable[DriverEvent]) -> None:
     """Control's marks, as it stores a driver's events: the run's first token and the event
     that ended it."""
@@ -93,9 +100,10 @@ def mark_driver_events(db: Session, run: SessionRun, events: Iterable[DriverEven
     marks: dict[str, tuple[datetime, dict[str, Any]]] = {}
     if kinds & _TOKEN_KINDS and run.id not in _FIRST_TOKEN_SEEN:
         marks["first_token"] = (now, {})
-        _FIRST_TOKEN_SEEN[run.id] = None
-        while len(_FIRST_TOKEN_SEEN) > _SEEN_MAX:
-            _FIRST_TOKEN_SEEN.popitem(last=False)
+        # Remembered once the mark is committed: a transaction rolled back (control's group
+        # commit retries its batches one by one then) must not leave the run without it.
+        run_id = run.id
+        sa.event.listen(db, "after_commit", lambda _db: _seen_first_token(run_id), once=True)
     if kinds & _END_KINDS:
         marks["last_event"] = (now, {})
     record_marks(db, run.id, marks)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -11,7 +12,7 @@ from driver.protocol import PUBLIC_EVENT_TYPES, DriverEvent
 from mosoo_core.clock import utcnow
 from mosoo_core.sessions import _queue
 from mosoo_core.sessions._drivers import DriverRefused
-from mosoo_core.sessions._events import NewEvent, append_events
+from mosoo_core.sessions._events import NewEvent, append_events, append_to_threads
 from mosoo_core.sessions._marks import mark_driver_events
 from mosoo_core.streams import StoredEvent
 from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, AgentSession, DriverInstance, SessionRun
@@ -90,41 +91,54 @@ def ingest_driver_events(
 ) -> list[StoredEvent]:
     """Store a driver's batch (one transaction, duplicates dropped) and apply run transitions.
     Events for a run that this driver instance does not serve are refused."""
-    runs: dict[str, SessionRun] = {}
-    for event in events:
-        if event.run_id not in runs:
-            run = db.get(SessionRun, event.run_id)
+    return ingest_driver_batches(db, [(instance, events)])[0]
+
+
+def ingest_driver_batches(
+    db: Session, batches: Sequence[tuple[DriverInstance, Sequence[DriverEvent]]]
+) -> list[list[StoredEvent]]:
+    """Store the batches of several drivers in the caller's transaction, with a query or
+    statement for all of them at each step, and apply their run transitions. Each batch is
+    answered with its events one for one (duplicates flagged, with their stored seq), then
+    what its transitions stored. A batch naming a run its driver does not serve refuses
+    the call (`foreign_run`) before anything is stored."""
+    run_ids = {event.run_id for _, events in batches for event in events}
+    runs = {
+        run.id: run
+        for run in db.exec(select(SessionRun).where(col(SessionRun.id).in_(run_ids))).all()
+    }
+    for instance, events in batches:
+        for event in events:
+            run = runs.get(event.run_id)
             if run is None or run.driver_instance_id != instance.id:
                 raise DriverRefused("foreign_run", "event names a run this driver does not serve")
-            runs[event.run_id] = run
-    stored: list[StoredEvent] = []
-    by_session: dict[str, list[DriverEvent]] = {}
-    for event in events:
-        by_session.setdefault(runs[event.run_id].session_id, []).append(event)
-    for session_id, batch in by_session.items():
-        appended = append_events(
-            db,
-            session_id,
-            [
+    by_thread: dict[str, list[NewEvent]] = {}
+    for _, events in batches:
+        for event in events:
+            by_thread.setdefault(runs[event.run_id].session_id, []).append(
                 NewEvent(
-                    type=PUBLIC_EVENT_TYPES.get(e.kind, e.kind),
-                    payload=e.payload,
-                    run_id=e.run_id,
-                    source_event_id=e.source_event_id,
-                    occurred_at=_parse_time(e.occurred_at),
+                    type=PUBLIC_EVENT_TYPES.get(event.kind, event.kind),
+                    payload=event.payload,
+                    run_id=event.run_id,
+                    source_event_id=event.source_event_id,
+                    occurred_at=_parse_time(event.occurred_at),
                 )
-                for e in batch
-            ],
-        )
-        stored += appended
+            )
+    answers = {
+        session_id: iter(stored) for session_id, stored in append_to_threads(db, by_thread).items()
+    }
+    results: list[list[StoredEvent]] = []
+    for _, events in batches:
+        stored = [next(answers[runs[event.run_id].session_id]) for event in events]
         fresh: dict[str, list[DriverEvent]] = {}
-        for event, result in zip(batch, appended, strict=True):
+        for event, result in zip(events, list(stored), strict=True):
             if not result.duplicate:
                 fresh.setdefault(event.run_id, []).append(event)
                 stored += _apply(db, runs[event.run_id], event)
         for run_id, run_events in fresh.items():
             mark_driver_events(db, runs[run_id], run_events)
-    return stored
+        results.append(stored)
+    return results
 
 
 def _apply(db: Session, run: SessionRun, event: DriverEvent) -> list[StoredEvent]:

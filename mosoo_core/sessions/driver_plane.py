@@ -26,6 +26,7 @@ from mosoo_core.sessions._grants import GrantContext, issue_model_grant, resolve
 from mosoo_core.sessions._marks import MarkClock, record_marks
 from mosoo_core.sessions._runs import (
     finish_run,
+    ingest_driver_batches,
     ingest_driver_events,
     set_session_status,
     sweep_lost_drivers,
@@ -45,6 +46,7 @@ __all__ = [
     "enqueue_assignment",
     "enqueue_command",
     "finish_run",
+    "ingest_driver_batches",
     "ingest_driver_events",
     "issue_model_grant",
     "mark_disconnected",
