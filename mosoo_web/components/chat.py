@@ -80,6 +80,19 @@ def _user_bubble(item: ObjectVar[ChatItem]) -> rx.Component:
     )
 
 
+def _queued_message(item: ObjectVar[ChatItem]) -> rx.Component:
+    """A message waiting its turn: the agent answers it after the ones before it."""
+    return rx.vstack(
+        rx.box(_user_bubble(item), opacity="0.6", width="100%"),
+        rx.text("Queued", size="1", color=rx.color("gray", 10)),
+        align="end",
+        spacing="1",
+        width="100%",
+        data_testid="chat-queued-message",
+        key=item.key,
+    )
+
+
 def _markdown(text: rx.Var[str] | str) -> rx.Component:
     # Never raw HTML: the text is the model's (and through it whatever a tool read), so a
     # prompt-injected `<iframe srcdoc=...>` would otherwise run script in the owner's console.
@@ -703,6 +716,7 @@ def transcript_view(
     answered: ArrayVar[Sequence[str]],
     on_allow: PermissionHandler,
     on_reject: PermissionHandler,
+    queued: ArrayVar[Sequence[ChatItem]],
 ) -> rx.Component:
     return rx.vstack(
         chat_styles(),
@@ -714,6 +728,7 @@ def transcript_view(
             preparing_line(preparing),
             rx.cond(working & (live_kind == ""), working_indicator(), rx.fragment()),
         ),
+        rx.foreach(queued, _queued_message),
         spacing="4",
         width="100%",
         data_testid="chat-transcript",
@@ -735,6 +750,7 @@ def thread_transcript(state: type[ThreadChat], empty: rx.Component) -> rx.Compon
                 state.answered_requests,
                 state.allow_once,
                 state.reject,
+                state.queued,
             ),
             empty,
         ),

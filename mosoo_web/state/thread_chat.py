@@ -162,6 +162,10 @@ class ThreadChat(rx.State, mixin=True):
     last_run_status: rx.Field[str] = rx.field("")
     # The active run waits for its environment's packages: queued or building ("" if not).
     preparing: rx.Field[str] = rx.field("")
+    # Messages waiting their turn behind the active run, and whether another may join them
+    # (while the run is still preparing or waking: the waits the chat names).
+    queued: rx.Field[list[ChatItem]] = rx.field(default_factory=list)
+    can_queue: rx.Field[bool] = rx.field(False)
     usage_total: rx.Field[str] = rx.field("")
     answered_requests: rx.Field[list[str]] = rx.field(default_factory=list)
     sending: rx.Field[bool] = rx.field(False)
@@ -193,6 +197,8 @@ class ThreadChat(rx.State, mixin=True):
         self.needs_approval = False
         self.last_run_status = ""
         self.preparing = ""
+        self.queued = []
+        self.can_queue = False
         self.usage_total = ""
         self.answered_requests = []
         self.composer_error = ""
@@ -364,6 +370,8 @@ async def _push(
                 state.answered_requests = [r for r in state.answered_requests if r in pending]
             state.last_run_status = transcript.last_run_status
             state.preparing = transcript.preparing
+            state.queued = [chat_item(item) for item in transcript.queued]
+            state.can_queue = transcript.run_starting and transcript.preparing != ""
             state.usage_total = usage_text(transcript.usage)
         if live_kind != pushed.live_kind:
             state.live_kind = live_kind

@@ -145,7 +145,7 @@ class PreviewState(ThreadChat, rx.State):
     def can_send(self) -> bool:
         return (
             not self.blockers
-            and not self.run_active
+            and (not self.run_active or self.can_queue)  # queued while the run prepares
             and not self.sending
             and not self.agent_missing
         )

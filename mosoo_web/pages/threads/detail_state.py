@@ -117,7 +117,7 @@ class ThreadDetailState(ThreadChat, rx.State):
     def can_send(self) -> bool:
         return (
             bool(self.thread_id)
-            and not self.run_active
+            and (not self.run_active or self.can_queue)  # queued while the run prepares
             and not self.sending
             and not self.thread_missing
         )
