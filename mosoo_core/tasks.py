@@ -8,7 +8,7 @@ from typing import Any
 
 from celery.signals import setup_logging, worker_ready, worker_shutdown
 
-from mosoo_core import files, idempotency, identity, mail, tracing, usage
+from mosoo_core import files, idempotency, identity, mail, tasks_client, tracing, usage
 from mosoo_core.celery_app import app
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
@@ -132,8 +132,13 @@ def collect_skill_files() -> int:
 
 @app.task(name="mosoo.pool_refill")
 def pool_refill() -> int:
-    """Warm pool members for the keys of this host that lack some (after a run took one)."""
-    return pool.refill()
+    """Warm pool members for the keys of this host that lack some (after a run took one), a
+    few at a time: a task that made a full batch asks for the next, so runs queued meanwhile
+    are not held behind one long task."""
+    made = pool.refill_pool()
+    if made >= pool.REFILL_BATCH:
+        tasks_client.enqueue_pool_refill()
+    return made
 
 
 @app.task(name="mosoo.pool_maintain")

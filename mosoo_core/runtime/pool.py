@@ -10,7 +10,7 @@ attachments and workspace then reach it at claim time over the control connectio
 a member dials the control URL every run's driver dials.
 
 - A run that finds no member of its key (a miss) starts cold, and its key is then kept warm:
-  `refill` makes members up to the key's size (settings `pool_size`, `pool_sizes`) while the
+  `refill_pool` makes members up to the key's size (settings `pool_size`, `pool_sizes`) while the
   host's members stay within `pool_max_memory_mb`.
 - `claim` takes a member with one conditional UPDATE: two runs never get one member, and a
   claimed member never goes back (its sandbox goes with its run, as any Task sandbox).
@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
-from driver.protocol import BootPayload
+from driver.protocol import MISSED_HEARTBEATS_BEFORE_DISCONNECT, BootPayload
 from mosoo_core import environments, skills
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
@@ -134,6 +134,13 @@ def target_size(runtime: str, network_policy: str) -> int:
     return sizes.get(f"{runtime}/{network_policy}", sizes.get(runtime, settings.pool_size))
 
 
+def _silent_since(now: datetime) -> datetime:
+    """A driver with no heartbeat since then is taken for gone: control may have died without
+    recording the disconnect (its heartbeat sweep died with it)."""
+    interval = get_settings().driver_heartbeat_interval_ms / 1000
+    return now - timedelta(seconds=interval * MISSED_HEARTBEATS_BEFORE_DISCONNECT)
+
+
 def _key_row(db: Session, key: KeySpec, now: datetime) -> PoolKey:
     row = db.exec(
         select(PoolKey).where(PoolKey.host == key.host, PoolKey.digest == key.digest)
@@ -173,6 +180,7 @@ def claim(db: Session, key: KeySpec, run_id: str, session_id: str) -> Claimed | 
                 PoolMember.status == "waiting",
                 DriverInstance.status == "connected",
                 col(DriverInstance.standby_at).is_not(None),
+                col(DriverInstance.last_heartbeat_at) >= _silent_since(now),
             )
             .order_by(col(PoolMember.created_at))
             .limit(8)
@@ -260,7 +268,7 @@ def _wanted(db: Session, host: str, now: datetime) -> list[tuple[PoolKey, int]]:
     return wanted
 
 
-def refill(backend: SandboxBackend | None = None, *, limit: int = REFILL_BATCH) -> int:
+def refill_pool(backend: SandboxBackend | None = None, *, limit: int = REFILL_BATCH) -> int:
     """Make members for the wanted keys of this host that lack some, at most `limit`, and
     never past the memory cap. Returns how many were made."""
     host = _host()
@@ -390,10 +398,12 @@ def _retire(
         db.execute(sa.delete(PoolMember).where(col(PoolMember.id) == member_id))
 
 
-def maintain(backend: SandboxBackend | None = None, *, now: datetime | None = None) -> int:
-    """Retire the members of this host that cannot serve (driver gone, never stood by, too
-    old, another image, key no longer wanted), forget unwanted keys, then refill. Returns how
-    many members were retired."""
+def maintain(
+    backend: SandboxBackend | None = None, *, now: datetime | None = None, refill: bool = True
+) -> int:
+    """Retire the members of this host that cannot serve (driver gone or silent, never stood
+    by, too old, another image, key no longer wanted), forget unwanted keys, then refill
+    (unless `refill` is False). Returns how many members were retired."""
     settings = get_settings()
     host = _host()
     now = now or utcnow()
@@ -426,7 +436,8 @@ def maintain(backend: SandboxBackend | None = None, *, now: datetime | None = No
         ).all():
             if not db.exec(select(PoolMember.id).where(PoolMember.key_id == key.id)).first():
                 db.delete(key)
-    refill(backend)
+    if refill:
+        refill_pool(backend)
     return retired
 
 
@@ -448,8 +459,13 @@ def _retirement_reason(
         return "too old"
     if instance.status in ("stopped", "lost", "disconnected"):
         return f"driver {instance.status}"
-    if instance.standby_at is None and member.created_at < now - STARTING_GRACE:
-        return "never stood by"
+    heard = instance.last_heartbeat_at
+    if instance.standby_at is not None and (heard is None or heard < _silent_since(now)):
+        return "driver silent"
+    if member.created_at < now - STARTING_GRACE and (
+        instance.standby_at is None or member.status == "starting"
+    ):
+        return "never stood by"  # or its maker died before it was done
     return ""
 
 
