@@ -167,33 +167,23 @@ def test_another_owner_no_session_and_another_site_cannot_open_the_terminal(
     # The owner's own page opens it (the refusals below are not a broken route).
     assert _probe(page, url)["output"] is True
 
-    # Another owner, signed in in another browser, is told there is no such Agent.
-    stranger = browser.new_context()
-    try:
-        other = stranger.new_page()
-        _signed_in(other, browser, server, "term-stranger")
-        outcome = _probe(other, url)
-        assert (outcome["output"], outcome["code"], outcome["reason"]) == (
-            False,
-            4404,
-            "Agent not found.",
-        )
-    finally:
-        stranger.close()
-
-    # A browser without a session: nothing opens.
-    anonymous = browser.new_context()
-    try:
-        nobody = anonymous.new_page()
-        nobody.goto(f"{server.url}/login")
-        outcome = _probe(nobody, url)
-        assert (outcome["output"], outcome["code"], outcome["reason"]) == (
-            False,
-            4401,
-            "Sign in to the console to open the terminal.",
-        )
-    finally:
-        anonymous.close()
+    # Another owner, signed in in another browser, is told there is no such Agent; a browser
+    # without a session is told to sign in. Neither sees any output.
+    for prefix, refused in (
+        ("term-stranger", (4404, "Agent not found.")),
+        ("", (4401, "Sign in to the console to open the terminal.")),
+    ):
+        elsewhere = browser.new_context()
+        try:
+            visitor = elsewhere.new_page()
+            if prefix:
+                _signed_in(visitor, browser, server, prefix)
+            else:
+                visitor.goto(f"{server.url}/login")
+            outcome = _probe(visitor, url)
+            assert (outcome["output"], outcome["code"], outcome["reason"]) == (False, *refused)
+        finally:
+            elsewhere.close()
 
     # Another site's page, in the owner's browser (the cookie rides along to another port of
     # the same host): the handshake is refused, the socket never opens.
