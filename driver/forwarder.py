@@ -14,10 +14,13 @@ import contextlib
 import json
 import logging
 import posixpath
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import h11
-import httpx
+
+if TYPE_CHECKING:  # imported by the first request: an idle driver makes none
+    import httpx
 
 log = logging.getLogger("driver.forwarder")
 
@@ -90,17 +93,6 @@ class Forwarder:
         return f"{self.url}/gateway"
 
     async def start(self) -> None:
-        transport = (
-            httpx.AsyncHTTPTransport(uds=self.unix_path)
-            if self.unix_path
-            else httpx.AsyncHTTPTransport()
-        )
-        self._client = httpx.AsyncClient(
-            base_url=self.upstream_base,
-            transport=transport,
-            trust_env=False,
-            timeout=httpx.Timeout(connect=10.0, read=None, write=60.0, pool=10.0),
-        )
         self._server = await asyncio.start_server(self._accept, self.host, self.port)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("forwarder_listening", extra={"url": self.url, "upstream": self.upstream_base})
@@ -118,6 +110,23 @@ class Forwarder:
                 await self._server.wait_closed()
         if self._client is not None:
             await self._client.aclose()
+
+    def _upstream(self) -> httpx.AsyncClient:
+        if self._client is None:
+            import httpx
+
+            transport = (
+                httpx.AsyncHTTPTransport(uds=self.unix_path)
+                if self.unix_path
+                else httpx.AsyncHTTPTransport()
+            )
+            self._client = httpx.AsyncClient(
+                base_url=self.upstream_base,
+                transport=transport,
+                trust_env=False,
+                timeout=httpx.Timeout(connect=10.0, read=None, write=60.0, pool=10.0),
+            )
+        return self._client
 
     # --- one client connection -----------------------------------------------------------
 
@@ -193,12 +202,14 @@ class Forwarder:
         ]
         if self.traceparent and not any(name.lower() == "traceparent" for name, _ in headers):
             headers.append(("traceparent", self.traceparent))
-        assert self._client is not None
-        upstream_request = self._client.build_request(
+        import httpx
+
+        client = self._upstream()
+        upstream_request = client.build_request(
             request.method.decode("ascii"), target, headers=headers, content=body
         )
         try:
-            response = await self._client.send(upstream_request, stream=True)
+            response = await client.send(upstream_request, stream=True)
         except httpx.HTTPError as error:
             log.warning("forwarder_upstream_unreachable", extra={"error": str(error)})
             await self._send_error(

@@ -15,11 +15,12 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from driver import __version__
+
+if TYPE_CHECKING:  # imported by the first client: most drivers never reach an MCP server
+    import httpx
 
 log = logging.getLogger("driver.mcp")
 
@@ -69,6 +70,8 @@ class McpClient:
         self.server_info: dict[str, Any] = {}
         self._next_id = 0
         self._refusals: set[asyncio.Task[None]] = set()
+        import httpx
+
         self._http = httpx.AsyncClient(
             headers={"Authorization": f"Bearer {grant}"},
             timeout=httpx.Timeout(timeout, connect=10.0),

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 
-from driver.backends.base import Backend, EventSink, RunFailure, RunInput
+from driver.backends.base import Backend, EventSink, RunFailure, RunInput, require_packages
 from driver.backends.unsupported import UnsupportedBackend
 from driver.protocol import ExecutionSpec
 
 SUPPORTED_RUNTIMES = ["openai", "claude", "acp"]
-# Each runtime's module: imported only by a driver that runs it (its SDK is heavy).
+# Each runtime's module: imported only by a driver that runs it. Its SDK (its PACKAGES) is
+# imported later still, by the first run: an idle driver does not carry it.
 RUNTIME_MODULES = {
     "openai": "driver.backends.openai",
     "claude": "driver.backends.claude",
@@ -19,12 +20,14 @@ RUNTIME_MODULES = {
 
 
 async def warm_up(runtime: str) -> None:
-    """Import the runtime's module (and its SDK) ahead of a run: what a standby driver does
-    before it says it is ready, so that a run assigned to it starts at once. In a thread, so
-    the connection's heartbeats go on meanwhile."""
-    module = RUNTIME_MODULES.get(runtime)
-    if module is not None:
-        await asyncio.to_thread(importlib.import_module, module)
+    """Import the runtime's module ahead of a run and check that its SDK is installed: what
+    a standby driver does before it says it is ready, so that a broken image fails here, not
+    in a run. The SDK itself stays out (tens of MB in every standby driver); the first run
+    imports it. In a thread, so the connection's heartbeats go on meanwhile."""
+    name = RUNTIME_MODULES.get(runtime)
+    if name is not None:
+        module = await asyncio.to_thread(importlib.import_module, name)
+        require_packages(runtime, *module.PACKAGES)
 
 
 def create_backend(
@@ -32,7 +35,7 @@ def create_backend(
 ) -> Backend:
     """`gateway_url` is the forwarder's `http://127.0.0.1:<port>/gateway` (no trailing slash)."""
     if runtime == "openai":
-        from driver.backends.openai import OpenAIBackend  # imports the SDK only when used
+        from driver.backends.openai import OpenAIBackend  # only in a driver that runs it
 
         return OpenAIBackend(
             spec,
@@ -41,7 +44,7 @@ def create_backend(
             mcp_base_url=f"{gateway_url}/mcp",
         )
     if runtime == "claude":
-        from driver.backends.claude import ClaudeBackend  # imports the Claude Agent SDK only here
+        from driver.backends.claude import ClaudeBackend  # only in a driver that runs it
 
         return ClaudeBackend(
             spec,
@@ -50,7 +53,7 @@ def create_backend(
             mcp_base_url=f"{gateway_url}/mcp",
         )
     if runtime == "acp":
-        from driver.backends.acp import AcpBackend  # imports the ACP client only here
+        from driver.backends.acp import AcpBackend  # only in a driver that runs it
 
         return AcpBackend(
             spec,

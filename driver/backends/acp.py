@@ -51,21 +51,34 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
-
-import acp
-from acp import schema
-from acp.client.connection import ClientSideConnection
+from typing import TYPE_CHECKING, Any, cast
 
 from driver import __version__
 from driver.backends import opencode
-from driver.backends.base import Backend, EventSink, RunFailure, RunInput, user_text
+from driver.backends.base import (
+    Backend,
+    EventSink,
+    RunFailure,
+    RunInput,
+    import_packages,
+    require_packages,
+    user_text,
+)
 from driver.backends.mcp_tools import model_tool_name
 from driver.protocol import ExecutionSpec
 from driver.tools.base import MAX_TOOL_OUTPUT_CHARS
 from driver.tools.bash import command_environment
 
+# The ACP library (its schema's models take most of a second to build) is imported when the
+# agent starts, in the background after `ready`, and named where it is used.
+if TYPE_CHECKING:
+    from acp import schema
+    from acp.client.connection import ClientSideConnection
+
 log = logging.getLogger("driver.backend.acp")
+
+# What the runtime imports as its agent starts; checked at start (see require_packages).
+PACKAGES = ("acp",)
 
 DEFAULT_COMMAND = ("opencode", "acp")
 COMMAND_OPTION = "acp_command"
@@ -265,6 +278,7 @@ class AcpBackend(Backend):
     async def start(self) -> None:
         """Start the agent in the background: `ready` goes out at once, the first run
         waits for the agent (and fails with the reason if it could not start)."""
+        require_packages(self.runtime, *PACKAGES)
         self.workspace.mkdir(parents=True, exist_ok=True)
         self._connecting = asyncio.create_task(self._connect(), name="acp-agent-start")
         self._connecting.add_done_callback(_retrieve)
@@ -306,6 +320,7 @@ class AcpBackend(Backend):
         command = self.command or agent_command(self.spec)
         self.command = command
         environment = self._agent_environment(command)
+        await import_packages("acp", "acp.schema", "acp.client.connection")
         try:
             process = await asyncio.create_subprocess_exec(
                 *command,
@@ -324,6 +339,8 @@ class AcpBackend(Backend):
                 retryable=False,
             ) from None
         assert process.stdin is not None and process.stdout is not None
+        import acp
+
         # Only the methods above: the library answers the others (files, terminals) with
         # method-not-found, which is what a client without those capabilities should say.
         client = cast(acp.Client, _Client(self))
@@ -358,6 +375,9 @@ class AcpBackend(Backend):
         return agent
 
     async def _handshake(self, agent: _AgentProcess) -> None:
+        import acp
+        from acp import schema
+
         answer = await agent.connection.initialize(
             protocol_version=acp.PROTOCOL_VERSION,
             client_capabilities=schema.ClientCapabilities(),
@@ -418,6 +438,8 @@ class AcpBackend(Backend):
         return environment
 
     def _mcp_servers(self, agent: _AgentProcess) -> list[Any]:
+        from acp import schema
+
         bindings = list(self.spec.mcp_servers)
         if not bindings:
             return []
@@ -445,6 +467,8 @@ class AcpBackend(Backend):
     # --- a run ---------------------------------------------------------------------------
 
     async def execute(self, run: RunInput) -> str:
+        from acp import schema
+
         try:
             agent = await self._ensure_agent()
         except BaseException:  # stopped (or failed) while the agent started: none stays
@@ -540,6 +564,8 @@ class AcpBackend(Backend):
         """The prompt's answer; an agent error or death fails the run. The prompt task is
         shielded: a cancel of the run reaches the agent as `session/cancel`, not as a
         dropped request."""
+        import acp
+
         try:
             return await asyncio.shield(prompt)
         except acp.RequestError as error:
@@ -571,6 +597,8 @@ class AcpBackend(Backend):
 
     def _on_update(self, session_id: str, update: Any) -> None:
         """One `session/update`, mapped at once (no await: notifications keep their order)."""
+        from acp import schema
+
         turn = self._turn
         agent = self.agent
         if turn is None or agent is None or session_id != agent.session_id:
@@ -651,6 +679,8 @@ class AcpBackend(Backend):
     def _complete_tool(
         self, turn: _Turn, call: _ToolCall, update: schema.ToolCallStart | schema.ToolCallProgress
     ) -> None:
+        from acp import schema
+
         call.done = True
         started = call.started_at or time.monotonic()
         output = _tool_output(update)
@@ -702,6 +732,8 @@ class AcpBackend(Backend):
         tool_call: schema.ToolCallUpdate,
         options: list[schema.PermissionOption],
     ) -> schema.RequestPermissionResponse:
+        from acp import schema
+
         turn = self._turn
         agent = self.agent
         if turn is None or agent is None or session_id != agent.session_id:
@@ -799,6 +831,8 @@ def _merged(old: Any, new: Any) -> Any:
 
 
 def _cancelled() -> schema.RequestPermissionResponse:
+    from acp import schema
+
     return schema.RequestPermissionResponse(outcome=schema.DeniedOutcome(outcome="cancelled"))
 
 
@@ -812,6 +846,8 @@ def _shown_input(raw: Any) -> Any:
 
 def _tool_output(update: schema.ToolCallStart | schema.ToolCallProgress) -> str:
     """The text the agent showed for a finished tool call, else its raw output."""
+    from acp import schema
+
     texts = [
         _block_text(item.content)
         for item in update.content or []

@@ -6,6 +6,8 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import importlib
+import importlib.util
 import logging
 import os
 import uuid
@@ -323,6 +325,24 @@ class Backend(abc.ABC):
     async def _wait_run(self, active: _ActiveRun) -> None:
         with contextlib.suppress(asyncio.CancelledError, TimeoutError):
             await asyncio.wait_for(asyncio.shield(active.task), timeout=CANCEL_GRACE_SECONDS)
+
+
+def require_packages(runtime: str, *packages: str) -> None:
+    """Refuse to start without the runtime's packages. They are imported at first use (an
+    idle driver does not carry them), so their absence has to show here, not mid-run."""
+    missing = [name for name in packages if importlib.util.find_spec(name) is None]
+    if missing:
+        raise RuntimeError(
+            f"the {runtime} runtime needs the Python package(s) {', '.join(missing)}, "
+            "which this sandbox image does not have"
+        )
+
+
+async def import_packages(*modules: str) -> None:
+    """Import a runtime's SDK modules in a thread, so the control connection keeps being
+    served meanwhile (they take hundreds of milliseconds); quick once they are loaded."""
+    for name in modules:
+        await asyncio.to_thread(importlib.import_module, name)
 
 
 def _parse_run_input(payload: dict[str, Any]) -> RunInput:

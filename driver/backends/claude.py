@@ -48,33 +48,38 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from claude_agent_sdk import (
-    AssistantMessage,
-    ClaudeAgentOptions,
-    ClaudeSDKClient,
-    ClaudeSDKError,
-    PermissionResult,
-    PermissionResultAllow,
-    PermissionResultDeny,
-    ResultMessage,
-    StreamEvent,
-    SystemMessage,
-    TextBlock,
-    ThinkingBlock,
-    ToolPermissionContext,
-    ToolResultBlock,
-    ToolUseBlock,
-    UserMessage,
+from driver.backends.base import (
+    Backend,
+    EventSink,
+    RunFailure,
+    RunInput,
+    import_packages,
+    require_packages,
+    user_text,
 )
-
-from driver.backends.base import Backend, EventSink, RunFailure, RunInput, user_text
 from driver.backends.mcp_tools import McpConnections, connect_servers, model_tool_name, policy_for
 from driver.protocol import ExecutionSpec, McpBinding
 from driver.tools.bash import command_environment
 
+# The SDK (about 30 MB and a second to import, with the MCP server stack it brings) is
+# imported at the first run and named where it is used: an idle driver goes without.
+if TYPE_CHECKING:
+    from claude_agent_sdk import (
+        AssistantMessage,
+        ClaudeAgentOptions,
+        ClaudeSDKClient,
+        PermissionResult,
+        ResultMessage,
+        ToolPermissionContext,
+        ToolResultBlock,
+    )
+
 log = logging.getLogger("driver.backend.claude")
+
+# What the runtime imports at its first run; checked at start (see require_packages).
+PACKAGES = ("claude_agent_sdk",)
 
 # Mosoo's built-in tool -> the Claude Code tools it stands for.
 CLAUDE_TOOLS: dict[str, tuple[str, ...]] = {
@@ -201,6 +206,7 @@ class ClaudeBackend(Backend):
     # --- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        require_packages(self.runtime, *PACKAGES)
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.config_dir.mkdir(parents=True, exist_ok=True)
         self.env_file.write_text(BASH_ENV_FILE)
@@ -373,6 +379,8 @@ class ClaudeBackend(Backend):
         }
 
     def _options(self, run_id: str, marker: str, resume: str | None) -> ClaudeAgentOptions:
+        from claude_agent_sdk import ClaudeAgentOptions
+
         tools = sorted(self.policies)
         if self.spec.skills:
             tools.append("Skill")
@@ -440,6 +448,8 @@ class ClaudeBackend(Backend):
         async def decide(
             name: str, arguments: dict[str, Any], context: ToolPermissionContext
         ) -> PermissionResult:
+            from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny
+
             policy = self._policy(name)
             if policy == "allow":
                 return PermissionResultAllow(updated_input=arguments)
@@ -480,6 +490,9 @@ class ClaudeBackend(Backend):
         if resume is not None and not self._transcript_exists(resume):
             log.warning("claude_transcript_missing", extra={"claude_session_id": resume})
             resume = None
+        await import_packages("claude_agent_sdk")
+        from claude_agent_sdk import ClaudeSDKClient
+
         turn = _Turn(run.run_id)
         self._turn = turn
         client = ClaudeSDKClient(self._options(run.run_id, marker, resume))
@@ -498,6 +511,8 @@ class ClaudeBackend(Backend):
         return text
 
     async def _converse(self, client: ClaudeSDKClient, turn: _Turn, prompt: str) -> str:
+        from claude_agent_sdk import ClaudeSDKError
+
         try:
             await client.connect()
             await client.query(prompt)
@@ -578,6 +593,15 @@ class ClaudeBackend(Backend):
     # --- mapping what Claude Code streams ----------------------------------------------------
 
     def _on_message(self, turn: _Turn, message: Any) -> None:
+        from claude_agent_sdk import (
+            AssistantMessage,
+            ResultMessage,
+            StreamEvent,
+            SystemMessage,
+            ToolResultBlock,
+            UserMessage,
+        )
+
         if isinstance(message, StreamEvent):
             if message.parent_tool_use_id is None:
                 self._on_stream_event(turn, message.event)
@@ -648,6 +672,8 @@ class ClaudeBackend(Backend):
         turn.text_parts = []
 
     def _on_assistant(self, turn: _Turn, message: AssistantMessage) -> None:
+        from claude_agent_sdk import TextBlock, ThinkingBlock, ToolUseBlock
+
         streamed = message.message_id in turn.streamed_api_messages
         for block in message.content:
             if isinstance(block, ToolUseBlock):

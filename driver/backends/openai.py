@@ -36,18 +36,29 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from xml.sax.saxutils import escape as xml_escape
 
-import httpx
-import openai
-
-from driver.backends.base import Backend, EventSink, RunFailure, RunInput, user_text
+from driver.backends.base import (
+    Backend,
+    EventSink,
+    RunFailure,
+    RunInput,
+    import_packages,
+    require_packages,
+    user_text,
+)
 from driver.backends.mcp_tools import McpConnections, connect_servers
 from driver.protocol import ExecutionSpec, SkillBinding
 from driver.tools import Tool, ToolContext, ToolResult, builtin_tools
 
+if TYPE_CHECKING:  # the SDK is imported at the first model call: an idle driver goes without
+    import openai
+
 log = logging.getLogger("driver.backend.openai")
+
+# What the runtime imports at its first model call; checked at start (see require_packages).
+PACKAGES = ("openai", "httpx")
 
 MAX_STEPS = 50
 CONVERSATIONS_DIR = Path(".mosoo") / "sessions"
@@ -184,17 +195,9 @@ class OpenAIBackend(Backend):
     # --- lifecycle -----------------------------------------------------------------------
 
     async def start(self) -> None:
+        require_packages(self.runtime, *PACKAGES)
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.messages = self._load_conversation()
-        self._client = openai.AsyncOpenAI(
-            base_url=self.model_base_url,
-            api_key=self.spec.gateway.grant,
-            max_retries=self.max_retries,
-            # trust_env=False: a sandbox's HTTP(S)_PROXY (egress policy) must not catch loopback.
-            http_client=openai.DefaultAsyncHttpxClient(
-                trust_env=False, timeout=openai.Timeout(600.0, connect=10.0)
-            ),
-        )
         log.info(
             "backend_started",
             extra={
@@ -204,6 +207,23 @@ class OpenAIBackend(Backend):
                 "tools": sorted(self.tools),
             },
         )
+
+    async def _model_client(self) -> openai.AsyncOpenAI:
+        """The SDK's client, made (and the SDK imported) at the first model call."""
+        if self._client is None:
+            await import_packages("openai")
+            import openai
+
+            self._client = openai.AsyncOpenAI(
+                base_url=self.model_base_url,
+                api_key=self.spec.gateway.grant,
+                max_retries=self.max_retries,
+                # trust_env=False: a sandbox's HTTP(S)_PROXY (egress policy) must not catch loopback.
+                http_client=openai.DefaultAsyncHttpxClient(
+                    trust_env=False, timeout=openai.Timeout(600.0, connect=10.0)
+                ),
+            )
+        return self._client
 
     async def close(self) -> None:
         await super().close()
@@ -323,7 +343,10 @@ class OpenAIBackend(Backend):
                 attempt += 1
 
     async def _model_attempt(self, run_id: str) -> _Step:
-        assert self._client is not None, "start() was not called"
+        await self._model_client()
+        import httpx
+        import openai
+
         attempt = _Attempt(run_id)
         try:
             await self._stream_step(attempt)
@@ -783,6 +806,8 @@ def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
 
 
 def _model_failure(error: openai.APIError) -> RunFailure:
+    import openai
+
     if isinstance(error, openai.APIConnectionError):
         return RunFailure(
             "model_error", f"could not reach the model gateway: {error.message}", retryable=True
@@ -820,6 +845,8 @@ def _is_forwarder_error(error: openai.APIStatusError) -> bool:
 
 
 def _describe(error: Exception) -> str:
+    import httpx
+
     cause = error.__cause__ or error.__context__
     text = f"{type(error).__name__}: {error}"
     if cause is not None and not isinstance(error, httpx.TransportError):

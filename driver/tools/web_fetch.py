@@ -7,7 +7,7 @@ and the tool says so instead of trying. The environment is the one the `bash` to
 get (the driver's, plus the execution spec's), so `web_fetch` reaches what `curl` would.
 
 http:// URLs go to the proxy as absolute-URI requests (httpx's own proxy transport); https://
-URLs through a CONNECT tunnel that `_ConnectTunnel` opens itself, because httpcore's drops the
+URLs through a CONNECT tunnel that `_tunnel._ConnectTunnel` opens itself, because httpcore's drops the
 headers and body of a refused CONNECT, and those say why (`X-Mosoo-Egress: refused`,
 `egress refused: not_allowed (host:443)`). TLS is verified against `SSL_CERT_FILE` /
 `SSL_CERT_DIR` when set, else certifi's bundle (what httpx itself does). Redirects are followed
@@ -20,19 +20,11 @@ JSON, XML and the like come back as they are; anything else is refused by its co
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import re
 import ssl
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import unquote, urljoin, urlsplit
-
-import certifi
-import httpcore
-import httpx
-from bs4 import BeautifulSoup
-from markdownify import ATX, MarkdownConverter
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urljoin, urlsplit
 
 from driver.tools.base import (
     Tool,
@@ -43,6 +35,11 @@ from driver.tools.base import (
     require_str,
 )
 from driver.tools.bash import command_environment
+
+# httpx, BeautifulSoup and markdownify are imported by the first fetch: most runs never fetch,
+# and an idle driver carries none of them.
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_MAX_CHARS = 20_000
 MAX_CHARS_LIMIT = 100_000
@@ -100,31 +97,6 @@ _HTML_TOKENS = re.compile(
 )
 _WHITESPACE = re.compile(r"\s+")
 _REFUSAL = re.compile(r"egress refused:\s*([\w.-]+)\s*\(([^)\s]+)\)")
-_CONNECT_HEAD_LIMIT = 64 * 1024
-_CONNECT_BODY_LIMIT = 4096
-
-
-class ProxyAnswer(Exception):
-    """The proxy answered a CONNECT with something other than 2xx (its head and body)."""
-
-    def __init__(
-        self, target: str, status: int, reason: str, headers: dict[str, str], body: str
-    ) -> None:
-        super().__init__(f"CONNECT {target}: {status} {reason}".rstrip())
-        self.target = target
-        self.status = status
-        self.reason = reason
-        self.headers = headers
-        self.body = body
-
-
-class ProxyUnreachable(Exception):
-    """The sandbox's proxy listener itself could not be reached."""
-
-    def __init__(self, proxy: str, error: Exception) -> None:
-        super().__init__(f"the proxy is unreachable: {error or type(error).__name__}")
-        self.proxy = proxy
-        self.error = error
 
 
 # --- the environment: proxies and TLS -----------------------------------------------------
@@ -148,125 +120,9 @@ def tls_context(env: dict[str, str]) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=env["SSL_CERT_FILE"])
     if env.get("SSL_CERT_DIR"):
         return ssl.create_default_context(capath=env["SSL_CERT_DIR"])
+    import certifi
+
     return ssl.create_default_context(cafile=certifi.where())
-
-
-# --- https:// through our own CONNECT tunnel ----------------------------------------------
-
-
-def _authority(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-class _ConnectTunnel(httpcore.AsyncNetworkBackend):
-    """A network backend whose every TCP connection is a CONNECT tunnel through `proxy`; on
-    a refusal it raises ProxyAnswer with the proxy's status, headers and (short) body."""
-
-    def __init__(self, proxy: httpx.URL) -> None:
-        self.proxy = proxy
-        self.inner = httpcore.AnyIOBackend()
-        self.authorization: bytes | None = None
-        if proxy.username or proxy.password:
-            userinfo = f"{unquote(proxy.username)}:{unquote(proxy.password)}".encode()
-            self.authorization = b"Basic " + base64.b64encode(userinfo)
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Any = None,
-    ) -> httpcore.AsyncNetworkStream:
-        proxy_port = self.proxy.port or (443 if self.proxy.scheme == "https" else 80)
-        try:
-            stream = await self.inner.connect_tcp(
-                self.proxy.host, proxy_port, timeout, local_address, socket_options
-            )
-        except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
-            raise ProxyUnreachable(str(self.proxy), error) from error
-        target = _authority(host, port)
-        try:
-            head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n".encode()
-            if self.authorization is not None:
-                head += b"Proxy-Authorization: " + self.authorization + b"\r\n"
-            await stream.write(head + b"\r\n", timeout)
-            status, reason, headers, rest = await _read_connect_answer(stream, timeout)
-            if 200 <= status < 300:
-                if rest:
-                    raise httpcore.ProxyError("the proxy sent data before the tunnel opened")
-                return stream
-            body = await _read_short_body(stream, headers, rest, timeout)
-            raise ProxyAnswer(target, status, reason, headers, body)
-        except httpcore.ReadTimeout as error:
-            # The proxy opens the upstream connection before it answers: a connect time.
-            await stream.aclose()
-            raise httpcore.ConnectTimeout(str(error)) from error
-        except BaseException:
-            await stream.aclose()
-            raise
-
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Any = None
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("web_fetch does not use Unix sockets")
-
-    async def sleep(self, seconds: float) -> None:
-        await self.inner.sleep(seconds)
-
-
-async def _read_connect_answer(
-    stream: httpcore.AsyncNetworkStream, timeout: float | None
-) -> tuple[int, str, dict[str, str], bytes]:
-    buffer = b""
-    while b"\r\n\r\n" not in buffer:
-        if len(buffer) > _CONNECT_HEAD_LIMIT:
-            raise httpcore.ProxyError("the proxy's answer to CONNECT is too long")
-        chunk = await stream.read(65536, timeout)
-        if not chunk:
-            raise httpcore.ProxyError("the proxy closed the connection without answering CONNECT")
-        buffer += chunk
-    head, rest = buffer.split(b"\r\n\r\n", 1)
-    lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ", 2)
-    if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-        raise httpcore.ProxyError(f"the proxy answered CONNECT with {lines[0][:100]!r}")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        if name.strip():
-            headers[name.strip().lower()] = value.strip()
-    return int(parts[1]), parts[2] if len(parts) > 2 else "", headers, rest
-
-
-async def _read_short_body(
-    stream: httpcore.AsyncNetworkStream,
-    headers: dict[str, str],
-    rest: bytes,
-    timeout: float | None,
-) -> str:
-    """The first few KiB of a refused CONNECT's body (up to Content-Length, or EOF)."""
-    length = headers.get("content-length", "")
-    wanted = min(int(length), _CONNECT_BODY_LIMIT) if length.isdigit() else _CONNECT_BODY_LIMIT
-    body = rest
-    with contextlib.suppress(httpcore.ReadTimeout, httpcore.ReadError):
-        while len(body) < wanted:
-            chunk = await stream.read(65536, min(timeout or 5.0, 5.0))
-            if not chunk:
-                break
-            body += chunk
-    return body[:wanted].decode("utf-8", errors="replace")
-
-
-class _TunnelTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport (its request/response mapping and exception translation) over a
-    connection pool whose connections are our CONNECT tunnels."""
-
-    def __init__(self, proxy: httpx.URL, ssl_context: ssl.SSLContext) -> None:
-        super().__init__(verify=ssl_context, trust_env=False)
-        self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context, network_backend=_ConnectTunnel(proxy)
-        )
 
 
 # --- responses ----------------------------------------------------------------------------
@@ -353,6 +209,9 @@ def html_to_markdown(html: str, base_url: str, max_chars: int) -> tuple[str, str
     the page went on past what was converted (about `max_chars` characters of text)."""
     # Markdown is a little longer than the text it holds: the cut leaves some to spare.
     html, cut = _html_prefix(html, max_chars + max_chars // 4 + 1000)
+    from bs4 import BeautifulSoup
+    from markdownify import ATX, MarkdownConverter
+
     soup = BeautifulSoup(html, "html.parser")
     title = " ".join(soup.title.get_text(" ").split()) if soup.title else ""
     base = soup.find("base", href=True)
@@ -467,6 +326,10 @@ class WebFetchTool(Tool):
         self.max_bytes = max_bytes
 
     async def execute(self, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
+        import httpx
+
+        from driver.tools._tunnel import ProxyAnswer, ProxyUnreachable
+
         url = _check_url(require_str(arguments, "url").strip())
         max_chars = min(
             optional_int(arguments, "max_chars", minimum=1) or DEFAULT_MAX_CHARS, MAX_CHARS_LIMIT
@@ -524,13 +387,17 @@ class WebFetchTool(Tool):
         *,
         direct: bool = False,
     ) -> ToolResult:
+        import httpx
+
+        from driver.tools._tunnel import TunnelTransport
+
         mounts: dict[str, httpx.AsyncBaseTransport] = {}
         if proxies["http"]:
             mounts["http://"] = httpx.AsyncHTTPTransport(
                 proxy=proxies["http"], verify=tls, trust_env=False
             )
         if proxies["https"]:
-            mounts["https://"] = _TunnelTransport(httpx.URL(proxies["https"]), tls)
+            mounts["https://"] = TunnelTransport(httpx.URL(proxies["https"]), tls)
         async with httpx.AsyncClient(
             mounts=mounts,
             trust_env=False,
@@ -569,8 +436,10 @@ class WebFetchTool(Tool):
         kind = _kind(mime)
         failed = response.status_code >= 400
         if failed and _is_refusal(response.headers):
-            body = await self._read(response, limit=_CONNECT_BODY_LIMIT)
-            target = _authority(response.url.host, response.url.port or _default_port(fetch.url))
+            from driver.tools._tunnel import CONNECT_BODY_LIMIT, authority
+
+            body = await self._read(response, limit=CONNECT_BODY_LIMIT)
+            target = authority(response.url.host, response.url.port or _default_port(fetch.url))
             return ToolResult(refusal_message(target, _decode(body.data, charset)), is_error=True)
         header = [f"URL: {_clip(str(response.url), 2000)}", _status_line(response)]
         if mime:
@@ -643,6 +512,8 @@ class WebFetchTool(Tool):
     def _http_error(
         self, fetch: _Fetch, proxies: dict[str, str | None], error: httpx.HTTPError
     ) -> ToolResult:
+        import httpx
+
         parts = urlsplit(fetch.url)
         host = parts.hostname or fetch.url
         if isinstance(error, httpx.ConnectTimeout):
@@ -676,6 +547,8 @@ def _check_url(url: str) -> str:
         )
     if not parts.hostname:
         raise ToolInputError(f"`url` has no host: {url[:200]!r}")
+    import httpx
+
     try:
         httpx.URL(url)
     except httpx.InvalidURL as error:
@@ -684,6 +557,8 @@ def _check_url(url: str) -> str:
 
 
 def _is_http_proxy(proxy: str) -> bool:
+    import httpx
+
     try:
         parsed = httpx.URL(proxy)
     except httpx.InvalidURL:
@@ -700,9 +575,13 @@ def _default_port(url: str) -> int:
 
 
 def _proxy_unreachable(proxy: str, error: BaseException) -> ToolResult:
+    import httpx
+
+    from driver.tools._tunnel import authority
+
     try:
         parsed = httpx.URL(proxy)
-        shown = f"{parsed.scheme}://{_authority(parsed.host, parsed.port or 80)}"
+        shown = f"{parsed.scheme}://{authority(parsed.host, parsed.port or 80)}"
     except httpx.InvalidURL:
         shown = "(an invalid proxy URL)"
     return ToolResult(

@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from driver.protocol import Command, ExecutionSpec, GatewayGrant
+from tests.support.control_harness import ControlHarness
 from tests.support.openai_server import ScriptedOpenAIServer
 
 GRANT = "grant-secret-value"
+BOOT_TOKEN = "boot-token-do-not-log"
 
 
 @dataclass
@@ -115,3 +117,16 @@ def socket_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="mosoo-drv-", dir="/tmp"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def harness(socket_dir: Path, model_server: ScriptedOpenAIServer) -> Iterator[ControlHarness]:
+    """The control harness on a Unix socket, taking BOOT_TOKEN, its gateway relaying to
+    the scripted model server with GRANT."""
+    with ControlHarness(
+        socket_dir / "control.sock",
+        boot_token=BOOT_TOKEN,
+        gateway_upstream=model_server.origin,
+        gateway_grant=GRANT,
+    ) as running:
+        yield running

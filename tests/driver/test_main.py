@@ -9,30 +9,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from driver.main import BOOT_PAYLOAD_ENV, read_boot_payload
-from tests.driver.conftest import GRANT, make_spec
+from tests.driver.conftest import BOOT_TOKEN, GRANT, make_spec
 from tests.support.control_harness import ControlHarness
 from tests.support.openai_server import ScriptedOpenAIServer, TextTurn, ToolCall, ToolCallsTurn
 
 ROOT = Path(__file__).resolve().parents[2]
-BOOT_TOKEN = "boot-token-do-not-log"
-
-
-@pytest.fixture
-def harness(socket_dir: Path, model_server: ScriptedOpenAIServer) -> Iterator[ControlHarness]:
-    with ControlHarness(
-        socket_dir / "control.sock",
-        boot_token=BOOT_TOKEN,
-        gateway_upstream=model_server.origin,
-        gateway_grant=GRANT,
-    ) as running:
-        yield running
 
 
 def write_payload(
