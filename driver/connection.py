@@ -302,6 +302,8 @@ class ControlConnection:
             "open_timeout": self.handshake_timeout,
             "close_timeout": 2,
             "proxy": None,  # a sandbox's egress proxy variables must not apply to control
+            # Frames are small JSON: compression would cost CPU on both ends for little.
+            "compression": None,
         }
         parts = urlsplit(self.control_url)
         if parts.scheme == "unix":

@@ -96,7 +96,9 @@ class EventWriter:
                 group = self._take()
                 try:
                     await loop.run_in_executor(self._thread, _store_group, group)
-                    await self._publish(group)
+                    await streams.publish_events_async(
+                        self.redis, [event for batch in group for event in batch.stored]
+                    )
                 except BaseException as error:  # a bug or a cancel: no batch waits for good
                     for batch in group:
                         if not batch.done.done():
@@ -120,23 +122,6 @@ class EventWriter:
             events += len(batch.events)
             group.append(batch)
         return group
-
-    async def _publish(self, group: list[_Batch]) -> None:
-        fresh = [e for batch in group for e in batch.stored if not e.duplicate]
-        if not fresh:
-            return
-        try:
-            pipe = self.redis.pipeline(transaction=False)
-            for event in fresh:
-                pipe.xadd(
-                    streams.events_stream(event.session_id),
-                    streams.event_fields(event),
-                    maxlen=streams.STREAM_MAXLEN,
-                    approximate=True,
-                )
-            await pipe.execute()
-        except Exception as error:  # viewers fall back to the database
-            log.warning("driver.publish_failed", error=type(error).__name__)
 
 
 def _store_group(group: list[_Batch]) -> None:

@@ -136,7 +136,9 @@ async def _serve_all() -> None:
         )
 
     servers = [
-        uvicorn.Server(config(uds=str(socket_path), lifespan="off")),
+        # Local drivers' frames are small JSON on a Unix socket: compressing them costs CPU
+        # on both ends and saves nothing.
+        uvicorn.Server(config(uds=str(socket_path), lifespan="off", ws_per_message_deflate=False)),
         uvicorn.Server(
             config(host=settings.control_host, port=settings.control_port, lifespan="on")
         ),

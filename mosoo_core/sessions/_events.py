@@ -71,16 +71,26 @@ def _stored(
     }
     if not wanted:
         return {}
-    rows = db.exec(
-        select(SessionEvent).where(
-            col(SessionEvent.session_id).in_({key[0] for key in wanted}),
-            col(SessionEvent.source_event_id).in_({key[1] for key in wanted}),
+    table = SessionEvent.__table__  # type: ignore[attr-defined]
+    rows = db.execute(
+        sa.select(table).where(
+            table.c.session_id.in_({key[0] for key in wanted}),
+            table.c.source_event_id.in_({key[1] for key in wanted}),
         )
     ).all()
     return {
-        (row.session_id, row.source_event_id): stored_event(row, duplicate=True)
+        (row.session_id, row.source_event_id): StoredEvent(
+            session_id=row.session_id,
+            seq=row.seq,
+            type=row.type,
+            payload=row.payload,
+            run_id=row.run_id,
+            source_event_id=row.source_event_id,
+            occurred_at=row.occurred_at,
+            duplicate=True,
+        )
         for row in rows
-        if row.source_event_id and (row.session_id, row.source_event_id) in wanted
+        if (row.session_id, row.source_event_id) in wanted
     }
 
 
