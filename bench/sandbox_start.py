@@ -34,7 +34,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -45,8 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 import docker  # noqa: E402
 
-from mosoo_core.runtime.labels import installation_label  # noqa: E402
-from mosoo_core.runtime.sandbox import BOOT_PAYLOAD, SandboxBackend, SandboxSpec  # noqa: E402
+from mosoo_core.runtime.sandbox import SandboxBackend, SandboxSpec  # noqa: E402
 from mosoo_core.runtime.sandbox.docker_backend import DockerBackend  # noqa: E402
 from mosoo_core.runtime.sandbox.process_backend import ProcessBackend  # noqa: E402
 
@@ -212,14 +211,20 @@ def main() -> None:
         "--keep-base-image", action="store_true", help=f"keep {BASE_IMAGE_TAG} for the next run"
     )
     parser.add_argument("--images-only", action="store_true", help="only (j)")
+    parser.add_argument(
+        "--pool", action="store_true", help="only (a) and the warm pool's (k), (l), (m)"
+    )
     arguments = parser.parse_args()
     runs = arguments.runs
+    if arguments.pool:
+        print(f"{runs} runs per series (after one warm-up), turn about\n")
+        _print_pool(_pool_series(runs))
+        return
 
     client = docker.from_env(timeout=600)
     backend = DockerBackend(client)
     image = backend.image  # built (or found) before anything is timed
     base_content_tag, base_build_seconds = _base_image(client)
-    base_backend = DockerBackend(client, image=BASE_IMAGE_TAG)
     print(f"image {image}, {runs} runs per series (after one warm-up)\n")
 
     def bare(on: str = image) -> None:
@@ -240,7 +245,7 @@ def main() -> None:
                 process_samples = _series(runs, _backend_cycle(process))
         bare_full, bare_base = _interleaved(runs, bare, lambda: bare(BASE_IMAGE_TAG))
         sizes = _sizes(client, image)
-        control = _control_series(runs, backend, base_backend, arguments.images_only)
+        control = _control_series(runs, BASE_IMAGE_TAG, arguments.images_only)
     finally:
         for container in client.containers.list(
             all=True, filters={"label": "mosoo.bench=sandbox_start"}
@@ -318,19 +323,113 @@ class _ControlFigures:
     failures: list[str]  # boots that never said ready (each sample taken again)
 
 
-def _control_series(
-    runs: int, backend: DockerBackend, base_backend: DockerBackend, images_only: bool = False
-) -> _ControlFigures:
-    """Boot real drivers against a real control process (SQLite, Redis db_number(7), temp
-    data dir), with the scripted model servers on loopback standing in for the providers."""
+@dataclass
+class _World:
+    """A real `mosoo control` and an App to run Agents in (SQLite, Redis db_number(7), a temp
+    data dir), with the scripted model servers and package indexes on loopback."""
+
+    account_id: str
+    app_id: str
+    credentials: dict[str, str]  # "unserved", "openai", "claude"
+    openai_model: Any
+    anthropic_model: Any
+    bindings: dict[str, str]  # environment ids: "env" (setup, secret, limited), "packages"
+    packages_hash: str
+    scratch: Path
+
+    def agent(self, name: str, kind: str, runtime: str, credential: str, model: str) -> str:
+        from mosoo_core import agents
+        from mosoo_core.db import session_scope
+
+        with session_scope() as db:
+            agent = agents.create_agent(
+                db, self.account_id, self.app_id, name=f"bench {name}", kind=kind, runtime=runtime
+            )
+            agents.update_agent(
+                db,
+                self.account_id,
+                self.app_id,
+                agent.id,
+                agents.AgentChanges(
+                    provider_credential_id=self.credentials[credential],
+                    model=model,
+                    environment_id=self.bindings.get(name),
+                ),
+            )
+            return agent.id
+
+    def message(self, agent_id: str, publish: bool = False) -> tuple[str, str]:
+        """A new thread of the Agent with one message: (thread, run). `publish`: its events
+        go to the thread's stream too, as a front door sends them."""
+        from mosoo_core import sessions, streams
+        from mosoo_core.db import session_scope
+
+        with session_scope() as db:
+            thread = sessions.create_session(db, self.account_id, self.app_id, agent_id)
+            sent = sessions.send_message(db, self.account_id, thread.id, "hi")
+            thread_id, run_id = thread.id, sent.run.id
+        if publish:
+            streams.publish_events(sent.events)
+        return thread_id, run_id
+
+    def ready(self, agent_id: str, backend: SandboxBackend) -> tuple[str, float]:
+        """Request to driver ready, as the worker dispatches it (`dispatch_run`, which returns
+        once the driver said ready and its input is queued): (run, seconds)."""
+        from mosoo_core.runtime import runs as run_module
+
+        started = time.perf_counter()
+        _, run_id = self.message(agent_id)
+        status = run_module.dispatch_run(run_id, backend)
+        seconds = time.perf_counter() - started
+        if status != "booting":
+            raise _BootFailed(f"the run did not boot ({status}): {_run_error(run_id)}")
+        return run_id, seconds
+
+
+def _remove_run_sandbox(run_id: str, backend: SandboxBackend) -> None:
+    """What the run's teardown removes (the bench runs no worker to do it)."""
+    from mosoo_core.db import session_scope
+    from mosoo_core.runtime.sandbox import LABEL_DRIVER_INSTANCE
+    from mosoo_core.tables.sessions import SessionRun
+
+    with session_scope() as db:
+        run = db.get(SessionRun, run_id)
+        instance_id = run.driver_instance_id if run else None
+    for ref in backend.list_by_label({LABEL_DRIVER_INSTANCE: instance_id or "-"}):
+        backend.remove(ref)
+
+
+def _backend_on(image: str) -> SandboxBackend:
+    """A Docker backend as `get_backend` makes it (host folders for attachments and standby
+    payloads), on another image."""
+    from mosoo_core.settings import get_settings
+
+    return DockerBackend(
+        docker.from_env(timeout=600),
+        image=image,
+        attachments_root=get_settings().data_dir.resolve() / "sandbox-attachments",
+    )
+
+
+def _run_error(run_id: str) -> str:
+    from mosoo_core.db import session_scope
+    from mosoo_core.tables.sessions import SessionRun
+
+    with session_scope() as db:
+        run = db.get(SessionRun, run_id)
+        return f"{run.error_code}: {run.error_message}" if run else "gone"
+
+
+@contextlib.contextmanager
+def _world(env_extra: dict[str, str] | None = None) -> Iterator[_World]:
     import base64
     import os
     import subprocess
 
     import redis
 
-    from tests.support.anthropic_server import MessageTurn, ScriptedAnthropicServer, TextBlock
-    from tests.support.openai_server import ScriptedOpenAIServer, TextTurn
+    from tests.support.anthropic_server import ScriptedAnthropicServer
+    from tests.support.openai_server import ScriptedOpenAIServer
     from tests.support.package_index import NpmRegistry, PyPIIndex
     from tests.support.redis_db import db_number
 
@@ -345,8 +444,6 @@ def _control_series(
     anthropic_model = servers.enter_context(
         ScriptedAnthropicServer(models=["claude-test"], api_key=model_key)
     )
-    answer = "Hello from the bench."
-
     scratch = Path(tempfile.mkdtemp(prefix="mosoo-bench-ready-"))
     scratch.chmod(0o755)
     env = {
@@ -355,20 +452,19 @@ def _control_series(
         "MOSOO_MASTER_KEY": base64.b64encode(os.urandom(32)).decode(),
         "MOSOO_CONTROL_PORT": "0",
         "MOSOO_LOG_LEVEL": "WARNING",
-        "MOSOO_SANDBOX_IMAGE": backend.image,
         "MOSOO_PIP_INDEX_URL": pypi.simple_url,
         "MOSOO_NPM_REGISTRY": npm.base_url,
         "MOSOO_EGRESS_ALLOW_LOOPBACK": "1",  # the indexes are on loopback
         "MOSOO_PROVIDER_ALLOW_PRIVATE_NETWORKS": "true",  # so are the scripted model servers
+        "MOSOO_POOL_SIZE": "0",  # a series that wants the warm pool turns it on
+        **(env_extra or {}),
     }
     os.environ.update(env)
-    from mosoo_core import agents, environments, identity, sessions, streams, vault
+    from mosoo_core import environments, identity, vault
     from mosoo_core.db import session_scope
     from mosoo_core.migrations import upgrade
-    from mosoo_core.runtime import builds as build_module
-    from mosoo_core.runtime import runs as run_module
+    from mosoo_core.runtime.sandbox import get_backend
     from mosoo_core.settings import get_settings, reset_settings_cache
-    from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, SessionRun
 
     reset_settings_cache()
     redis.Redis(db=redis_db).flushdb()
@@ -380,7 +476,6 @@ def _control_series(
         start_new_session=True,
     )
     socket_path = get_settings().resolved_control_socket
-    failures: list[str] = []
     try:
         deadline = time.monotonic() + 30
         while not socket_path.exists() and time.monotonic() < deadline:
@@ -405,8 +500,8 @@ def _control_series(
                     ),
                 ).id
 
-            unserved = credential("ollama", "http://127.0.0.1:11434/v1", "m")
-            scripted = {
+            credentials = {
+                "unserved": credential("ollama", "http://127.0.0.1:11434/v1", "m"),
                 "openai": credential("openai_compatible", openai_model.base_url, "m", model_key),
                 "claude": credential(
                     "anthropic", anthropic_model.base_url, "claude-test", model_key
@@ -432,85 +527,77 @@ def _control_series(
                 environments.EnvironmentChanges(pip=["bench-tool==1.0.0"], npm=["bench-pad@1.0.0"]),
             )
             assert packaged.build is not None
-            packages_hash = packaged.build.packages_hash
-            bindings = {"env": bound.id, "packages": packaged.id}
-            # name: (kind, runtime, credential, model)
-            plans = {
-                "cattle": ("cattle", "openai", unserved, "m"),
-                "pet": ("pet", "openai", unserved, "m"),
-                "env": ("cattle", "openai", unserved, "m"),
-                "packages": ("cattle", "openai", unserved, "m"),
-                "openai": ("cattle", "openai", scripted["openai"], "m"),
-                "claude": ("cattle", "claude", scripted["claude"], "claude-test"),
-                "acp": ("cattle", "acp", scripted["openai"], "m"),
-            }
-            agent_ids = {}
-            for name, (kind, runtime, credential_id, model) in plans.items():
-                agent = agents.create_agent(
-                    db, account.id, app_id, name=f"bench {name}", kind=kind, runtime=runtime
-                )
-                agents.update_agent(
-                    db,
-                    account.id,
-                    app_id,
-                    agent.id,
-                    agents.AgentChanges(
-                        provider_credential_id=credential_id,
-                        model=model,
-                        environment_id=bindings.get(name),
-                    ),
-                )
-                agent_ids[name] = agent.id
+            world = _World(
+                account_id=account.id,
+                app_id=app_id,
+                credentials=credentials,
+                openai_model=openai_model,
+                anthropic_model=anthropic_model,
+                bindings={"env": bound.id, "packages": packaged.id},
+                packages_hash=packaged.build.packages_hash,
+                scratch=scratch,
+            )
+        yield world
+    finally:
+        backend = get_backend()
+        from mosoo_core.runtime.labels import installation_label
 
-        def message(name: str, publish: bool = False) -> tuple[str, str]:
-            """A new thread of the Agent `name` with one message: (thread, run). `publish`:
-            its events go to the thread's stream too, as a front door sends them."""
-            with session_scope() as db:
-                thread = sessions.create_session(db, account.id, app_id, agent_ids[name])
-                sent = sessions.send_message(db, account.id, thread.id, "hi")
-                thread_id, run_id = thread.id, sent.run.id
-            if publish:
-                streams.publish_events(sent.events)
-            return thread_id, run_id
+        for ref in backend.list_by_label(installation_label()):
+            backend.remove(ref)
+        control.terminate()
+        control.wait(20)
+        redis.Redis(db=redis_db).flushdb()
+        servers.close()
+        shutil.rmtree(scratch, ignore_errors=True)
 
-        def ready_once(kind: str, on: DockerBackend = backend) -> Figures:
-            started = time.perf_counter()
-            _, run_id = message(kind)
-            with session_scope() as db:
-                plan, _ = run_module.plan_boot(db, run_id)
-            assert plan is not None
-            layer = run_module._await_layer(on, plan) if plan.packages_hash else None
-            if layer is not None and layer.path is None:
-                raise RuntimeError(f"the environment's build failed: {layer.failure}")
-            ref, created = run_module._sandbox_for(on, plan, layer)
-            if created and plan.setup_script and run_module._set_up(on, ref, plan):
-                raise RuntimeError("the setup script failed")
-            on.put_file(ref, BOOT_PAYLOAD, plan.payload_json.encode(), mode=0o600)
-            on.start_driver(ref)
-            if run_module._wait_ready(run_id, plan.instance_id, 60) != "ready":
-                # No ps in the image: the processes' command lines, one a line.
-                processes = on.exec(ref, ["sh", "-c", _PROCESSES]).stdout_text
-                on.remove(ref)
-                raise _BootFailed(f"{kind} on {on.image}: not ready in 60 s; ps:\n{processes}")
-            seconds = time.perf_counter() - started
+
+def _control_series(runs: int, base_image: str, images_only: bool = False) -> _ControlFigures:
+    """Boot real drivers against a real control process, with the scripted model servers
+    on loopback standing in for the providers."""
+    from mosoo_core import streams
+    from mosoo_core.runtime import builds as build_module
+    from mosoo_core.runtime import runs as run_module
+    from mosoo_core.runtime.sandbox import get_backend
+    from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES
+    from tests.support.anthropic_server import MessageTurn, TextBlock
+    from tests.support.openai_server import TextTurn
+
+    answer = "Hello from the bench."
+    failures: list[str] = []
+    with _world() as world:
+        backend = get_backend()
+        base_backend = _backend_on(base_image)
+        # name: (kind, runtime, credential, model)
+        plans = {
+            "cattle": ("cattle", "openai", "unserved", "m"),
+            "pet": ("pet", "openai", "unserved", "m"),
+            "env": ("cattle", "openai", "unserved", "m"),
+            "packages": ("cattle", "openai", "unserved", "m"),
+            "openai": ("cattle", "openai", "openai", "m"),
+            "claude": ("cattle", "claude", "claude", "claude-test"),
+            "acp": ("cattle", "acp", "openai", "m"),
+        }
+        agent_ids = {name: world.agent(name, *plan) for name, plan in plans.items()}
+
+        def ready_once(kind: str, on: SandboxBackend = backend) -> Figures:
+            run_id, seconds = world.ready(agent_ids[kind], on)
             if kind != "pet":
-                on.remove(ref)
+                _remove_run_sandbox(run_id, on)
             return (seconds,)
 
         def first_token_once(runtime: str) -> Figures:
             """One cold Cattle run as the worker dispatches it, answered with scripted text:
             (request to driver ready, request to the first agent.message.delta)."""
             if runtime == "claude":
-                anthropic_model.add(MessageTurn([TextBlock(answer)]))
+                world.anthropic_model.add(MessageTurn([TextBlock(answer)]))
             else:
-                openai_model.add(TextTurn(answer))
+                world.openai_model.add(TextTurn(answer))
             started = time.perf_counter()
-            thread_id, run_id = message(runtime, publish=True)
+            thread_id, run_id = world.message(agent_ids[runtime], publish=True)
             if (status := run_module.dispatch_run(run_id, backend)) != "booting":
-                with session_scope() as db:
-                    run = db.get(SessionRun, run_id)
-                    why = f"{run.error_code}: {run.error_message}" if run else "gone"
-                raise _BootFailed(f"{runtime}: the run did not boot ({status}, {why})")
+                raise _BootFailed(
+                    f"{runtime}: the run did not boot ({status}, {_run_error(run_id)})"
+                )
             ready = time.perf_counter() - started
             client = streams.sync_client()
             last, first_token = "0-0", None
@@ -532,7 +619,7 @@ def _control_series(
             run_module.finish_run_sandbox(run_id, backend)
             return ready, first_token
 
-        def ready(*boots: tuple[str, DockerBackend]) -> list[list[float]]:
+        def ready(*boots: tuple[str, SandboxBackend]) -> list[list[float]]:
             """Request to driver ready for each (Agent, backend), measured turn about."""
             measures = (_retried(partial(ready_once, *boot), failures) for boot in boots)
             return [_seconds(samples) for samples in _turn_about(runs, *measures)]
@@ -549,7 +636,7 @@ def _control_series(
             [pet] = ready(("pet", backend))
             [with_environment] = ready(("env", backend))
             started = time.perf_counter()
-            if build_module.build_packages(packages_hash, backend) != "ready":
+            if build_module.build_packages(world.packages_hash, backend) != "ready":
                 raise RuntimeError("the build of the bench packages failed")
             build_seconds = time.perf_counter() - started
             # Turn about with plain cold Cattle runs: the goal is a ratio between the two.
@@ -558,14 +645,6 @@ def _control_series(
                 runs, *(_retried(partial(first_token_once, r), failures) for r in RUNTIMES)
             )
         full_ready, base_ready = ready(("cattle", backend), ("cattle", base_backend))
-    finally:
-        for ref in backend.list_by_label(installation_label()):
-            backend.remove(ref)
-        control.terminate()
-        control.wait(20)
-        redis.Redis(db=redis_db).flushdb()
-        servers.close()
-        shutil.rmtree(scratch, ignore_errors=True)
     return _ControlFigures(
         cattle,
         pet,
@@ -578,6 +657,127 @@ def _control_series(
         base_ready,
         failures,
     )
+
+
+@dataclass
+class _PoolFigures:
+    bare: list[float]
+    hit: list[float]
+    miss: list[float]
+    wake: list[float]
+    miss_phases: dict[str, list[float]]  # phase label -> seconds, per miss
+    failures: list[str]
+
+
+def _pool_series(runs: int) -> _PoolFigures:
+    """Issue 15's start figures, turn about in one run: (a) bare `docker run --rm <image>
+    true`; (k) a Task run's request to driver ready when the warm pool has a member standing
+    by; (l) the same on a pool miss (a cold start); (m) an Assistant's request to ready when
+    its sandbox is hibernated (woken with its workspace restored)."""
+    from sqlmodel import select
+
+    from mosoo_core.db import session_scope
+    from mosoo_core.runtime import pet_operations, pool
+    from mosoo_core.runtime import runs as run_module
+    from mosoo_core.runtime.sandbox import get_backend
+    from mosoo_core.sessions import diagnostics
+    from mosoo_core.tables.sessions import ACTIVE_RUN_STATUSES, RunMark, SessionRun
+
+    failures: list[str] = []
+    miss_phases: dict[str, list[float]] = {}
+    with _world({"MOSOO_POOL_SIZE": "1", "MOSOO_POOL_MAX_MEMORY_MB": "65536"}) as world:
+        backend = get_backend()
+        client = docker.from_env()
+        image = backend.image_name()
+        task = world.agent("pool", "cattle", "openai", "unserved", "m")
+        pet = world.agent("pet", "pet", "openai", "unserved", "m")
+
+        def sandbox_detail(run_id: str) -> dict[str, Any]:
+            with session_scope() as db:
+                mark = db.exec(
+                    select(RunMark).where(RunMark.run_id == run_id, RunMark.name == "sandbox")
+                ).one()
+                return dict(mark.detail)
+
+        def ended(run_id: str) -> None:
+            deadline = time.monotonic() + 60
+            while run_module._status(run_id) in ACTIVE_RUN_STATUSES:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"run {run_id} did not end")
+                time.sleep(0.05)
+
+        def bare() -> Figures:
+            started = time.perf_counter()
+            client.containers.run(image, ["true"], remove=True, labels=LABELS, network_mode="none")
+            return (time.perf_counter() - started,)
+
+        def task_ready(expect: str) -> Figures:
+            run_id, seconds = world.ready(task, backend)
+            got = sandbox_detail(run_id).get("pool")
+            ended(run_id)  # quickly: the model is unserved
+            _remove_run_sandbox(run_id, backend)
+            if got != expect:
+                raise _BootFailed(f"expected a pool {expect}, got {got}")
+            if expect == "miss":
+                with session_scope() as db:
+                    run = db.get(SessionRun, run_id)
+                    assert run is not None
+                    for phase in diagnostics.run_phases(db, run):
+                        miss_phases.setdefault(phase.label, []).append(phase.seconds)
+            return (seconds,)
+
+        def hit() -> Figures:
+            # Untimed: a member made and standing by, as the pool keeps them between runs.
+            deadline = time.monotonic() + 60
+            while not _standing_by(task, world):
+                pool.refill_pool(backend)
+                if time.monotonic() > deadline:
+                    raise RuntimeError("no pool member stood by within 60 s")
+                time.sleep(0.05)
+            return task_ready("hit")
+
+        def wake() -> Figures:
+            run_id, _ = world.ready(pet, backend)  # untimed: the Agent's sandbox, then asleep
+            ended(run_id)
+            pet_operations.hibernate_idle(world.app_id, pet, backend)
+            run_id, seconds = world.ready(pet, backend)
+            ended(run_id)
+            return (seconds,)
+
+        task_ready("miss")  # the key's first run: its pool starts after it
+        samples = _turn_about(
+            runs,
+            bare,
+            _retried(hit, failures),
+            _retried(partial(task_ready, "miss"), failures),
+            _retried(wake, failures),
+        )
+    bare_s, hit_s, miss_s, wake_s = (_seconds(series) for series in samples)
+    return _PoolFigures(bare_s, hit_s, miss_s, wake_s, miss_phases, failures)
+
+
+def _standing_by(agent_id: str, world: _World) -> bool:
+    from mosoo_core.db import session_scope
+    from mosoo_core.runtime import pool
+
+    with session_scope() as db:
+        return any(f.standing_by for f in pool.figures(db, app_id=world.app_id))
+
+
+def _print_pool(figures: _PoolFigures) -> None:
+    print(_line("(a) docker run --rm <image> true (SDK)", figures.bare))
+    print(_line("(k) request to driver ready, warm pool hit", figures.hit))
+    print(_line("(l) request to driver ready, pool miss (cold)", figures.miss))
+    print(_line("(m) request to driver ready, Pet wake", figures.wake))
+    print(_ratio("    (k) / (a)", figures.hit, figures.bare))
+    print(_ratio("    (l) / (a)   (goal: at most 1.30x)", figures.miss, figures.bare))
+    print(_ratio("    (m) / (a)", figures.wake, figures.bare))
+    print("    (l) phase by phase (medians; from the runs' own marks):")
+    for label, seconds in figures.miss_phases.items():
+        print(f"        {label:<36} {statistics.median(seconds) * 1000:7.1f} ms")
+    print(f"boots that did not go as expected (taken again): {len(figures.failures)}")
+    for failure in figures.failures:
+        print(f"    {failure}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ depends on pydantic only.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -100,7 +101,9 @@ COMMAND_KINDS = frozenset(
 
 
 class _Message(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: a model's validator is built on its first use, not at import: a driver
+    # starting cold (on a Task run's critical path) builds only the few it uses before ready.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 def _known(capabilities: list[str]) -> list[str]:
@@ -336,8 +339,11 @@ class BuildJob(_Message):
     log_name: str = ".mosoo-build.log"
 
 
-_driver_adapter: TypeAdapter[Any] = TypeAdapter(DriverMessage)
-_control_adapter: TypeAdapter[Any] = TypeAdapter(ControlMessage)
+@functools.cache
+def _adapter(kind: Literal["driver", "control"]) -> TypeAdapter[Any]:
+    """The validator of one side's messages, built once on first use (control never needs
+    the control side's, nor the driver its own)."""
+    return TypeAdapter(DriverMessage if kind == "driver" else ControlMessage)
 
 
 class ProtocolError(ValueError):
@@ -370,7 +376,7 @@ def parse_driver_message(
     frame: str | bytes,
 ) -> Hello | Ready | Heartbeat | Events | Logs | CommandUpdate:
     """Validate a frame received by control; raises ProtocolError with a reason code."""
-    message = _parse(_driver_adapter, frame)
+    message = _parse(_adapter("driver"), frame)
     if isinstance(message, Events):
         for event in message.events:
             if event.kind not in EVENT_KINDS:
@@ -380,7 +386,7 @@ def parse_driver_message(
 
 def parse_control_message(frame: str | bytes) -> Welcome | Ack | Command | Close:
     """Validate a frame received by the driver."""
-    return _parse(_control_adapter, frame)  # type: ignore[no-any-return]
+    return _parse(_adapter("control"), frame)  # type: ignore[no-any-return]
 
 
 def encode(message: BaseModel) -> str:

@@ -14,14 +14,12 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-import httpx
-
 from driver.forwarder import upstream_for
 
 log = logging.getLogger("driver.workspace")
 
 WORKSPACE_PATH = "/driver/workspace"
-_TIMEOUT = httpx.Timeout(30.0, read=300.0)
+_CONNECT_TIMEOUT, _READ_TIMEOUT = 30.0, 300.0
 _STDERR_KEEP = 2000
 
 
@@ -32,11 +30,16 @@ class RestoreFailed(Exception):
 async def restore_workspace(control_url: str, grant: str, workspace: str) -> int:
     """Stream the run's thread checkpoint from control into `workspace`. Returns the bytes
     extracted; 0 when control has none (a thread's first run)."""
+    import httpx  # only for a run with a checkpoint: a cold driver's start does without it
+
     base_url, unix_path = upstream_for(control_url)
     transport = httpx.AsyncHTTPTransport(uds=unix_path) if unix_path else None
     async with (
         httpx.AsyncClient(
-            base_url=base_url, transport=transport, timeout=_TIMEOUT, trust_env=False
+            base_url=base_url,
+            transport=transport,
+            timeout=httpx.Timeout(_CONNECT_TIMEOUT, read=_READ_TIMEOUT),
+            trust_env=False,
         ) as client,
         client.stream(
             "GET", WORKSPACE_PATH, headers={"Authorization": f"Bearer {grant}"}
@@ -51,6 +54,8 @@ async def restore_workspace(control_url: str, grant: str, workspace: str) -> int
 
 
 async def _extract(chunks: AsyncIterator[bytes], workspace: str) -> int:
+    import httpx  # imported by restore_workspace already; named here for its error type
+
     process = await asyncio.create_subprocess_exec(
         "tar",
         "-C",

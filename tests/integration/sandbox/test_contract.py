@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from driver.protocol import PROTOCOL_VERSION
 from mosoo_core.runtime.sandbox import (
     ATTACHMENTS_DIR,
     BOOT_PAYLOAD,
@@ -277,7 +278,10 @@ def test_the_driver_package_and_its_requirements_are_installed(
 ) -> None:
     script = "import driver.protocol, pydantic; print(driver.protocol.PROTOCOL_VERSION)"
     result = backend.exec(sandbox, ["python3", "-c", script], timeout=60)
-    assert (result.exit_code, result.stdout_text) == (0, "1\n"), result.stderr_text
+    # The sandbox's driver speaks the protocol of this checkout (the image is built from it).
+    assert (result.exit_code, result.stdout_text) == (0, f"{PROTOCOL_VERSION}\n"), (
+        result.stderr_text
+    )
     assert _sh(backend, sandbox, "command -v mosoo-driver").strip() == "/opt/mosoo/bin/mosoo-driver"
 
 
