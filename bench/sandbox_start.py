@@ -217,7 +217,8 @@ def main() -> None:
     arguments = parser.parse_args()
     runs = arguments.runs
     if arguments.pool:
-        print(f"{runs} runs per series (after one warm-up), turn about\n")
+        image = DockerBackend(docker.from_env(timeout=600)).image  # built before anything is timed
+        print(f"image {image}, {runs} runs per series (after one warm-up), turn about\n")
         _print_pool(_pool_series(runs))
         return
 

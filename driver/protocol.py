@@ -339,6 +339,14 @@ class BuildJob(_Message):
     log_name: str = ".mosoo-build.log"
 
 
+def build_driver_side() -> None:
+    """Build now the validators a driver needs once it has a run (the models defer their
+    build to first use): a standby driver does it while it warms up, so its run does not."""
+    for model in (Assignment, Command, CommandUpdate, DriverEvent, Ready, Heartbeat, Logs):
+        model.model_rebuild(force=True)
+    _adapter("control")
+
+
 @functools.cache
 def _adapter(kind: Literal["driver", "control"]) -> TypeAdapter[Any]:
     """The validator of one side's messages, built once on first use (control never needs

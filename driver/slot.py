@@ -16,11 +16,11 @@ import logging
 
 from pydantic import ValidationError
 
-from driver.backends import Backend, create_backend, warm_up
+from driver.backends import Backend, create_backend, prefetch, warm_up
 from driver.connection import ControlConnection
 from driver.egress import EgressForwarder, egress_socket_for, proxy_environment
 from driver.forwarder import Forwarder
-from driver.protocol import Assignment, BootPayload, Command, ExecutionSpec
+from driver.protocol import Assignment, BootPayload, Command, ExecutionSpec, build_driver_side
 from driver.workspace import restore_workspace
 
 log = logging.getLogger("driver.slot")
@@ -37,6 +37,7 @@ class BackendSlot:
         self.egress: EgressForwarder | None = None
         self.stopped = asyncio.Event()  # the backend stopped, or a standby driver was told to
         self._watcher: asyncio.Task[None] | None = None
+        self._prefetch: asyncio.Task[None] | None = None
         connection.on_command = self.handle_command
 
     @property
@@ -70,8 +71,9 @@ class BackendSlot:
     async def close(self) -> None:
         if self.backend is not None:
             await self.backend.close()
-        if self._watcher is not None:
-            self._watcher.cancel()
+        for task in (self._watcher, self._prefetch):
+            if task is not None:
+                task.cancel()
         if self.egress is not None:
             await self.egress.close()
 
@@ -79,6 +81,13 @@ class BackendSlot:
 
     async def _warm_up(self) -> None:
         await warm_up(self.payload.runtime)
+        await asyncio.to_thread(build_driver_side)
+
+    async def _prefetch_sdk(self) -> None:
+        try:
+            await prefetch(self.payload.runtime)
+        except Exception as error:  # the run's first model call imports it again and says why
+            log.warning("prefetch_failed", extra={"error": f"{type(error).__name__}: {error}"})
 
     async def _start_backend(self) -> None:
         assert self.backend is not None
@@ -124,6 +133,9 @@ class BackendSlot:
         self.connection.command_update(command.command_id, "completed")
         self.connection.announce_ready()
         log.info("assigned", extra={"session_id": spec.session_id})
+        # Its input follows within milliseconds: the SDK loads meanwhile, not at the first
+        # model call (a driver standing by does not carry it).
+        self._prefetch = asyncio.create_task(self._prefetch_sdk(), name="prefetch")
 
     async def _make_backend(self, spec: ExecutionSpec) -> None:
         spec = await self._open_network(spec)

@@ -3,6 +3,7 @@ notifications and the driver-ready signal. The database stays the source of trut
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -90,9 +91,15 @@ def decode_event(fields: dict[Any, Any]) -> dict[str, Any]:
 
 
 def sync_client() -> redis.Redis:
-    return redis.Redis.from_url(
-        get_settings().redis_url, socket_timeout=5, socket_connect_timeout=5
-    )
+    """The process's client of the configured Redis: one per URL, so its connections are
+    pooled (a new client per call cost a TCP connect each, several per run dispatch). Safe
+    across a fork: redis-py's pool starts afresh in a child."""
+    return _client_for(get_settings().redis_url)
+
+
+@functools.lru_cache(maxsize=8)
+def _client_for(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
 
 
 # One call appends a whole batch, each event to its thread's stream: the client packs and

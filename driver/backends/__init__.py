@@ -5,7 +5,14 @@ from __future__ import annotations
 import asyncio
 import importlib
 
-from driver.backends.base import Backend, EventSink, RunFailure, RunInput, require_packages
+from driver.backends.base import (
+    Backend,
+    EventSink,
+    RunFailure,
+    RunInput,
+    import_packages,
+    require_packages,
+)
 from driver.backends.unsupported import UnsupportedBackend
 from driver.protocol import ExecutionSpec
 
@@ -28,6 +35,14 @@ async def warm_up(runtime: str) -> None:
     if name is not None:
         module = await asyncio.to_thread(importlib.import_module, name)
         require_packages(runtime, *module.PACKAGES)
+
+
+async def prefetch(runtime: str) -> None:
+    """Import the runtime's SDK now: a standby driver that was just given its run starts it
+    while its input is on its way, rather than at the run's first model call."""
+    name = RUNTIME_MODULES.get(runtime)
+    if name is not None:
+        await import_packages(*importlib.import_module(name).PACKAGES)
 
 
 def create_backend(
@@ -72,5 +87,6 @@ __all__ = [
     "RunFailure",
     "RunInput",
     "create_backend",
+    "prefetch",
     "warm_up",
 ]

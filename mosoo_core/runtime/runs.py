@@ -758,10 +758,9 @@ def _boot_task_sandbox(
     """A Task's run: a sandbox of its warm pool key taken from the pool (its driver standing
     by, connected), else one started cold with its driver booting standby as the container
     starts. Either way the run reaches the driver as `assign` over the control connection
-    (spec, grants, whether to restore the thread's workspace), never as a file.
+    (spec, grants, whether to restore the thread's workspace), never as a file. On a hit the
+    claim and the assignment are one transaction: the driver hears of its run at once.
     (plan: its driver the member's on a hit, sandbox, stopped, attachments, failure)."""
-    if not _still_wanted(plan.run_id):
-        return plan, None, True, [], ""
     key = pool.KeySpec(
         host=get_settings().sandbox_host,
         app_id=plan.app_id,
@@ -772,17 +771,24 @@ def _boot_task_sandbox(
         layer=layer.layer if layer is not None and layer.path is not None else "",
         skill_versions=tuple(bound.version_id for bound in plan.skills),
     )
+    # The checkpoint of the thread's last completed run: the driver fetches it from control.
+    restore = get_store().exists(checkpoint_key(plan.app_id, plan.session_id))
     with session_scope() as db:
+        run = db.get(SessionRun, plan.run_id)
+        if run is None or run.status not in ACTIVE_RUN_STATUSES:
+            return plan, None, True, [], ""  # stopped while it waited (nothing was claimed)
         claimed = pool.claim(db, key, plan.run_id, plan.session_id)
         if claimed is not None:
             # The run's driver is the member's; the one registered for a cold start never boots.
-            run = db.get(SessionRun, plan.run_id)
-            if run is not None:
-                run.driver_instance_id = claimed.instance_id
-                db.add(run)
+            run.driver_instance_id = claimed.instance_id
+            db.add(run)
             driver_plane.mark_stopped(db, plan.instance_id)
+            driver_plane.enqueue_assignment(
+                db, claimed.instance_id, plan.assignment(restore_workspace=restore)
+            )
     _ask_for_refill(key)
     if claimed is not None:
+        streams.notify_driver(claimed.instance_id)
         plan = replace(plan, instance_id=claimed.instance_id)
         ref = claimed.sandbox(backend)
         plan.marks.mark("sandbox", created=False, pool="hit", sandbox=ref.id[:64])
@@ -796,17 +802,16 @@ def _boot_task_sandbox(
             if failure:
                 return plan, ref, False, [], failure
             plan.marks.mark("setup")
-    if not _still_wanted(plan.run_id):
-        return plan, ref, True, [], ""
-    attachments = _deliver_attachments(backend, ref, plan)
-    # The checkpoint of the thread's last completed run: the driver fetches it from control.
-    restore = get_store().exists(checkpoint_key(plan.app_id, plan.session_id))
-    with session_scope() as db:
-        driver_plane.enqueue_assignment(
-            db, plan.instance_id, plan.assignment(restore_workspace=restore)
-        )
-    streams.notify_driver(plan.instance_id)
+        if not _still_wanted(plan.run_id):
+            return plan, ref, True, [], ""
+        with session_scope() as db:
+            driver_plane.enqueue_assignment(
+                db, plan.instance_id, plan.assignment(restore_workspace=restore)
+            )
+        streams.notify_driver(plan.instance_id)
     plan.marks.mark("driver_start", assigned=True, restore=restore)
+    # While the driver takes its run: the files it names in the run's input (input.start).
+    attachments = _deliver_attachments(backend, ref, plan)
     return plan, ref, False, attachments, ""
 
 

@@ -60,6 +60,9 @@ class ControlHarness:
         self.gateway_grant = gateway_grant
         # (code, reason) to answer the next hello with, instead of welcome.
         self.reject_next_hello: tuple[str, str] | None = None
+        # What `GET /driver/workspace` answers a driver presenting gateway_grant: a tar of the
+        # thread's checkpoint, or None (204: the thread has none).
+        self.workspace_tar: bytes | None = None
         self.issued_resume_tokens: list[str] = []
         self.gateway_requests: list[dict[str, Any]] = []
         self._frames: list[Frame] = []
@@ -73,6 +76,7 @@ class ControlHarness:
             routes=[
                 WebSocketRoute("/driver/socket", self._driver_socket),
                 Route("/gateway/{rest:path}", self._gateway, methods=["GET", "POST"]),
+                Route("/driver/workspace", self._workspace, methods=["GET"]),
             ]
         )
         config = uvicorn.Config(
@@ -262,6 +266,13 @@ class ControlHarness:
             )
         )
         return True
+
+    async def _workspace(self, request: Request) -> Response:
+        if request.headers.get("authorization") != f"Bearer {self.gateway_grant}":
+            return JSONResponse({"error": {"code": "unauthenticated"}}, status_code=401)
+        if self.workspace_tar is None:
+            return Response(status_code=204)
+        return Response(self.workspace_tar, media_type="application/x-tar")
 
     async def _gateway(self, request: Request) -> Response:
         self.gateway_requests.append({"path": request.url.path, "headers": dict(request.headers)})
