@@ -1,15 +1,22 @@
-"""`mosoo doctor`: each thing Mosoo needs, whether it is there, and how to fix it."""
+"""`mosoo doctor`: each thing Mosoo needs, whether it is there, and how to fix it; then the
+warm pool of this host (its settings, and each key's members, hits and misses)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mosoo_core.db import check_database
+from sqlmodel import Session
+
+from mosoo_core.db import check_database, session_scope
+from mosoo_core.runtime import pool
 from mosoo_core.settings import get_settings
+from mosoo_core.tables.environments import Environment, EnvironmentRevision
+from mosoo_core.tables.identity import App
 
 
 @dataclass(frozen=True)
@@ -117,4 +124,75 @@ def run_checks(echo: Callable[[str], None]) -> list[Check]:
         if not check.ok:
             echo(f"       fix: {check.fix}")
             problems.append(check)
+    echo("")
+    if any(check.name == "database" for check in problems):
+        echo("Warm pool: not shown without the database.")
+    else:
+        with session_scope() as db:
+            for line in warm_pool_lines(db):
+                echo(line)
     return problems
+
+
+POOL_COLUMNS = (
+    "App",
+    "Runtime",
+    "Network",
+    "Revision",
+    "Standing by",
+    "Starting",
+    "Hits",
+    "Misses",
+    "Hit rate",
+)
+
+
+def warm_pool_lines(db: Session) -> list[str]:
+    """The warm pool of this host: on or off, the settings that shape it, the memory its
+    members hold against the cap, then one row per key (an App's kind of Task sandbox)."""
+    settings = get_settings()
+    host = settings.sandbox_host
+    sizes = settings.pool_sizes
+    enabled = settings.pool_size > 0 or any(size > 0 for size in sizes.values())
+    lines = [f"Warm pool on host {host}: {'on' if enabled else 'off'}"]
+    by_kind = f"; by kind {json.dumps(sizes, sort_keys=True)} (MOSOO_POOL_SIZES)" if sizes else ""
+    lines.append(f"  size {settings.pool_size} per key (MOSOO_POOL_SIZE){by_kind}")
+    lines.append(
+        f"  memory: members hold {pool.members_memory_mb(db, host)} MiB of the "
+        f"{settings.pool_max_memory_mb} MiB cap (MOSOO_POOL_MAX_MEMORY_MB); members are "
+        f"replaced after {settings.pool_member_ttl_minutes:g} min, keys dropped "
+        f"{settings.pool_key_idle_minutes:g} min after their last run"
+    )
+    keys = pool.figures(db, host=host)
+    if not keys:
+        lines.append("  no Task run yet on this host: no key is kept warm")
+        return lines
+    rows = [POOL_COLUMNS] + [_pool_row(db, key) for key in keys]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(POOL_COLUMNS))]
+    lines += [
+        "  " + "  ".join(f"{c:<{w}}" for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    return lines
+
+
+def _pool_row(db: Session, key: pool.PoolFigures) -> tuple[str, ...]:
+    app = db.get(App, key.app_id)
+    revision = db.get(EnvironmentRevision, key.revision_id)
+    environment = db.get(Environment, revision.environment_id) if revision else None
+    label = (
+        f"{environment.name} #{revision.number}"
+        if revision is not None and environment is not None
+        else key.revision_id[-8:]  # gone since: the end of its id, which is random
+    )
+    return (
+        app.name if app is not None else key.app_id,
+        key.runtime,
+        key.network_policy,
+        label,
+        f"{key.standing_by}/{key.target}",
+        str(key.starting),
+        str(key.hits),
+        str(key.misses),
+        "-" if key.hit_rate is None else f"{key.hit_rate:.0%}",
+    )

@@ -22,11 +22,11 @@ from sqlmodel import Session, col, select
 from mosoo_core import agents, environments, skills, streams
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
-from mosoo_core.errors import Conflict, InvalidInput, MosooError, NotFound
+from mosoo_core.errors import Conflict, InvalidInput, MosooError
 from mosoo_core.files import get_store, pet_checkpoint_key
 from mosoo_core.logs import get_logger
-from mosoo_core.ownership import owned_agent
 from mosoo_core.runtime import pets, runs
+from mosoo_core.runtime.agent_pool import account_agent
 from mosoo_core.runtime.sandbox import SandboxBackend, SandboxError, get_backend
 from mosoo_core.sessions import driver_plane
 from mosoo_core.tables.agents import Agent
@@ -79,11 +79,9 @@ class OperationRecord:
 
 
 def pet_agent(db: Session, account_id: str, agent_id: str) -> Agent:
-    """The account's Agent (NotFound otherwise), refused unless it is an Assistant."""
-    row = db.get(Agent, agent_id) if agent_id else None
-    if row is None:
-        raise NotFound("Agent not found.")
-    agent = owned_agent(db, account_id, row.app_id, agent_id)
+    """The account's Agent (NotFound otherwise, the same for another owner's), refused unless
+    it is an Assistant."""
+    agent = account_agent(db, account_id, agent_id)
     if agent.kind != "pet":
         raise Conflict("Only an Assistant has a sandbox of its own: a Task gets one per run.")
     return agent

@@ -126,6 +126,12 @@ class PoolFigures:
     misses: int
     last_wanted_at: datetime
 
+    @property
+    def hit_rate(self) -> float | None:
+        """The share of this key's runs that took a member (None before its first run)."""
+        runs = self.hits + self.misses
+        return self.hits / runs if runs else None
+
 
 def target_size(runtime: str, network_policy: str) -> int:
     """How many members a key of this kind keeps (settings; 0 when the pool is off)."""
@@ -236,7 +242,9 @@ def _host() -> str:
     return get_settings().sandbox_host
 
 
-def _members_cost_mb(db: Session, host: str) -> int:
+def members_memory_mb(db: Session, host: str) -> int:
+    """What the members of `host` may use together (each counted at the sandbox memory limit,
+    as the cap `pool_max_memory_mb` counts them)."""
     waiting = db.exec(
         select(sa.func.count())
         .select_from(PoolMember)
@@ -277,7 +285,7 @@ def refill_pool(backend: SandboxBackend | None = None, *, limit: int = REFILL_BA
     while made < limit:
         with session_scope() as db:
             if (
-                _members_cost_mb(db, host) + settings.sandbox_memory_mb
+                members_memory_mb(db, host) + settings.sandbox_memory_mb
                 > settings.pool_max_memory_mb
             ):
                 break
@@ -479,6 +487,7 @@ def figures(
     if host is not None:
         query = query.where(PoolKey.host == host)
     result = []
+    silent_since = _silent_since(utcnow())
     for key in db.exec(query).all():
         members = db.exec(
             select(PoolMember, DriverInstance)
@@ -491,6 +500,9 @@ def figures(
             if member.status == "waiting"
             and instance.status == "connected"
             and instance.standby_at is not None
+            # As `claim` takes them: a driver silent for a while is taken for gone.
+            and instance.last_heartbeat_at is not None
+            and instance.last_heartbeat_at >= silent_since
         )
         result.append(
             PoolFigures(

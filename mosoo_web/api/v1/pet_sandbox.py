@@ -1,5 +1,5 @@
-"""An Assistant's (Pet's) sandbox from code: its status and use, the operations an owner can
-do to it (restart, recreate, reset, hibernate, wake)."""
+"""An Agent's sandbox from code: an Assistant's (Pet's) status and use and the operations an
+owner can do to it (restart, recreate, reset, hibernate, wake); a Task's (Cattle's) warm pool."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
 from mosoo_core.db import session_scope
-from mosoo_core.runtime import pet_operations
+from mosoo_core.runtime import agent_pool, pet_operations
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
 from mosoo_web.api.v1.schemas import JSON_BODY_TOO_LARGE, NO_NUL, AgentId
@@ -26,6 +26,7 @@ OperationName = Annotated[
 
 
 class SandboxStatus(BaseModel):
+    kind: Literal["pet"] = Field(description="An assistant: the sandbox is its own.")
     state: Literal["running", "stopped", "hibernated", "none"] = Field(
         description="`running`; `stopped` (the container exists but is not running); "
         "`hibernated` (no container, its workspace saved: the next message or `wake` builds "
@@ -44,7 +45,51 @@ class SandboxStatus(BaseModel):
 
     @classmethod
     def of(cls, status: pet_operations.SandboxStatus) -> SandboxStatus:
-        return cls(**dataclasses.asdict(status))
+        return cls(kind="pet", **dataclasses.asdict(status))
+
+
+class PoolKeyFigures(BaseModel):
+    key_id: str
+    runtime: str
+    network_policy: str = Field(description="`none`, `limited` or `full`.")
+    revision_id: str = Field(description="The environment revision its sandboxes were made with.")
+    target: int = Field(description="How many sandboxes the key keeps standing by.")
+    standing_by: int = Field(description="Sandboxes ready now, each for one run.")
+    starting: int = Field(description="Sandboxes being made.")
+    hits: int = Field(description="Runs that took a sandbox standing by.")
+    misses: int = Field(description="Runs that found none and started their own.")
+    hit_rate: float | None = Field(description="`hits / (hits + misses)`; null before a run.")
+    last_wanted_at: datetime = Field(description="The last run that wanted this key.")
+
+
+class WarmPool(BaseModel):
+    kind: Literal["cattle"] = Field(description="A task: each run gets a sandbox of its own.")
+    enabled: bool = Field(
+        description="false: the pool is off for this kind of sandbox (every run starts cold)."
+    )
+    runtime: str
+    network_policy: str = Field(description="Of the environment's current revision.")
+    revision_id: str = Field(description="The environment's current revision.")
+    target: int = Field(description="How many sandboxes each key keeps standing by.")
+    keys: list[PoolKeyFigures] = Field(
+        description="The keys the agent's next run would take a sandbox from, on this host: "
+        "empty until its first run there (a run that finds none starts the pool)."
+    )
+
+    @classmethod
+    def of(cls, pool: agent_pool.AgentPool) -> WarmPool:
+        return cls(
+            kind="cattle",
+            enabled=pool.enabled,
+            runtime=pool.runtime,
+            network_policy=pool.network_policy,
+            revision_id=pool.revision_id,
+            target=pool.target,
+            keys=[PoolKeyFigures.model_validate(key, from_attributes=True) for key in pool.keys],
+        )
+
+
+AgentSandbox = Annotated[SandboxStatus | WarmPool, Field(discriminator="kind")]
 
 
 class SandboxOperationBody(BaseModel):
@@ -64,16 +109,21 @@ _PET_ONLY = "`conflict`: the agent is a Task, which has no sandbox of its own."
 
 @router.get(
     "/agents/{agent_id}/sandbox",
-    response_model=SandboxStatus,
+    response_model=AgentSandbox,
     operation_id="getAgentSandbox",
-    summary="An assistant's sandbox",
-    description="Whether the assistant's sandbox is running, hibernated or not there, its "
-    "uptime, image, CPU and memory use (sampled for about a second).",
-    responses=error_responses(404, conflicts=_PET_ONLY),
+    summary="An agent's sandbox, or a task's warm pool",
+    description="An assistant (`kind` `pet`): whether its sandbox is running, hibernated or "
+    "not there, its uptime, image, CPU and memory use (sampled for about a second). A task "
+    "(`kind` `cattle`): its warm pool on this host, the sandboxes started ahead of its runs, "
+    "with how many stand by against the target, and the hits and misses of its runs.",
+    responses=error_responses(404),
 )
-async def get_sandbox(agent_id: AgentId, caller: CallerDep) -> SandboxStatus:
-    def work() -> SandboxStatus:
+async def get_sandbox(agent_id: AgentId, caller: CallerDep) -> SandboxStatus | WarmPool:
+    def work() -> SandboxStatus | WarmPool:
         with session_scope() as db:
+            pool = agent_pool.agent_pool(db, caller.account_id, agent_id)
+            if pool is not None:
+                return WarmPool.of(pool)
             return SandboxStatus.of(pet_operations.sandbox_status(db, caller.account_id, agent_id))
 
     return await run_in_threadpool(work)
