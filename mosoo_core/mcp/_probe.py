@@ -10,9 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
 
 from mosoo_core.network import outbound
 
@@ -77,6 +74,8 @@ def describe_failure(error: BaseException, status: int | None = None) -> tuple[s
         return "The server refused access (HTTP 403).", status
     if status is not None:
         return f"The server answered HTTP {status}.", status
+    from mcp.shared.exceptions import MCPError
+
     for item in _leaves(error):
         if isinstance(item, MCPError):
             return f"The server answered an MCP error: {item.message}"[:500], None
@@ -92,6 +91,10 @@ async def probe_server(
     url: str, headers: dict[str, str], timeout: float = PROBE_TIMEOUT_SECONDS
 ) -> ProbeResult:
     """Initialize a session, list every tool (following `nextCursor`), close."""
+    # The SDK here only (about 15 MB): control and the worker import this package, never probe.
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
     refusals: list[int] = []
 
     async def note_status(response: httpx2.Response) -> None:
