@@ -15,6 +15,7 @@ from mosoo_web.components.downloads import download_link
 from mosoo_web.components.icons import icon_tile
 from mosoo_web.reflex_typing import cond_value, match_component
 from mosoo_web.state.chat_items import ChatItem
+from mosoo_web.state.thread_chat import LiveText
 
 if TYPE_CHECKING:
     from mosoo_web.state.thread_chat import ThreadChat
@@ -644,6 +645,15 @@ def live_item(kind: rx.Var[str], text: rx.Var[str]) -> rx.Component:
     )
 
 
+@rx.memo
+def streaming_item(kind: rx.Var[str]) -> rx.Component:
+    """`live_item` with the streaming text, as a component of its own: only it reads
+    `LiveText`, so a push of the text re-renders it and not the transcript around it (a
+    Reflex component without its own memo renders everything it holds when a state it
+    reads changes)."""
+    return live_item(kind, LiveText.text)
+
+
 def preparing_line(preparing: rx.Var[str]) -> rx.Component:
     """The run waits for its environment's packages to be built (queued, then building), or
     for a hibernated Assistant's sandbox to be built again (waking)."""
@@ -710,7 +720,6 @@ def chat_styles() -> rx.Component:
 def transcript_view(
     items: ArrayVar[Sequence[ChatItem]],
     live_kind: rx.Var[str],
-    live_text: rx.Var[str],
     working: rx.Var[bool],
     preparing: rx.Var[str],
     answered: ArrayVar[Sequence[str]],
@@ -721,7 +730,7 @@ def transcript_view(
     return rx.vstack(
         chat_styles(),
         rx.foreach(items, lambda item: transcript_item(item, answered, on_allow, on_reject)),
-        live_item(live_kind, live_text),
+        streaming_item(kind=live_kind),
         # Before the run starts, the environment's build is what it waits for (not the agent).
         rx.cond(
             preparing != "",
@@ -744,7 +753,6 @@ def thread_transcript(state: type[ThreadChat], empty: rx.Component) -> rx.Compon
             transcript_view(
                 state.items,
                 state.live_kind,
-                state.live_text,
                 state.run_active & ~state.needs_approval,
                 state.preparing,
                 state.answered_requests,

@@ -5,8 +5,11 @@ One background watcher per open page follows the current thread through
 then the Redis stream, the database again for whatever the stream missed). Events are
 folded into a local `Transcript` and pushed to the state at most every 100 ms: the settled
 items in `items` (re-sent only when an item settles or a tool card / permission changes)
-and the text still streaming in `live_text` (small, changes per batch). Pages keep the
-thread id in the URL so a reload re-opens it and replays everything so far.
+and the text still streaming in `LiveText` (small, changes per batch). `LiveText` is a
+state of its own: the browser re-renders whatever reads a state when any of its vars
+changes, and the transcript (markdown, as long as the thread) must not be re-rendered ten
+times a second: a 36 KB thread fell ten seconds behind a fast answer that way. Pages keep
+the thread id in the URL so a reload re-opens it and replays everything so far.
 
 A page state mixes in `ThreadChat`; a watcher stops when the tab leaves the page it started
 on, closes, or starts following another thread.
@@ -96,6 +99,13 @@ def _base_names(names: Any) -> list[str]:
     return found
 
 
+class LiveText(rx.State):
+    """The text of the shown thread's answer or thinking still streaming (see the module
+    docstring); its kind is the page's `live_kind`, "" while nothing streams."""
+
+    text: rx.Field[str] = rx.field("")
+
+
 @dataclass
 class _Pushed:
     """What the browser has, so a push sends only what changed."""
@@ -103,7 +113,7 @@ class _Pushed:
     version: int = -1
     status_version: int = -1
     live_kind: str = ""
-    live_text: str = ""
+    live_text: str | None = None  # None: not pushed yet (LiveText may hold another thread's)
     files_marker: int = 0  # counts events after which the thread's files may differ
     files_pushed: int = -1
 
@@ -154,8 +164,7 @@ class ThreadChat(rx.State, mixin=True):
     thread_id: rx.Field[str] = rx.field("")
     thread_missing: rx.Field[bool] = rx.field(False)
     items: rx.Field[list[ChatItem]] = rx.field(default_factory=list)
-    live_kind: rx.Field[str] = rx.field("")
-    live_text: rx.Field[str] = rx.field("")
+    live_kind: rx.Field[str] = rx.field("")  # what streams: "assistant", "thinking" or ""
     session_status: rx.Field[str] = rx.field("idle")
     run_active: rx.Field[bool] = rx.field(False)
     needs_approval: rx.Field[bool] = rx.field(False)
@@ -190,8 +199,7 @@ class ThreadChat(rx.State, mixin=True):
         """Forget the shown thread's transcript (the watcher of it, too)."""
         self._watch_generation += 1
         self.items = []
-        self.live_kind = ""
-        self.live_text = ""
+        self.live_kind = ""  # hides LiveText, the old thread's until the first push
         self.session_status = "idle"
         self.run_active = False
         self.needs_approval = False
@@ -352,6 +360,10 @@ async def _push(
     async with state:
         if state._watch_generation != generation:
             return False
+        if live_text != pushed.live_text:
+            (await state.get_state(LiveText)).text = live_text
+        if live_kind != pushed.live_kind:
+            state.live_kind = live_kind
         if rows is not None:
             state.items = rows
         if status_behind:
@@ -373,10 +385,6 @@ async def _push(
             state.queued = [chat_item(item) for item in transcript.queued]
             state.can_queue = transcript.run_starting and transcript.preparing != ""
             state.usage_total = usage_text(transcript.usage)
-        if live_kind != pushed.live_kind:
-            state.live_kind = live_kind
-        if live_text != pushed.live_text:
-            state.live_text = live_text
         if pushed.files_marker != pushed.files_pushed:
             state.files_version += 1
     pushed.files_pushed = pushed.files_marker
