@@ -2,7 +2,7 @@
 the driver's own start costs before it can dial control.
 
     .venv/bin/python bench/footprint.py [-n 7] [--drivers 200] [--hold 25] [--baseline DIR]
-    .venv/bin/python bench/footprint.py --parts control      # only (b)
+    .venv/bin/python bench/footprint.py --parts control      # only (b); or idle, start, assistant
 
 (a) idle driver, per runtime (`openai`, `claude`, `acp`): a real boot on the real sandbox image
 against a real `mosoo control` (the run's frozen payload from `plan_boot`, the sandbox from
@@ -23,6 +23,10 @@ until it dials; the median and p95 of `-n` starts, then one start under `-X impo
 import time by package (self time, summed); and what importing the runtime's SDK alone takes
 in a fresh interpreter there (the first run pays it, in a thread: `openai`, `claude`; the
 `acp` agent's start in the background after `ready`).
+
+(d) an Assistant (Pet, `openai`) after `--messages` messages in one thread, each run dispatched
+and finished as the worker does: how many driver processes its sandbox still holds, and
+their memory (each run boots a driver of its own there, and a finished run's stays).
 
 `--baseline DIR`: DIR holds a `driver/` package of another revision (for example
 `git archive HEAD~3 driver | tar -x -C DIR`); it is copied into the same kind of sandbox and
@@ -207,6 +211,7 @@ def _verdict(value_mb: float, goal_mb: float) -> str:
 class Stack:
     scratch: Path
     owners: dict[str, Any]  # runtime -> tests.support.stack.Owner of a Task Agent
+    assistant: Any  # the Owner of an Assistant (Pet) Agent on the openai runtime
 
 
 def _stack(scratch: Path, image: str, openai_url: str, anthropic_url: str, key: str) -> Stack:
@@ -240,7 +245,8 @@ def _stack(scratch: Path, image: str, openai_url: str, anthropic_url: str, key: 
         )
         for runtime in RUNTIMES
     }
-    return Stack(scratch, owners)
+    assistant = make_agent(get_engine(), openai_url, key, email="pet@example.com", kind="pet")
+    return Stack(scratch, owners, assistant)
 
 
 @contextlib.contextmanager
@@ -291,18 +297,25 @@ def _no_caches(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
 # --- (a) an idle driver per runtime ---------------------------------------------------------
 
 
-def _driver_pid(container_id: str, timeout: float = 30) -> int:
-    """The host pid of the sandbox's driver process."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
+def _driver_pids(container_id: str) -> list[int]:
+    """The host pids of every driver process in the sandbox."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
             with contextlib.suppress(OSError):
                 if container_id in (entry / "cgroup").read_text() and b"driver.main" in (
                     entry / "cmdline"
                 ).read_bytes().split(b"\0"):
-                    return int(entry.name)
+                    found.append(int(entry.name))
+    return found
+
+
+def _driver_pid(container_id: str, timeout: float = 30) -> int:
+    """The host pid of the sandbox's (one) driver process, once it runs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pids := _driver_pids(container_id):
+            return pids[0]
         time.sleep(0.05)
     raise TimeoutError("no driver process in the sandbox")
 
@@ -396,6 +409,51 @@ def _print_idle(label: str, samples: list[IdleDriver]) -> None:
         names = ", ".join(sorted(set(samples[0].child_names)))
         print(f"    {'  its children (' + names + ')':<32} {children.line()}")
     print(f"    {'':<32} start (docker exec) to ready: median {ready:.0f} ms")
+
+
+# --- (d) an Assistant's sandbox after some messages -------------------------------------------
+
+
+def assistant_after(stack: Stack, backend: Any, model: Any, messages: int) -> list[Memory]:
+    """Send `messages` messages in turn to one thread of an Assistant (each run dispatched and
+    finished as the worker does, answered by the scripted model), then read the memory of
+    every driver process its sandbox still holds."""
+    from mosoo_core import sessions
+    from mosoo_core.db import session_scope
+    from mosoo_core.runtime import runs
+    from mosoo_core.runtime.labels import installation_label
+    from mosoo_core.runtime.sandbox._base import LABEL_SUBJECT
+    from mosoo_core.tables.sessions import TERMINAL_RUN_STATUSES, SessionRun
+    from tests.support.openai_server import TextTurn
+
+    owner = stack.assistant
+    with session_scope() as db:
+        thread_id = sessions.create_session(db, owner.account_id, owner.app_id, owner.agent_id).id
+    for number in range(messages):
+        model.add(TextTurn(f"Noted, message {number + 1}."))
+        with session_scope() as db:
+            run_id = sessions.send_message(db, owner.account_id, thread_id, "hi").run.id
+        runs.dispatch_run(run_id, backend)
+        deadline = time.monotonic() + 120
+        while True:
+            with session_scope() as db:
+                run = db.get(SessionRun, run_id)
+                if run is not None and run.status in TERMINAL_RUN_STATUSES:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the Assistant's run {number + 1} did not end")
+            time.sleep(0.05)
+        runs.finish_run_sandbox(run_id, backend)
+    [ref] = backend.list_by_label(
+        {LABEL_SUBJECT: f"agent:{owner.agent_id}", **installation_label()}
+    )
+    try:
+        pids = _driver_pids(ref.id)
+        for pid in pids:
+            wait_idle(pid)
+        return [memory_of(pid) for pid in pids]
+    finally:
+        backend.remove(ref)
 
 
 # --- (b) control holding N drivers ------------------------------------------------------------
@@ -637,11 +695,12 @@ def main() -> None:
     parser.add_argument("--idle-runs", type=int, default=3, help="boots per runtime in (a)")
     parser.add_argument("--drivers", type=int, default=200, help="simulated drivers in (b)")
     parser.add_argument("--hold", type=float, default=25.0, help="seconds (b) holds them")
+    parser.add_argument("--messages", type=int, default=3, help="messages to the Assistant in (d)")
     parser.add_argument(
         "--parts",
         nargs="*",
-        choices=("idle", "control", "start"),
-        default=["idle", "control", "start"],
+        choices=("idle", "control", "start", "assistant"),
+        default=["idle", "control", "start", "assistant"],
     )
     parser.add_argument(
         "--baseline", type=Path, help="a folder holding driver/ of another revision"
@@ -669,7 +728,7 @@ def main() -> None:
         Path(scratch).chmod(0o755)
         stack = _stack(Path(scratch), image, openai_model.base_url, anthropic_model.base_url, key)
         try:
-            _run(stack, backend, arguments)
+            _run(stack, backend, openai_model, arguments)
         finally:
             from mosoo_core.runtime.labels import installation_label
 
@@ -697,7 +756,7 @@ def _idle_series(stack: Stack, backend: Any, runs_count: int, baseline: Path | N
                 _print_idle(f"{runtime}, {shape} ({name})", taken)
 
 
-def _run(stack: Stack, backend: Any, arguments: argparse.Namespace) -> None:
+def _run(stack: Stack, backend: Any, model: Any, arguments: argparse.Namespace) -> None:
     baseline: Path | None = arguments.baseline
     print(f"image {backend.image}; load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
     if "control" in arguments.parts:
@@ -714,9 +773,18 @@ def _run(stack: Stack, backend: Any, arguments: argparse.Namespace) -> None:
             f"    per driver: {per_driver:.0f} kB RSS; control's CPU while holding them: "
             f"{figures.cpu_percent:.0f}% of a core ({figures.heartbeats} heartbeats)"
         )
-    if "idle" in arguments.parts or "start" in arguments.parts:
+    if {"idle", "start", "assistant"} & set(arguments.parts):
         # Sandboxes mount control's socket folder: it has to be there, even for (c).
         with control_process(stack, "control-drivers"):
+            if "assistant" in arguments.parts:
+                drivers = assistant_after(stack, backend, model, arguments.messages)
+                total = sum(drivers, NO_MEMORY)
+                print(
+                    f"(d) an Assistant's sandbox after {arguments.messages} messages in one "
+                    f"thread (openai): {len(drivers)} driver processes, together {total.line()}"
+                )
+                for memory in drivers:
+                    print(f"    one driver             {memory.line()}")
             if "idle" in arguments.parts:
                 _idle_series(stack, backend, arguments.idle_runs, baseline)
             if "start" in arguments.parts:
