@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
-from mosoo_core.settings import get_settings
+from mosoo_core.settings import Settings, get_settings
 
 
 class UTCDateTime(sa.types.TypeDecorator[datetime]):
@@ -36,6 +36,9 @@ class UTCDateTime(sa.types.TypeDecorator[datetime]):
 
 
 _engines: dict[str, Engine] = {}
+_default_engine: tuple[Settings, Engine] | None = None
+# Web's thread pool runs up to 40 units of work at once; SQLite connections are cheap to keep.
+SQLITE_POOL_SIZE = 20
 
 
 def make_engine(url: str) -> Engine:
@@ -43,7 +46,14 @@ def make_engine(url: str) -> Engine:
         path = url.removeprefix("sqlite:///")
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        # A pool as large as the threads that use it at once: past `pool_size` each checkout
+        # opens a connection (and runs the pragmas below) and closes it again on return.
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_size=SQLITE_POOL_SIZE,
+            max_overflow=SQLITE_POOL_SIZE,
+        )
 
         @sa.event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -59,16 +69,27 @@ def make_engine(url: str) -> Engine:
 
 
 def get_engine(url: str | None = None) -> Engine:
-    url = url or get_settings().resolved_database_url
+    global _default_engine
+    if url is None:
+        # Every unit of work asks for it: resolving the default SQLite path each time cost
+        # a few system calls per session.
+        settings = get_settings()
+        if _default_engine is not None and _default_engine[0] is settings:
+            return _default_engine[1]
+        engine = get_engine(settings.resolved_database_url)
+        _default_engine = (settings, engine)
+        return engine
     if url not in _engines:
         _engines[url] = make_engine(url)
     return _engines[url]
 
 
 def dispose_engines() -> None:
+    global _default_engine
     for engine in _engines.values():
         engine.dispose()
     _engines.clear()
+    _default_engine = None
 
 
 @contextmanager

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+import sqlalchemy as sa
+from sqlalchemy import bindparam
 from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
@@ -42,7 +46,7 @@ class CreatedToken:
     secret: str  # shown to its owner once; only its digest is stored
 
 
-def _view(row: AccessToken) -> AccessTokenView:
+def _view(row: AccessToken | sa.Row[Any]) -> AccessTokenView:
     return AccessTokenView(
         id=row.id,
         account_id=row.account_id,
@@ -113,18 +117,34 @@ def revoke_access_token(
     db.flush()
 
 
+_TOKENS: sa.Table = AccessToken.__table__  # type: ignore[attr-defined]
+# Built once, read as columns (not an ORM row): every API request looks its token up.
+_BY_DIGEST = sa.select(_TOKENS).where(_TOKENS.c.token_hash == bindparam("digest"))
+# Conditional, so that concurrent requests of one token write the time once a minute at most.
+_TOUCH = (
+    sa.update(_TOKENS)
+    .where(
+        _TOKENS.c.id == bindparam("token_id"),
+        sa.or_(_TOKENS.c.last_used_at.is_(None), _TOKENS.c.last_used_at <= bindparam("stale_at")),
+    )
+    .values(last_used_at=bindparam("now"))
+)
+
+
 def authenticate_access_token(
     db: Session, secret: str | None, *, now: datetime | None = None
 ) -> AccessTokenView:
-    """The live token behind a secret; Unauthenticated when malformed, unknown or revoked."""
+    """The live token behind a secret; Unauthenticated when malformed, unknown or revoked.
+    Read on every request, never cached: a revoked token is refused on the next one."""
     if not secret or not _TOKEN_SHAPE.fullmatch(secret):
         raise Unauthenticated(_REFUSED)
-    row = db.exec(select(AccessToken).where(AccessToken.token_hash == token_digest(secret))).first()
+    row = db.execute(_BY_DIGEST, {"digest": token_digest(secret)}).first()
     if row is None or row.revoked_at is not None:
         raise Unauthenticated(_REFUSED)
+    view = _view(row)
     now = now or utcnow()
-    if row.last_used_at is None or now - row.last_used_at >= _LAST_USED_GRANULARITY:
-        row.last_used_at = now
-        db.add(row)
-        db.flush()
-    return _view(row)
+    stale_at = now - _LAST_USED_GRANULARITY
+    if view.last_used_at is None or view.last_used_at <= stale_at:
+        db.execute(_TOUCH, {"token_id": view.id, "stale_at": stale_at, "now": now})
+        view = dataclasses.replace(view, last_used_at=now)
+    return view

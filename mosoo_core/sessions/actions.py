@@ -6,15 +6,18 @@ driver. Each function is one unit of work of its own (it commits before it publi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import sqlalchemy as sa
+from sqlalchemy import bindparam
 from sqlmodel import Session, col, select
 
 from mosoo_core import agents, identity, streams, tasks_client
 from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, InvalidInput, NotFound
-from mosoo_core.ownership import owned_thread
+from mosoo_core.ownership import owned_thread, owned_thread_columns
 from mosoo_core.sessions import service, threads
 from mosoo_core.sessions.service import RunView, Sent, SessionView, run_view, session_view
 from mosoo_core.streams import StoredEvent
@@ -23,6 +26,14 @@ from mosoo_core.tables.sessions import SESSION_STATUSES, AgentSession, SessionRu
 
 THREADS_PAGE_MAX = 100
 IDS_MAX = 100
+_RUNS: sa.Table = SessionRun.__table__  # type: ignore[attr-defined]
+# Built once, and only the columns a RunView shows (not the run's snapshot): clients poll it.
+_LATEST_RUN = (
+    sa.select(*(_RUNS.c[field.name] for field in dataclasses.fields(RunView)))
+    .where(_RUNS.c.session_id == bindparam("thread_id"))
+    .order_by(_RUNS.c.created_at.desc())
+    .limit(1)
+)
 
 
 @dataclass(frozen=True)
@@ -178,15 +189,14 @@ def answer_permission(account_id: str, thread_id: str, request_id: str, decision
         streams.notify_driver(instance_id)
 
 
-def latest_run(db: Session, account_id: str, thread_id: str) -> RunView | None:
-    """The thread's most recent run (active or finished), or None before the first message."""
-    owned_thread(db, account_id, thread_id)
-    row = db.exec(
-        select(SessionRun)
-        .where(SessionRun.session_id == thread_id)
-        .order_by(col(SessionRun.created_at).desc())
-    ).first()
-    return run_view(row) if row is not None else None
+def thread_with_latest_run(
+    db: Session, account_id: str, thread_id: str
+) -> tuple[SessionView, RunView | None]:
+    """The thread and its most recent run (active or finished; None before the first message).
+    Reads columns, not ORM rows: half the CPU of the API's most frequent call."""
+    thread = owned_thread_columns(db, account_id, thread_id)
+    row = db.execute(_LATEST_RUN, {"thread_id": thread_id}).first()
+    return session_view(thread), run_view(row) if row is not None else None
 
 
 def list_agent_threads(

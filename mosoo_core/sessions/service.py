@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import Session, select
 
 from mosoo_core.environments import revision_for_thread
@@ -61,7 +62,8 @@ class Sent:
     events: list[StoredEvent]
 
 
-def session_view(row: AgentSession) -> SessionView:
+def session_view(row: AgentSession | sa.Row[Any]) -> SessionView:
+    """From the ORM row, or from a row of the table's columns (a read that changes nothing)."""
     return SessionView(
         id=row.id,
         app_id=row.app_id,
@@ -78,7 +80,7 @@ def session_view(row: AgentSession) -> SessionView:
     )
 
 
-def run_view(row: SessionRun) -> RunView:
+def run_view(row: SessionRun | sa.Row[Any]) -> RunView:
     return RunView(
         id=row.id,
         session_id=row.session_id,

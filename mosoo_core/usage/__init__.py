@@ -40,6 +40,7 @@ from mosoo_core.usage.reports import (
     check_range,
     run_usage,
     summary,
+    usage_of_run,
 )
 from mosoo_core.usage.service import PriceInput, PriceView, list_prices, set_app_price
 
@@ -86,5 +87,6 @@ __all__ = [
     "set_app_price",
     "summary",
     "usage_csv",
+    "usage_of_run",
     "usd_to_micros",
 ]

@@ -5,9 +5,10 @@ so a call counts as soon as it is made; and what one run cost, from its raw reco
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from datetime import UTC, date
+from datetime import UTC, date, datetime
 from typing import Any, Literal, get_args
 
+from sqlalchemy import bindparam
 from sqlmodel import Session, col, func, select
 
 from mosoo_core.errors import InvalidInput
@@ -82,6 +83,16 @@ _SUMS = (
     func.sum(UsageDaily.cost_usd_micros),
     func.sum(UsageDaily.unpriced_calls),
 )
+
+
+# Built once: the API answers a thread with its latest run's usage, and clients poll it. The
+# last column says whether the rollup has pruned the records of the run's day.
+_RUN_SUMS = select(  # type: ignore[call-overload]
+    *EVENT_SUMS,
+    select(UsageRollupDay.raw_pruned)
+    .where(UsageRollupDay.day == bindparam("day"))
+    .scalar_subquery(),
+).where(UsageEvent.run_id == bindparam("run_id"))
 
 
 def _totals(numbers: Any) -> UsageTotals:
@@ -261,15 +272,15 @@ def run_usage(db: Session, run_id: str) -> UsageTotals | None:
     started is past raw retention): the run's own cost is then unknown, not zero. The caller
     has already checked the run is the account's."""
     run = db.get(SessionRun, run_id)
-    if run is None:
-        return None
-    marker = db.get(UsageRollupDay, run.created_at.astimezone(UTC).date())
-    if marker is not None and marker.raw_pruned:
-        return None
-    row = db.exec(
-        select(*EVENT_SUMS).where(UsageEvent.run_id == run_id)  # type: ignore[call-overload]
-    ).one()
-    return _totals(row)
+    return usage_of_run(db, run_id, run.created_at) if run is not None else None
+
+
+def usage_of_run(db: Session, run_id: str, created_at: datetime) -> UsageTotals | None:
+    """`run_usage` for a caller that has read the run (`created_at` names the day whose
+    rollup may have pruned its records): one query."""
+    day = created_at.astimezone(UTC).date()
+    *numbers, pruned = db.exec(_RUN_SUMS, params={"run_id": run_id, "day": day}).one()
+    return None if pruned else _totals(numbers)
 
 
 def usage_by_run(db: Session, run_ids: list[str]) -> dict[str, UsageTotals]:

@@ -21,6 +21,7 @@ from mosoo_web.api import (
     usage_export,
 )
 from mosoo_web.api._origin import OriginCheck
+from mosoo_web.api._routes import add_routes
 from mosoo_web.api.body_limit import BodyLimit
 from mosoo_web.api.errors import install_error_handlers
 from mosoo_web.api.request_spans import install_request_spans
@@ -41,17 +42,12 @@ def _match_line_breaks(api: FastAPI, prefix: str) -> None:
 def build_api() -> FastAPI:
     api = FastAPI(title="Mosoo", docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(api)
-    api.include_router(health.router)
-    api.include_router(auth.router)
-    api.include_router(cli_auth.router)
-    api.include_router(files.router)
-    api.include_router(skills.router)
-    api.include_router(mcp_oauth.router)
-    api.include_router(usage_export.router)
-    api.include_router(terminal.router)
-    google.install(api)
+    # First: the public API takes most requests, and a path under it matches nothing else.
     api.mount(PREFIX, build_v1())
     _match_line_breaks(api, PREFIX)
+    for module in (health, auth, cli_auth, files, skills, mcp_oauth, usage_export, terminal):
+        add_routes(api, module.router)
+    google.install(api)
     # Sign-in bodies are a few fields; nobody unauthenticated gets to send megabytes.
     api.add_middleware(
         BodyLimit,

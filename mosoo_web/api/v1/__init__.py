@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.routing import compile_path
 
+from mosoo_web.api._routes import add_routes
 from mosoo_web.api.v1 import (
     agents,
     environments,
@@ -105,7 +106,7 @@ def build_v1() -> FastAPI:
         mcp_servers,
         usage,
     ):
-        api.include_router(module.router)
+        add_routes(api, module.router)
     generate = api.openapi
 
     def openapi() -> dict[str, Any]:

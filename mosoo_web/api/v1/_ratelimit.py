@@ -10,6 +10,7 @@ import threading
 import time
 
 import redis
+from redis.commands.core import Script
 
 from mosoo_core.errors import RateLimited
 from mosoo_core.logs import get_logger
@@ -18,16 +19,24 @@ from mosoo_core.settings import get_settings
 log = get_logger(__name__)
 WINDOW_SECONDS = 60
 
-_clients: dict[str, redis.Redis] = {}
+# One command, one round trip: count the request, and give a new window its expiry.
+_COUNT = """
+local count = redis.call('INCR', KEYS[1])
+if count == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+return count
+"""
+
+_counters: dict[str, Script] = {}
 _lock = threading.Lock()
 _redis_down_logged = False
 
 
-def _client(url: str) -> redis.Redis:
+def _counter(url: str) -> Script:
     with _lock:
-        if url not in _clients:
-            _clients[url] = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-        return _clients[url]
+        if url not in _counters:
+            client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+            _counters[url] = client.register_script(_COUNT)
+        return _counters[url]
 
 
 def window_key(token_id: str, window: int) -> str:
@@ -45,10 +54,7 @@ def check_rate_limit(token_id: str, *, now: float | None = None) -> None:
     window = int(now // WINDOW_SECONDS)
     key = window_key(token_id, window)
     try:
-        pipe = _client(settings.redis_url).pipeline(transaction=True)
-        pipe.incr(key)
-        pipe.expire(key, WINDOW_SECONDS * 2)
-        count = int(pipe.execute()[0])
+        count = int(_counter(settings.redis_url)(keys=[key], args=[WINDOW_SECONDS * 2]))
     except redis.RedisError as error:
         if not _redis_down_logged:
             log.warning("api.rate_limit_unavailable", error=type(error).__name__)

@@ -7,14 +7,15 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from sqlmodel import Session
 
 from mosoo_core import sessions
 from mosoo_core.db import session_scope
 from mosoo_core.runtime.threads import delete_thread_everywhere
 from mosoo_core.sessions import actions
 from mosoo_core.sessions import threads as inbox
-from mosoo_core.usage import UsageTotals, run_usage
-from mosoo_web.api.v1._auth import CallerDep
+from mosoo_core.usage import UsageTotals, usage_of_run
+from mosoo_web.api.v1._auth import Caller, CallerDep, CredentialsDep, as_caller
 from mosoo_web.api.v1._errors import error_responses
 from mosoo_web.api.v1._idempotency import answer_once
 from mosoo_web.api.v1.schemas import (
@@ -149,15 +150,13 @@ async def list_threads(
     description="The thread and its latest run (poll `latest_run.status` if you do not stream).",
     responses=error_responses(404),
 )
-async def get_thread(thread_id: ThreadId, caller: CallerDep) -> ThreadDetail:
-    def work() -> ThreadDetail:
-        with session_scope() as db:
-            thread = sessions.get_session(db, caller.account_id, thread_id)
-            run = actions.latest_run(db, caller.account_id, thread_id)
-            latest = Run.of(run, run_usage(db, run.id)) if run is not None else None
+async def get_thread(thread_id: ThreadId, credentials: CredentialsDep) -> ThreadDetail:
+    def work(db: Session, caller: Caller) -> ThreadDetail:
+        thread, run = actions.thread_with_latest_run(db, caller.account_id, thread_id)
+        latest = Run.of(run, usage_of_run(db, run.id, run.created_at)) if run else None
         return ThreadDetail(**Thread.of(thread).model_dump(), latest_run=latest)
 
-    return await run_in_threadpool(work)
+    return await as_caller(credentials, work)
 
 
 @router.post(
