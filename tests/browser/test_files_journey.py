@@ -3,12 +3,16 @@ sandbox; the model replaced at its network boundary by the scripted OpenAI-compa
 server): attach a text file in Preview, the agent reads it with bash at
 `/mnt/attachments/...` and writes `outputs/summary.md`; the artifact shows on the thread and
 on the Files page, where it is previewed and downloaded; the thread is archived, a follow-up
-unarchives it, and it is archived and unarchived from its page."""
+unarchives it, and it is archived and unarchived from its page. And a Task Agent's Preview
+shows its warm pool (on for `openai` sandboxes with a full network only, so the files journey
+starts cold): off, then empty before its first run, then a miss and a sandbox standing by,
+which its second run takes."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +20,12 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
+from mosoo_core import environments
+from mosoo_core.db import session_scope
+from mosoo_core.settings import reset_settings_cache
 from tests.browser.actions import choose
 from tests.browser.test_console_journey import _sign_in
+from tests.browser.test_preview_chat import _account_id
 from tests.support.browser_stack import RunStack, browser_run_stack
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.redis_db import db_number
@@ -39,7 +47,10 @@ WRITE_SUMMARY = (
 @pytest.fixture(scope="module")
 def run_stack(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunStack]:
     with browser_run_stack(
-        database_url, tmp_path_factory.mktemp("files-journey"), REDIS_DB
+        database_url,
+        tmp_path_factory.mktemp("files-journey"),
+        REDIS_DB,
+        extra_env={"MOSOO_POOL_SIZES": '{"openai/full": 1}'},
     ) as stack:
         yield stack
 
@@ -215,3 +226,80 @@ def _archive_checks(page: Page, stack: RunStack, app_id: str, thread_id: str) ->
         page.get_by_test_id("thread-unarchive").click()
         expect(page.get_by_test_id("thread-archived")).to_have_count(0)
         expect(page.get_by_test_id("thread-archive")).to_be_enabled()
+
+
+def _pool_shows(page: Page, figures: dict[str, str], timeout: float = 120) -> None:
+    """Refresh the Warm pool panel until it shows `figures` (test id: text): its members
+    start in the background after a run."""
+    deadline = time.monotonic() + timeout
+    while True:
+        page.get_by_test_id("pool-refresh").click()
+        try:
+            for test_id, text in figures.items():
+                expect(page.get_by_test_id(test_id)).to_have_text(text, timeout=2_000)
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+
+
+def test_a_task_agents_preview_shows_its_warm_pool_fill_then_serve_its_next_run(
+    page: Page, browser: Browser, run_stack: RunStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack, model = run_stack, run_stack.model
+    monkeypatch.setenv("MOSOO_DATABASE_URL", stack.web.database_url)
+    reset_settings_cache()
+    with stack.logs_on_failure():
+        page.goto(f"{stack.web.url}/login", wait_until="networkidle")
+        _sign_in(page, browser, stack.web, f"pool-{uuid.uuid4().hex[:8]}@example.com")
+        page.wait_for_url(re.compile(r"/apps/[0-9A-Z]{26}$"))
+        app_id = page.url.rsplit("/", 1)[-1]
+        stack.app_ids.add(app_id)  # its pool's sandboxes too go when the stack stops
+        _set_up_agent(page, stack)
+        panel = page.get_by_test_id("pool-panel")
+        expect(panel.get_by_test_id("pool-status")).to_have_text("Off")
+        expect(panel.get_by_test_id("pool-off")).to_contain_text("openai, network none")
+
+        # A full network: the kind of sandbox this stack keeps warm.
+        with session_scope() as db:
+            environment = environments.default_environment(db, app_id)
+            environments.update_environment(
+                db,
+                _account_id(page),
+                app_id,
+                environment.id,
+                environments.EnvironmentChanges(network_policy="full"),
+            )
+        page.reload()
+        expect(panel.get_by_test_id("pool-status")).to_have_text("On")
+        expect(panel.get_by_test_id("pool-empty")).to_have_text(
+            "The pool starts after this Agent's first run: sandboxes then stand by for the "
+            "next ones."
+        )
+
+        # The first run misses and starts the pool: a sandbox stands by for the next.
+        model.add(TextTurn("Cold start."))
+        page.get_by_test_id("chat-input").fill("first")
+        page.get_by_test_id("chat-input").press("Enter")
+        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(
+            "Cold start.", timeout=BOOT_TIMEOUT_MS
+        )
+        _pool_shows(
+            page,
+            {
+                "pool-standing-by": "1 of 1",
+                "pool-hits": "0",
+                "pool-misses": "1",
+                "pool-hit-rate": "0%",
+            },
+        )
+
+        # The second run takes it.
+        model.add(TextTurn("Warm start."))
+        page.get_by_test_id("chat-input").fill("second")
+        page.get_by_test_id("chat-input").press("Enter")
+        expect(page.get_by_test_id("chat-assistant-message").last).to_have_text(
+            "Warm start.", timeout=BOOT_TIMEOUT_MS
+        )
+        _pool_shows(page, {"pool-hits": "1", "pool-misses": "1", "pool-hit-rate": "50%"})
+        expect(panel.get_by_test_id("pool-key")).to_have_count(1)

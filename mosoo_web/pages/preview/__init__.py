@@ -5,6 +5,7 @@
 - `fields.py`: the form's fields: labels, "Fix" targets, the values of the choice fields
 - `form.py`: the form; `readiness.py`: what blocks the Agent and the Pet's pending changes
 - `sandbox_panel.py`, `sandbox_state.py`: an Assistant's sandbox, its status and operations
+- `pool_panel.py`: a Task's warm pool (its sandboxes standing by, hits and misses)
 - `chat.py`: the chat panel; `page.py`: the page that puts the form and the chat side by side
 """
 

@@ -20,6 +20,7 @@ from mosoo_web.pages.preview.fields import (
     TOOL_DESCRIPTIONS,
 )
 from mosoo_web.pages.preview.mcp_picker import mcp_picker
+from mosoo_web.pages.preview.pool_panel import pool_panel
 from mosoo_web.pages.preview.readiness import pending_changes, readiness_callouts
 from mosoo_web.pages.preview.sandbox_panel import sandbox_panel
 from mosoo_web.pages.preview.state import PreviewState
@@ -468,6 +469,7 @@ def agent_form() -> rx.Component:
             readiness_callouts(),
             pending_changes(),
             sandbox_panel(),
+            pool_panel(),
             _field(
                 "Name",
                 "name",

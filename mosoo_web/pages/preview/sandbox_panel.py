@@ -11,9 +11,9 @@ from reflex_components_radix.themes.base import LiteralAccentColor
 
 from mosoo_web.components.dialogs import dialog, dialog_buttons
 from mosoo_web.components.terminal import terminal
+from mosoo_web.pages.preview.panel_card import error_text, panel_card, status_badge
 from mosoo_web.pages.preview.sandbox_state import SandboxPanelState
 from mosoo_web.pages.preview.state import PreviewState
-from mosoo_web.reflex_typing import match_component
 
 State = SandboxPanelState
 STATES: dict[str, tuple[str, LiteralAccentColor]] = {
@@ -34,17 +34,6 @@ ACTIONS = (
     ("hibernate", "Hibernate", "moon", "Save /workspace and remove the sandbox."),
     ("wake", "Wake", "sun", "Build a hibernated sandbox again, its workspace restored."),
 )
-
-
-def _status_badge() -> rx.Component:
-    return match_component(
-        State.sandbox_state,
-        *[
-            (key, rx.badge(label, color_scheme=color, variant="soft", data_testid="sandbox-status"))
-            for key, (label, color) in STATES.items()
-        ],
-        rx.badge("…", color_scheme="gray", variant="soft", data_testid="sandbox-status"),
-    )
 
 
 def _figure(label: str, value: rx.Var[str], test_id: str, **props: Any) -> rx.Component:
@@ -163,48 +152,25 @@ def sandbox_panel() -> rx.Component:
     """Shown for an Assistant only; sampled when it mounts (the form re-mounts on each load)."""
     return rx.cond(
         PreviewState.kind == "pet",
-        rx.card(
-            rx.vstack(
-                rx.hstack(
-                    rx.text("Sandbox", size="2", weight="bold"),
-                    _status_badge(),
-                    rx.spacer(),
-                    rx.icon_button(
-                        rx.icon("refresh-ccw", size=13),
-                        size="1",
-                        variant="ghost",
-                        type="button",
-                        loading=State.loading,
-                        on_click=State.refresh,
-                        aria_label="Refresh the sandbox status",
-                        data_testid="sandbox-refresh",
-                    ),
-                    align="center",
-                    spacing="2",
-                    width="100%",
-                ),
-                _figure("Uptime", State.uptime, "sandbox-uptime"),
-                _figure("Image", State.image, "sandbox-image", title=State.image_full),
-                _figure("CPU", State.cpu, "sandbox-cpu"),
-                _figure("Memory", State.memory, "sandbox-memory"),
-                rx.cond(
-                    State.status_error != "",
-                    rx.text(State.status_error, size="1", color_scheme="red"),
-                    rx.fragment(),
-                ),
-                rx.hstack(
-                    *[_action(*action) for action in ACTIONS],
-                    _reset_dialog(),
-                    _terminal_dialog(),
-                    spacing="2",
-                    wrap="wrap",
-                ),
+        panel_card(
+            "Sandbox",
+            status_badge(State.sandbox_state, STATES, "sandbox-status"),
+            _figure("Uptime", State.uptime, "sandbox-uptime"),
+            _figure("Image", State.image, "sandbox-image", title=State.image_full),
+            _figure("CPU", State.cpu, "sandbox-cpu"),
+            _figure("Memory", State.memory, "sandbox-memory"),
+            error_text(State.status_error),
+            rx.hstack(
+                *[_action(*action) for action in ACTIONS],
+                _reset_dialog(),
+                _terminal_dialog(),
                 spacing="2",
-                width="100%",
+                wrap="wrap",
             ),
-            on_mount=State.refresh,
-            width="100%",
-            data_testid="sandbox-panel",
+            refresh=State.refresh,
+            loading=State.loading,
+            refresh_label="Refresh the sandbox status",
+            test_id="sandbox-panel",
         ),
         rx.fragment(),
     )
