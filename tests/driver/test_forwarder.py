@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -22,14 +22,6 @@ CHAT_BODY = {
     "stream": True,
     "stream_options": {"include_usage": True},
 }
-
-
-@pytest.fixture
-def harness(socket_dir: Path, model_server: ScriptedOpenAIServer) -> Iterator[ControlHarness]:
-    with ControlHarness(
-        socket_dir / "control.sock", gateway_upstream=model_server.origin, gateway_grant=GRANT
-    ) as running:
-        yield running
 
 
 @pytest.fixture
