@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from driver.protocol import PUBLIC_EVENT_TYPES, DriverEvent
@@ -103,9 +104,15 @@ def ingest_driver_batches(
     what its transitions stored. A batch naming a run its driver does not serve refuses
     the call (`foreign_run`) before anything is stored."""
     run_ids = {event.run_id for _, events in batches for event in events}
+    # Not the run's spec, input or setup log (kilobytes each, read again for every batch).
+    large = ("snapshot", "input_text", "attachments", "setup_log")
     runs = {
         run.id: run
-        for run in db.exec(select(SessionRun).where(col(SessionRun.id).in_(run_ids))).all()
+        for run in db.exec(
+            select(SessionRun)
+            .where(col(SessionRun.id).in_(run_ids))
+            .options(*(defer(getattr(SessionRun, name)) for name in large))
+        ).all()
     }
     for instance, events in batches:
         for event in events:
