@@ -79,6 +79,19 @@ def owned_agent(db: Session, account_id: str, app_id: str, agent_id: str) -> Age
     return agent
 
 
+def account_agent(db: Session, account_id: str, agent_id: str) -> Agent:
+    """The account's Agent, by its id alone (the API's and the sandbox routes' lookups). An
+    unknown id and another owner's Agent get the same NotFound: naming the other owner's App
+    would tell a caller the id exists."""
+    row = db.get(Agent, agent_id) if agent_id else None
+    try:
+        if row is None:
+            raise NotFound("Agent not found.")
+        return owned_agent(db, account_id, row.app_id, agent_id)
+    except NotFound:
+        raise NotFound("Agent not found.") from None
+
+
 def owned_thread(db: Session, account_id: str, thread_id: str) -> AgentSession:
     """The thread if its App belongs to the account."""
     params = {"account_id": account_id, "thread_id": thread_id}

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from sqlmodel import Session
 
 from mosoo_core import environments
-from mosoo_core.errors import NotFound
-from mosoo_core.ownership import owned_agent
+from mosoo_core.ownership import account_agent
 from mosoo_core.runtime import pool
 from mosoo_core.settings import get_settings
-from mosoo_core.tables.agents import Agent
 
 
 @dataclass(frozen=True)
@@ -38,18 +36,6 @@ class AgentPool:
     @property
     def enabled(self) -> bool:
         return self.target > 0
-
-
-def account_agent(db: Session, account_id: str, agent_id: str) -> Agent:
-    """The account's Agent, by its id alone. An unknown id and another owner's Agent get the
-    same NotFound: naming the other owner's App would tell a caller the id exists."""
-    row = db.get(Agent, agent_id) if agent_id else None
-    try:
-        if row is None:
-            raise NotFound("Agent not found.")
-        return owned_agent(db, account_id, row.app_id, agent_id)
-    except NotFound:
-        raise NotFound("Agent not found.") from None
 
 
 def agent_pool(db: Session, account_id: str, agent_id: str) -> AgentPool | None:

@@ -25,8 +25,8 @@ from mosoo_core.db import session_scope
 from mosoo_core.errors import Conflict, InvalidInput, MosooError
 from mosoo_core.files import get_store, pet_checkpoint_key
 from mosoo_core.logs import get_logger
+from mosoo_core.ownership import account_agent
 from mosoo_core.runtime import pets, runs
-from mosoo_core.runtime.agent_pool import account_agent
 from mosoo_core.runtime.sandbox import SandboxBackend, SandboxError, get_backend
 from mosoo_core.sessions import driver_plane
 from mosoo_core.tables.agents import Agent

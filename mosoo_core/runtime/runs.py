@@ -1072,10 +1072,12 @@ def _release_run_sandbox(run_id: str, backend: SandboxBackend | None = None) -> 
                 _record_outputs(backend, ref, run_id)
                 marks.mark("outputs")
             delivery.remove_attachments(backend, ref, attached)
-        live = False
         with session_scope() as db:
-            if not started:
-                live = _stop_driver(db, instance_id, "run stopped before it started")
+            # A driver serves one run: once it is over the driver goes (the sandbox stays).
+            # Kept connected, each run's driver held its runtime's SDK (about 60 MB) until the
+            # Assistant hibernated.
+            reason = "run finished" if started else "run stopped before it started"
+            live = _stop_driver(db, instance_id, reason)
             marks.mark("teardown", sandbox="kept")
             _write_marks(db, run_id, marks)
         if live:

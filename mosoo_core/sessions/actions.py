@@ -16,8 +16,8 @@ from sqlmodel import Session, col, select
 
 from mosoo_core import agents, identity, streams, tasks_client
 from mosoo_core.db import session_scope
-from mosoo_core.errors import Conflict, InvalidInput, NotFound
-from mosoo_core.ownership import owned_thread, owned_thread_columns
+from mosoo_core.errors import Conflict, InvalidInput
+from mosoo_core.ownership import account_agent, owned_thread, owned_thread_columns
 from mosoo_core.sessions import service, threads
 from mosoo_core.sessions.service import RunView, Sent, SessionView, run_view, session_view
 from mosoo_core.streams import StoredEvent
@@ -47,14 +47,6 @@ class StartedThread:
 class ThreadPage:
     threads: list[SessionView]
     next_cursor: str | None
-
-
-def account_agent(db: Session, account_id: str, agent_id: str) -> Agent:
-    """An Agent of any of the account's Apps; NotFound for another owner's (or no) Agent."""
-    row = db.get(Agent, agent_id) if agent_id else None
-    if row is None:
-        raise NotFound("Agent not found.")
-    return agents.owned_agent(db, account_id, row.app_id, agent_id)
 
 
 def list_account_agents(db: Session, account_id: str) -> list[agents.AgentView]:

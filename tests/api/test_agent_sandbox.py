@@ -100,3 +100,23 @@ def test_another_owners_agent_answers_as_an_unknown_id_does(
     # The owner's own Assistant still answers with its sandbox.
     mine = client.get(f"/api/v1/agents/{pet.id}/sandbox", headers=owner.headers).json()
     assert (mine["kind"], mine["state"]) == ("pet", "none")
+
+
+def test_every_agent_route_answers_another_owners_agent_as_an_unknown_id(
+    client: TestClient, api_env: Engine, owner: ApiOwner, other: ApiOwner
+) -> None:
+    """Not only the sandbox's: reading, checking, changing and publishing an Agent by id say
+    "Agent not found." alike (they said "App not found." for another owner's, which told a
+    caller the id exists)."""
+    for agent_id in (owner.agent_id, new_id()):
+        base = f"/api/v1/agents/{agent_id}"
+        answers = [
+            client.get(base, headers=other.headers),
+            client.get(f"{base}/readiness", headers=other.headers),
+            client.patch(base, headers=other.headers, json={"name": "Taken"}),
+            client.post(f"{base}/publish", headers=other.headers, json={}),
+        ]
+        assert [(a.status_code, a.json()) for a in answers] == [(404, NOT_FOUND)] * 4, agent_id
+    with Session(api_env) as db:
+        agent = db.get(Agent, owner.agent_id)
+        assert agent is not None and agent.name != "Taken"

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from mosoo_core import agents
 from mosoo_core.db import session_scope
+from mosoo_core.ownership import account_agent
 from mosoo_core.sessions import actions
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
@@ -66,9 +67,7 @@ async def list_agents(caller: CallerDep) -> AgentList:
 async def get_agent(agent_id: AgentId, caller: CallerDep) -> Agent:
     def work() -> Agent:
         with session_scope() as db:
-            return Agent.of(
-                agents.agent_view(actions.account_agent(db, caller.account_id, agent_id))
-            )
+            return Agent.of(agents.agent_view(account_agent(db, caller.account_id, agent_id)))
 
     return await run_in_threadpool(work)
 
@@ -138,7 +137,7 @@ async def create_agent(
 async def update_agent(agent_id: AgentId, body: AgentProfile, caller: CallerDep) -> Agent:
     def work() -> Agent:
         with session_scope() as db:
-            agent = actions.account_agent(db, caller.account_id, agent_id)
+            agent = account_agent(db, caller.account_id, agent_id)
             return Agent.of(
                 agents.update_agent(db, caller.account_id, agent.app_id, agent.id, body.changes())
             )
@@ -156,7 +155,7 @@ async def update_agent(agent_id: AgentId, body: AgentProfile, caller: CallerDep)
 async def get_readiness(agent_id: AgentId, caller: CallerDep) -> AgentReadiness:
     def work() -> AgentReadiness:
         with session_scope() as db:
-            agent = agents.agent_view(actions.account_agent(db, caller.account_id, agent_id))
+            agent = agents.agent_view(account_agent(db, caller.account_id, agent_id))
             return AgentReadiness.of(agents.readiness(db, agent))
 
     return await run_in_threadpool(work)
@@ -178,7 +177,7 @@ async def publish_agent(
 ) -> Version:
     def work() -> Version:
         with session_scope() as db:
-            agent = actions.account_agent(db, caller.account_id, agent_id)
+            agent = account_agent(db, caller.account_id, agent_id)
             return Version.of(
                 agents.publish_agent(
                     db, caller.account_id, agent.app_id, agent.id, (body or PublishAgent()).summary

@@ -12,7 +12,7 @@ from fastapi.responses import StreamingResponse
 
 from mosoo_core import files, sessions
 from mosoo_core.db import session_scope
-from mosoo_core.sessions import actions
+from mosoo_core.ownership import account_agent
 from mosoo_web.api.v1._auth import CallerDep
 from mosoo_web.api.v1._errors import error_responses
 from mosoo_web.api.v1._uploads import UploadLimit, check_upload_headers, upload_body, upload_form
@@ -56,7 +56,7 @@ async def upload_file(agent_id: AgentId, request: Request, caller: CallerDep) ->
 
     def app_of_agent() -> str:
         with session_scope() as db:
-            return actions.account_agent(db, caller.account_id, agent_id).app_id
+            return account_agent(db, caller.account_id, agent_id).app_id
 
     app_id = await run_in_threadpool(app_of_agent)
     async with upload_form(request, _LIMIT) as (upload, _form):
