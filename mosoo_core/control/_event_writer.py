@@ -50,6 +50,7 @@ class _Batch:
     instance_id: str
     connection_id: str
     events: list[DriverEvent]
+    may_repeat: bool  # see sessions.DriverBatch
     done: asyncio.Future[list[streams.StoredEvent]]
     stored: list[streams.StoredEvent] = field(default_factory=list)
     traceparent: str = ""
@@ -69,12 +70,18 @@ class EventWriter:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="event-writer")
 
     async def store(
-        self, instance_id: str, connection_id: str, events: list[DriverEvent]
+        self,
+        instance_id: str,
+        connection_id: str,
+        events: list[DriverEvent],
+        *,
+        may_repeat: bool = True,
     ) -> list[streams.StoredEvent]:
         """Raises `driver_plane.DriverRefused` when this batch must be refused, or the
-        database's error; either way nothing of it is stored."""
+        database's error; either way nothing of it is stored. `may_repeat=False` skips the
+        duplicate lookup (see `sessions.DriverBatch`)."""
         done: asyncio.Future[list[streams.StoredEvent]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Batch(instance_id, connection_id, events, done))
+        self._queue.append(_Batch(instance_id, connection_id, events, may_repeat, done))
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._write_forever(), name="event-writer")
         self._wake.set()
@@ -132,7 +139,8 @@ def _store_group(group: list[_Batch]) -> None:
             _store_batches(db, group)
     except Exception:
         for batch in group:
-            batch.stored, batch.error = [], None
+            # Looked up this time: a repeated event is dropped, not refused by the index.
+            batch.stored, batch.error, batch.may_repeat = [], None, True
             try:
                 with session_scope() as db:
                     _store_batches(db, [batch])
@@ -156,7 +164,13 @@ def _store_batches(db: Session, group: list[_Batch]) -> None:
             raise driver_plane.DriverRefused("superseded", "a newer connection replaced this one")
     if not tracing.enabled():
         answers = driver_plane.ingest_driver_batches(
-            db, [(instances[batch.instance_id], batch.events) for batch in group]
+            db,
+            [
+                driver_plane.DriverBatch(
+                    instances[batch.instance_id], batch.events, batch.may_repeat
+                )
+                for batch in group
+            ],
         )
         for batch, stored in zip(group, answers, strict=True):
             batch.stored = stored
@@ -168,6 +182,11 @@ def _store_batches(db: Session, group: list[_Batch]) -> None:
             context=tracing.context_from(batch.traceparent),
             attributes={"mosoo.run_id": batch.events[0].run_id, "mosoo.events": len(batch.events)},
         ):
-            batch.stored = driver_plane.ingest_driver_events(
-                db, instances[batch.instance_id], batch.events
+            (batch.stored,) = driver_plane.ingest_driver_batches(
+                db,
+                [
+                    driver_plane.DriverBatch(
+                        instances[batch.instance_id], batch.events, batch.may_repeat
+                    )
+                ],
             )

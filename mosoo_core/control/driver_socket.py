@@ -55,6 +55,9 @@ class DriverConnection:
         self.instance_id = ""
         self.connection_id = ""
         self.sent_command_seq = 0
+        # Until a batch holds no event stored before, this connection may be re-sending
+        # what its last one left unacknowledged (PROTOCOL.md): its batches are looked up.
+        self.may_repeat = True
         self.send_lock = asyncio.Lock()
         self.wake = asyncio.Event()
 
@@ -173,8 +176,12 @@ class DriverConnection:
         elif isinstance(message, Events):
             # Stored (committed) and published before the ack: see _event_writer.
             stored = await self.writer.store(
-                self.instance_id, self.connection_id, list(message.events)
+                self.instance_id,
+                self.connection_id,
+                list(message.events),
+                may_repeat=self.may_repeat,
             )
+            self.may_repeat = self.may_repeat and any(event.duplicate for event in stored)
             await self.send(
                 Ack(
                     source_event_ids=[e.source_event_id for e in message.events],

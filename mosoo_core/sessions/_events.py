@@ -23,9 +23,16 @@ class NewEvent:
     run_id: str | None = None
     source_event_id: str | None = None
     occurred_at: datetime | None = None
+    # Sent for the first time (its sender re-sends nothing): not looked up among the stored
+    # events. Wrongly so, the unique index on (thread, source_event_id) refuses it instead.
+    fresh: bool = False
 
 
-def stored_event(row: SessionEvent, duplicate: bool = False) -> StoredEvent:
+LOOKUP_CHUNK = 500  # (thread, source_event_id) pairs looked up a query at the most
+
+
+def stored_event(row: SessionEvent | sa.Row[Any], duplicate: bool = False) -> StoredEvent:
+    """A stored row (an ORM row or the table's columns) as the streams carry it."""
     return StoredEvent(
         session_id=row.session_id,
         seq=row.seq,
@@ -63,42 +70,36 @@ def _stored(
     db: Session, events_by_thread: Mapping[str, Sequence[NewEvent]]
 ) -> dict[tuple[str, str], StoredEvent]:
     """The events already stored under these threads' source_event_ids, by (thread, id)."""
-    wanted = {
-        (session_id, event.source_event_id)
-        for session_id, events in events_by_thread.items()
-        for event in events
-        if event.source_event_id
-    }
-    if not wanted:
-        return {}
+    wanted = sorted(
+        {
+            (session_id, event.source_event_id)
+            for session_id, events in events_by_thread.items()
+            for event in events
+            if event.source_event_id and not event.fresh
+        }
+    )
     table = SessionEvent.__table__  # type: ignore[attr-defined]
-    rows = db.execute(
-        sa.select(table).where(
-            table.c.session_id.in_({key[0] for key in wanted}),
-            table.c.source_event_id.in_({key[1] for key in wanted}),
-        )
-    ).all()
-    return {
-        (row.session_id, row.source_event_id): StoredEvent(
-            session_id=row.session_id,
-            seq=row.seq,
-            type=row.type,
-            payload=row.payload,
-            run_id=row.run_id,
-            source_event_id=row.source_event_id,
-            occurred_at=row.occurred_at,
-            duplicate=True,
-        )
-        for row in rows
-        if (row.session_id, row.source_event_id) in wanted
-    }
+    found: dict[tuple[str, str], StoredEvent] = {}
+    for start in range(0, len(wanted), LOOKUP_CHUNK):
+        chunk = set(wanted[start : start + LOOKUP_CHUNK])
+        rows = db.execute(
+            sa.select(table).where(
+                table.c.session_id.in_({key[0] for key in chunk}),
+                table.c.source_event_id.in_({key[1] for key in chunk}),
+            )
+        ).all()
+        for row in rows:
+            if (row.session_id, row.source_event_id) in chunk:
+                found[(row.session_id, row.source_event_id)] = stored_event(row, duplicate=True)
+    return found
 
 
 def append_to_threads(
     db: Session, events_by_thread: Mapping[str, Sequence[NewEvent]]
 ) -> dict[str, list[StoredEvent]]:
     """Store events on several threads at once, each thread's in order with consecutive
-    seqs: one query for duplicates, one statement reserving every thread's seqs, one insert.
+    seqs: a query for duplicates (none for `fresh` events), one statement reserving every
+    thread's seqs, one insert.
     Answers each thread's events one for one: an event whose source_event_id is already
     stored (or came earlier in this call) is not stored again and answers with the stored
     one, flagged duplicate."""
@@ -120,12 +121,16 @@ def append_to_threads(
     }
     rows: list[dict[str, Any]] = []
     answers: dict[str, list[StoredEvent]] = {}
+    stored_now: dict[tuple[str, str], StoredEvent] = {}
     for session_id, events in events_by_thread.items():
         answered = answers.setdefault(session_id, [])
         for event in events:
             source = event.source_event_id
             if source and (session_id, source) in known:
                 answered.append(known[(session_id, source)])
+                continue
+            if source and (session_id, source) in stored_now:  # given twice in this call
+                answered.append(replace(stored_now[(session_id, source)], duplicate=True))
                 continue
             seq, occurred_at = next_seq[session_id], event.occurred_at or now
             next_seq[session_id] += 1
@@ -152,8 +157,8 @@ def append_to_threads(
                 occurred_at=occurred_at,
             )
             answered.append(stored)
-            if source:  # a repeat later in this call answers as a duplicate of this one
-                known[(session_id, source)] = replace(stored, duplicate=True)
+            if source:
+                stored_now[(session_id, source)] = stored
     if rows:
         db.execute(sa.insert(SessionEvent.__table__), rows)  # type: ignore[attr-defined]
     return answers

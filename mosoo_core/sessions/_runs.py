@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -87,23 +88,32 @@ _RUN_STATUS_BY_KIND = {
 }
 
 
+@dataclass(frozen=True)
+class DriverBatch:
+    """One `events` message of a driver. `may_repeat`: it may hold events sent before (a
+    driver re-sends what was not acknowledged after it reconnects), so each is looked up
+    among the stored ones; without, a repeated one is refused by the unique index instead."""
+
+    instance: DriverInstance
+    events: Sequence[DriverEvent]
+    may_repeat: bool = True
+
+
 def ingest_driver_events(
     db: Session, instance: DriverInstance, events: list[DriverEvent]
 ) -> list[StoredEvent]:
     """Store a driver's batch (one transaction, duplicates dropped) and apply run transitions.
     Events for a run that this driver instance does not serve are refused."""
-    return ingest_driver_batches(db, [(instance, events)])[0]
+    return ingest_driver_batches(db, [DriverBatch(instance, events)])[0]
 
 
-def ingest_driver_batches(
-    db: Session, batches: Sequence[tuple[DriverInstance, Sequence[DriverEvent]]]
-) -> list[list[StoredEvent]]:
+def ingest_driver_batches(db: Session, batches: Sequence[DriverBatch]) -> list[list[StoredEvent]]:
     """Store the batches of several drivers in the caller's transaction, with a query or
     statement for all of them at each step, and apply their run transitions. Each batch is
     answered with its events one for one (duplicates flagged, with their stored seq), then
     what its transitions stored. A batch naming a run its driver does not serve refuses
     the call (`foreign_run`) before anything is stored."""
-    run_ids = {event.run_id for _, events in batches for event in events}
+    run_ids = {event.run_id for batch in batches for event in batch.events}
     # Not the run's spec, input or setup log (kilobytes each, read again for every batch).
     large = ("snapshot", "input_text", "attachments", "setup_log")
     runs = {
@@ -114,14 +124,14 @@ def ingest_driver_batches(
             .options(*(defer(getattr(SessionRun, name)) for name in large))
         ).all()
     }
-    for instance, events in batches:
-        for event in events:
+    for batch in batches:
+        for event in batch.events:
             run = runs.get(event.run_id)
-            if run is None or run.driver_instance_id != instance.id:
+            if run is None or run.driver_instance_id != batch.instance.id:
                 raise DriverRefused("foreign_run", "event names a run this driver does not serve")
     by_thread: dict[str, list[NewEvent]] = {}
-    for _, events in batches:
-        for event in events:
+    for batch in batches:
+        for event in batch.events:
             by_thread.setdefault(runs[event.run_id].session_id, []).append(
                 NewEvent(
                     type=PUBLIC_EVENT_TYPES.get(event.kind, event.kind),
@@ -129,16 +139,17 @@ def ingest_driver_batches(
                     run_id=event.run_id,
                     source_event_id=event.source_event_id,
                     occurred_at=_parse_time(event.occurred_at),
+                    fresh=not batch.may_repeat,
                 )
             )
     answers = {
         session_id: iter(stored) for session_id, stored in append_to_threads(db, by_thread).items()
     }
     results: list[list[StoredEvent]] = []
-    for _, events in batches:
-        stored = [next(answers[runs[event.run_id].session_id]) for event in events]
+    for batch in batches:
+        stored = [next(answers[runs[event.run_id].session_id]) for event in batch.events]
         fresh: dict[str, list[DriverEvent]] = {}
-        for event, result in zip(events, list(stored), strict=True):
+        for event, result in zip(batch.events, list(stored), strict=True):
             if not result.duplicate:
                 fresh.setdefault(event.run_id, []).append(event)
                 stored += _apply(db, runs[event.run_id], event)

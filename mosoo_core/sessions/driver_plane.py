@@ -25,6 +25,7 @@ from mosoo_core.sessions._events import NewEvent, append_events, read_events
 from mosoo_core.sessions._grants import GrantContext, issue_model_grant, resolve_model_grant
 from mosoo_core.sessions._marks import MarkClock, record_marks
 from mosoo_core.sessions._runs import (
+    DriverBatch,
     finish_run,
     ingest_driver_batches,
     ingest_driver_events,
@@ -33,6 +34,7 @@ from mosoo_core.sessions._runs import (
 )
 
 __all__ = [
+    "DriverBatch",
     "DriverRefused",
     "DriverWelcome",
     "GrantContext",

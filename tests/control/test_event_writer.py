@@ -102,6 +102,25 @@ async def _store_together(
         await client.aclose()
 
 
+async def _send_batches(
+    control: ControlServer, booted: Booted, batches: list[list[str]]
+) -> list[dict[str, Any]]:
+    """A driver's hello, then each batch of deltas (named by source_event_id) sent once the
+    one before it is acknowledged; the acks."""
+    async with control.connect() as ws:
+        await ws.send(hello(booted.instance_id, boot_token=booted.boot_token))
+        assert (await recv_json(ws))["type"] == "welcome"
+        acks = []
+        for batch in batches:
+            events = [event(booted.run_id, source, "message.delta", text="x") for source in batch]
+            await ws.send(json.dumps({"type": "events", "events": events}))
+            reply = await recv_json(ws)
+            while reply["type"] != "ack":
+                reply = await recv_json(ws)
+            acks.append(reply)
+        return acks
+
+
 def test_batches_arriving_together_are_committed_once_and_each_answered_with_its_seqs(
     engine: Engine, stream_redis: redis.Redis
 ) -> None:
@@ -217,21 +236,8 @@ def test_many_drivers_at_once_get_every_event_stored_once_in_order_and_a_rogue_i
         threads = [boot_fixture(db, f"many{i}@example.com") for i in range(drivers)]
 
     async def play(booted: Booted) -> list[dict[str, Any]]:
-        async with control.connect() as ws:
-            await ws.send(hello(booted.instance_id, boot_token=booted.boot_token))
-            assert (await recv_json(ws))["type"] == "welcome"
-            acks = []
-            for batch in range(5):
-                events = [
-                    event(booted.run_id, f"{booted.run_id}-{batch}-{i}", "message.delta", text="x")
-                    for i in range(20)
-                ]
-                await ws.send(json.dumps({"type": "events", "events": events}))
-                reply = await recv_json(ws)
-                while reply["type"] != "ack":
-                    reply = await recv_json(ws)
-                acks.append(reply)
-            return acks
+        batches = [[f"{booted.run_id}-{b}-{i}" for i in range(20)] for b in range(5)]
+        return await _send_batches(control, booted, batches)
 
     async def rogue(booted: Booted, victim: Booted) -> dict[str, Any]:
         async with control.connect() as ws:
@@ -272,3 +278,25 @@ def test_many_drivers_at_once_get_every_event_stored_once_in_order_and_a_rogue_i
         assert not db.exec(
             select(SessionEvent).where(SessionEvent.source_event_id == "rogue-1")
         ).first()
+
+
+def test_an_event_sent_again_after_batches_that_repeated_nothing_is_still_stored_once(
+    control: ControlServer, engine: Engine
+) -> None:
+    """Once a connection's batch repeats nothing, control stops looking its events up: a
+    driver that sends an old one again all the same (through the socket, as a rogue or
+    broken driver would) has it refused by the unique index, and the batch is stored again
+    with the lookup: the old event answered with its seq, the new ones stored once."""
+    with Session(engine) as db:
+        booted = boot_fixture(db, "again@example.com")
+
+    batches = [["a1", "a2"], ["b1"], ["a1", "c1", "c2"]]
+    first, _, again = asyncio.run(_send_batches(control, booted, batches))
+    rows = _stored_rows(engine, booted.session_id)
+    assert [row.seq for row in rows] == list(range(1, len(rows) + 1))
+    sources = [row.source_event_id for row in rows if row.source_event_id]
+    assert sources == ["a1", "a2", "b1", "c1", "c2"]
+    by_source = {row.source_event_id: row.seq for row in rows}
+    assert again["source_event_ids"] == ["a1", "c1", "c2"]
+    assert again["seqs"] == [by_source["a1"], by_source["c1"], by_source["c2"]]
+    assert again["seqs"][0] == first["seqs"][0]
