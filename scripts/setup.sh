@@ -62,8 +62,9 @@ fi
 # --- services --------------------------------------------------------------------------
 if ! redis-cli -p 6379 ping >/dev/null 2>&1; then
   log "starting redis-server on 127.0.0.1:6379"
+  # 64 databases: each parallel test worker takes 16 (tests/support/redis_db.py).
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
-    --logfile "$root/data/log/redis.log"
+    --databases 64 --logfile "$root/data/log/redis.log"
 fi
 if ! docker info >/dev/null 2>&1; then
   log "starting the Docker engine"
@@ -92,6 +93,9 @@ if [ "$mode" = test ]; then
   for _ in $(seq 1 30); do su postgres -c "psql -qAtc 'select 1'" >/dev/null 2>&1 && break; sleep 1; done
   su postgres -c "psql -qAtc \"select 1 from pg_roles where rolname='mosoo'\"" | grep -q 1 \
     || su postgres -c "psql -qc \"create role mosoo login password 'mosoo'\""
+  # Each parallel test worker creates its own database (mosoo_test_gw0, ...: tests/support/workers.py).
+  su postgres -c "psql -qAtc \"select rolcreatedb from pg_roles where rolname='mosoo'\"" | grep -q t \
+    || su postgres -c "psql -qc 'alter role mosoo createdb'"
   su postgres -c "psql -qAtc \"select 1 from pg_database where datname='mosoo_test'\"" | grep -q 1 \
     || su postgres -c "psql -qc 'create database mosoo_test owner mosoo'"
   # Real third-party peers the tests run, installed here (from the npm registry, pinned) so a

@@ -12,6 +12,7 @@ from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
 from mosoo_core import migrations
 from mosoo_core.settings import reset_settings_cache
 from tests.support.processes import free_port, mosoo_env, page_served, running, wait_for
+from tests.support.redis_db import redis_url
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -42,6 +43,9 @@ def web_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
         database_url,
         MOSOO_WEB_PORT=str(port),
         MOSOO_PUBLIC_URL=f"http://127.0.0.1:{port}",
+        # The run's default Redis database, as the test process's (tests/conftest.py): a
+        # worker's console never counts another worker's sign-ins.
+        MOSOO_REDIS_URL=redis_url(0),
         # The journeys' MCP servers (tests/support/mcp_server.py) listen on loopback.
         MOSOO_MCP_ALLOW_PRIVATE_NETWORKS="true",
     )

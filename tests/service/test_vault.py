@@ -151,6 +151,7 @@ def test_without_create_a_missing_key_file_is_an_error(isolated_settings: Path) 
         base64.b64encode(b"short").decode(),
         base64.b64encode(os.urandom(33)).decode(),
     ],
+    ids=["empty", "not base64", "too short", "too long"],  # the same in every xdist worker
 )
 def test_a_malformed_master_key_is_refused(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
     monkeypatch.setenv("MOSOO_MASTER_KEY", text or "=")

@@ -1,9 +1,11 @@
 """The Redis databases tests use, and one of the test's own, flushed before and after.
 
-Each module that needs Redis names a fixed database number; `db_number` shifts it by
-`MOSOO_TEST_REDIS_DB_OFFSET`, so two test runs can share one Redis server without sharing a
-database. (Running the two database passes of `make test` side by side this way was tried
-and measured slower on 2 cores: the journeys are CPU-bound while they render and boot.)
+Each module that needs Redis names a fixed database number below `PER_WORKER`; `db_number`
+shifts it by `MOSOO_TEST_REDIS_DB_OFFSET`, so two test runs can share one Redis server
+without sharing a database, and by `PER_WORKER` for each pytest-xdist worker before this one
+(gw1 takes 16-31 above the offset, gw2 32-47...), so the workers of one run never share one
+either. Redis must then have offset + 16 x workers databases (scripts/setup.sh starts it with
+64; scripts/test.sh runs no more workers than fit).
 """
 
 from __future__ import annotations
@@ -15,11 +17,15 @@ import pytest
 import redis
 
 from mosoo_core.settings import reset_settings_cache
+from tests.support import workers
 
-OFFSET = int(os.environ.get("MOSOO_TEST_REDIS_DB_OFFSET", "0"))
+PER_WORKER = 16
+OFFSET = int(os.environ.get("MOSOO_TEST_REDIS_DB_OFFSET", "0")) + PER_WORKER * workers.INDEX
 
 
 def db_number(number: int) -> int:
+    if not 0 <= number < PER_WORKER:
+        raise ValueError(f"a test's Redis database is 0-{PER_WORKER - 1}, not {number}")
     return number + OFFSET
 
 
