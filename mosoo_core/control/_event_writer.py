@@ -1,7 +1,8 @@
 """Group commit: the event batches of every driver connection of this control process are
 stored by one writer thread, as many to a transaction as have arrived while the previous
-transaction was committing, then published to the threads' Redis streams in one pipeline;
-each batch is acknowledged only after the transaction holding it has committed.
+transaction was committing; each batch is acknowledged once the transaction holding it has
+committed, and the group is published to the threads' Redis streams (in as few calls as
+can be) while the next group commits.
 
 One writer keeps SQLite's single write lock uncontended and pays PostgreSQL's commit once
 for many batches. A batch that fails (a superseded connection, a run the driver does not
@@ -96,30 +97,33 @@ class EventWriter:
 
     async def _write_forever(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._queue:
-                group = self._take()
-                try:
-                    await loop.run_in_executor(self._thread, _store_group, group)
-                    await streams.publish_events_async(
-                        self.redis, [event for batch in group for event in batch.stored]
+        publishing: asyncio.Task[None] | None = None
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                while self._queue:
+                    group = self._take()
+                    storing = loop.run_in_executor(self._thread, _store_group, group)
+                    try:
+                        # The group before this one goes to Redis while this one commits;
+                        # one publish at a time keeps each stream in seq order.
+                        if publishing is not None:
+                            await publishing
+                        await storing
+                    except BaseException as error:  # a bug or a cancel: no batch waits for good
+                        _fail(group, error)
+                        raise
+                    _answer(group)
+                    publishing = asyncio.create_task(
+                        streams.publish_events_async(
+                            self.redis, [event for batch in group for event in batch.stored]
+                        )
                     )
-                except BaseException as error:  # a bug or a cancel: no batch waits for good
-                    for batch in group:
-                        if not batch.done.done():
-                            batch.done.set_exception(
-                                error if isinstance(error, Exception) else RuntimeError("stopped")
-                            )
-                    raise
-                for batch in group:
-                    if batch.done.done():  # its connection went away meanwhile
-                        continue
-                    if batch.error is not None:
-                        batch.done.set_exception(batch.error)
-                    else:
-                        batch.done.set_result(batch.stored)
+        finally:  # stopping: what was acknowledged still reaches the streams
+            if publishing is not None:
+                with contextlib.suppress(Exception):
+                    await publishing
 
     def _take(self) -> list[_Batch]:
         group = [self._queue.popleft()]
@@ -129,6 +133,25 @@ class EventWriter:
             events += len(batch.events)
             group.append(batch)
         return group
+
+
+def _answer(group: list[_Batch]) -> None:
+    """Committed: each connection acknowledges its batch (or refuses it) now."""
+    for batch in group:
+        if batch.done.done():  # its connection went away meanwhile
+            continue
+        if batch.error is not None:
+            batch.done.set_exception(batch.error)
+        else:
+            batch.done.set_result(batch.stored)
+
+
+def _fail(group: list[_Batch], error: BaseException) -> None:
+    for batch in group:
+        if not batch.done.done():
+            batch.done.set_exception(
+                error if isinstance(error, Exception) else RuntimeError("stopped")
+            )
 
 
 def _store_group(group: list[_Batch]) -> None:

@@ -174,7 +174,7 @@ class DriverConnection:
         if isinstance(message, Heartbeat):
             await asyncio.to_thread(self._in_db, driver_plane.record_heartbeat)
         elif isinstance(message, Events):
-            # Stored (committed) and published before the ack: see _event_writer.
+            # Stored (committed) before the ack; published meanwhile: see _event_writer.
             stored = await self.writer.store(
                 self.instance_id,
                 self.connection_id,
