@@ -105,6 +105,20 @@ def session_scope(engine: Engine | None = None) -> Iterator[Session]:
             raise
 
 
+# What a function that only runs Core statements (columns, not ORM rows) takes: a Session, or
+# the plain Connection of `connection_scope`.
+Connectable = Session | sa.Connection
+
+
+@contextmanager
+def connection_scope(engine: Engine | None = None) -> Iterator[sa.Connection]:
+    """`session_scope` without the ORM, for units of work of Core statements only: an ORM
+    session costs more CPU to open and close than the API's most frequent reads take."""
+    with (engine or get_engine()).connect() as connection:
+        yield connection
+        connection.commit()  # an error instead closes it, which rolls back
+
+
 def commit_refusal(db: Session, error: BaseException) -> NoReturn:
     """Record, then refuse: commit what this unit of work has written so far, then raise.
 

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy import bindparam
 from sqlmodel import Session, select
 
+from mosoo_core.db import Connectable
 from mosoo_core.errors import NotFound
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.identity import App, Organization
@@ -36,9 +37,9 @@ def organization_of(db: Session, account_id: str) -> Organization:
 def _in_account(statement: S) -> S:
     """`statement` (which already has the `app` table) narrowed to the App of the account
     bound as `account_id`: the ownership check joins into the lookup, one query, not three."""
-    return statement.join(_ORGANIZATIONS, _ORGANIZATIONS.c.id == _APPS.c.organization_id).where(
-        _ORGANIZATIONS.c.owner_account_id == bindparam("account_id")
-    )
+    return statement.join_from(
+        _APPS, _ORGANIZATIONS, _ORGANIZATIONS.c.id == _APPS.c.organization_id
+    ).where(_ORGANIZATIONS.c.owner_account_id == bindparam("account_id"))
 
 
 # Built once: building a statement costs more than running it (the API reads these all the time).
@@ -50,16 +51,17 @@ _AGENT = _in_account(
 )
 
 
-def _thread_in_account(statement: S) -> S:
+def thread_in_account(statement: S) -> S:
+    """`statement`, which selects from `agent_session`, narrowed to the thread bound as
+    `thread_id` if it is the account's (`account_id`): see `owned_thread_row`."""
     return _in_account(
-        statement.join(_APPS, _APPS.c.id == _THREADS.c.app_id).where(
+        statement.join_from(_THREADS, _APPS, _APPS.c.id == _THREADS.c.app_id).where(
             _THREADS.c.id == bindparam("thread_id")
         )
     )
 
 
-_THREAD = _thread_in_account(select(AgentSession))
-_THREAD_COLUMNS = _thread_in_account(sa.select(_THREADS))
+_THREAD = thread_in_account(select(AgentSession))
 
 
 def owned_app(db: Session, account_id: str, app_id: str) -> App:
@@ -101,11 +103,13 @@ def owned_thread(db: Session, account_id: str, thread_id: str) -> AgentSession:
     return row
 
 
-def owned_thread_columns(db: Session, account_id: str, thread_id: str) -> sa.Row[Any]:
-    """`owned_thread`'s check, reading the thread's columns instead of loading its ORM row
-    (half the CPU): for answers that only read the thread."""
+def owned_thread_row(
+    db: Connectable, account_id: str, thread_id: str, query: sa.Select[Any]
+) -> sa.Row[Any]:
+    """`owned_thread`'s check, running `query` (made with `thread_in_account`, built once)
+    for columns instead of loading the ORM row (half the CPU): for answers that only read."""
     params = {"account_id": account_id, "thread_id": thread_id}
-    row = db.execute(_THREAD_COLUMNS, params).first() if thread_id else None
+    row = db.execute(query, params).first() if thread_id else None
     if row is None:
         raise NotFound("Thread not found.")
     return row

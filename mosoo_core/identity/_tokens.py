@@ -14,6 +14,7 @@ from sqlalchemy import bindparam
 from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
+from mosoo_core.db import Connectable
 from mosoo_core.errors import InvalidInput, NotFound, Unauthenticated
 from mosoo_core.identity._secrets import token_digest
 from mosoo_core.tables.identity import AccessToken, Account
@@ -132,7 +133,7 @@ _TOUCH = (
 
 
 def authenticate_access_token(
-    db: Session, secret: str | None, *, now: datetime | None = None
+    db: Connectable, secret: str | None, *, now: datetime | None = None
 ) -> AccessTokenView:
     """The live token behind a secret; Unauthenticated when malformed, unknown or revoked.
     Read on every request, never cached: a revoked token is refused on the next one."""

@@ -80,7 +80,7 @@ def session_view(row: AgentSession | sa.Row[Any]) -> SessionView:
     )
 
 
-def run_view(row: SessionRun | sa.Row[Any]) -> RunView:
+def run_view(row: SessionRun) -> RunView:
     return RunView(
         id=row.id,
         session_id=row.session_id,

@@ -8,15 +8,17 @@ from dataclasses import dataclass, fields
 from datetime import UTC, date, datetime
 from typing import Any, Literal, get_args
 
+import sqlalchemy as sa
 from sqlalchemy import bindparam
 from sqlmodel import Session, col, func, select
 
+from mosoo_core.db import Connectable
 from mosoo_core.errors import InvalidInput
 from mosoo_core.ownership import owned_app
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import SessionRun
 from mosoo_core.tables.usage import UsageDaily, UsageEvent, UsageRollupDay
-from mosoo_core.usage._rollups import EVENT_SUMS, day_bounds, days_between
+from mosoo_core.usage._rollups import EVENT_SUMS, EVENTS, day_bounds, days_between
 
 GroupBy = Literal["day", "agent", "model", "purpose"]
 GROUPS: tuple[str, ...] = get_args(GroupBy)
@@ -87,12 +89,13 @@ _SUMS = (
 
 # Built once: the API answers a thread with its latest run's usage, and clients poll it. The
 # last column says whether the rollup has pruned the records of the run's day.
-_RUN_SUMS = select(  # type: ignore[call-overload]
+_ROLLUP_DAYS: sa.Table = UsageRollupDay.__table__  # type: ignore[attr-defined]
+_RUN_SUMS = sa.select(
     *EVENT_SUMS,
-    select(UsageRollupDay.raw_pruned)
-    .where(UsageRollupDay.day == bindparam("day"))
+    sa.select(_ROLLUP_DAYS.c.raw_pruned)
+    .where(_ROLLUP_DAYS.c.day == bindparam("day"))
     .scalar_subquery(),
-).where(UsageEvent.run_id == bindparam("run_id"))
+).where(EVENTS.c.run_id == bindparam("run_id"))
 
 
 def _totals(numbers: Any) -> UsageTotals:
@@ -275,11 +278,11 @@ def run_usage(db: Session, run_id: str) -> UsageTotals | None:
     return usage_of_run(db, run_id, run.created_at) if run is not None else None
 
 
-def usage_of_run(db: Session, run_id: str, created_at: datetime) -> UsageTotals | None:
+def usage_of_run(db: Connectable, run_id: str, created_at: datetime) -> UsageTotals | None:
     """`run_usage` for a caller that has read the run (`created_at` names the day whose
     rollup may have pruned its records): one query."""
     day = created_at.astimezone(UTC).date()
-    *numbers, pruned = db.exec(_RUN_SUMS, params={"run_id": run_id, "day": day}).one()
+    *numbers, pruned = db.execute(_RUN_SUMS, {"run_id": run_id, "day": day}).one()
     return None if pruned else _totals(numbers)
 
 

@@ -6,13 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, TypeVar
 
+import sqlalchemy as sa
 from fastapi import Depends
-from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlmodel import Session
 
 from mosoo_core import identity
-from mosoo_core.db import session_scope
+from mosoo_core.clock import utcnow
+from mosoo_core.db import Connectable, connection_scope
+from mosoo_web.api._threads import in_thread
 from mosoo_web.api.v1._ratelimit import check_rate_limit
 
 T = TypeVar("T")
@@ -33,37 +34,39 @@ class Caller:
     token_id: str
 
 
-def authenticate(db: Session, credentials: HTTPAuthorizationCredentials | None) -> Caller:
+def authenticate(db: Connectable, credentials: HTTPAuthorizationCredentials | None) -> Caller:
     """The token's account, or Unauthenticated; RateLimited past the token's limit. The token
     is read on every request, never cached: a revoked one is refused on the next request."""
-    token = identity.authenticate_access_token(
-        db, credentials.credentials if credentials is not None else None
-    )
+    now = utcnow()
+    secret = credentials.credentials if credentials is not None else None
+    token = identity.authenticate_access_token(db, secret, now=now)
+    if token.last_used_at == now:  # recorded just now (once a minute): kept whatever comes next
+        db.commit()
     check_rate_limit(token.id)
     return Caller(account_id=token.account_id, token_id=token.id)
 
 
-def authenticated_caller(credentials: CredentialsDep) -> Caller:
-    # A plain `def`: FastAPI runs it in the thread pool, so the database work does not block the loop.
-    with session_scope() as db:
-        return authenticate(db, credentials)
+async def authenticated_caller(credentials: CredentialsDep) -> Caller:
+    def check() -> Caller:
+        with connection_scope() as db:
+            return authenticate(db, credentials)
+
+    return await in_thread(check)
 
 
 CallerDep = Annotated[Caller, Depends(authenticated_caller)]
 
 
 async def as_caller(
-    credentials: HTTPAuthorizationCredentials | None, work: Callable[[Session, Caller], T]
+    credentials: HTTPAuthorizationCredentials | None,
+    work: Callable[[sa.Connection, Caller], T],
 ) -> T:
     """The token check, the rate limit and `work` in one trip to the thread pool and one
-    database session, for the routes clients call most (with `CallerDep`, the check is a
-    trip and a session of its own). The check is committed before `work` runs, so a refusal
-    by `work` keeps the token's last-used time."""
+    connection, for the reads clients call most (with `CallerDep`, the check is a trip and
+    a unit of work of its own): `work` runs Core statements, without the ORM's session."""
 
     def unit() -> T:
-        with session_scope() as db:
-            caller = authenticate(db, credentials)
-            db.commit()
-            return work(db, caller)
+        with connection_scope() as db:
+            return work(db, authenticate(db, credentials))
 
-    return await run_in_threadpool(unit)
+    return await in_thread(unit)

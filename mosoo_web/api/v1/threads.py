@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
+import sqlalchemy as sa
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from sqlmodel import Session
 
 from mosoo_core import sessions
 from mosoo_core.db import session_scope
@@ -151,7 +151,7 @@ async def list_threads(
     responses=error_responses(404),
 )
 async def get_thread(thread_id: ThreadId, credentials: CredentialsDep) -> ThreadDetail:
-    def work(db: Session, caller: Caller) -> ThreadDetail:
+    def work(db: sa.Connection, caller: Caller) -> ThreadDetail:
         thread, run = actions.thread_with_latest_run(db, caller.account_id, thread_id)
         latest = Run.of(run, usage_of_run(db, run.id, run.created_at)) if run else None
         return ThreadDetail(**Thread.of(thread).model_dump(), latest_run=latest)
