@@ -26,7 +26,7 @@ in a fresh interpreter there (the first run pays it, in a thread: `openai`, `cla
 
 (d) an Assistant (Pet, `openai`) after `--messages` messages in one thread, each run dispatched
 and finished as the worker does: how many driver processes its sandbox still holds, and
-their memory (each run boots a driver of its own there, and a finished run's stays).
+their memory (each run boots a driver of its own there, stopped once its run is over).
 
 `--baseline DIR`: DIR holds a `driver/` package of another revision (for example
 `git archive HEAD~3 driver | tar -x -C DIR`); it is copied into the same kind of sandbox and
@@ -448,10 +448,14 @@ def assistant_after(stack: Stack, backend: Any, model: Any, messages: int) -> li
         {LABEL_SUBJECT: f"agent:{owner.agent_id}", **installation_label()}
     )
     try:
+        # A finished run's driver is told to stop: give the last one time to exit.
+        deadline = time.monotonic() + 15
+        while _driver_pids(ref.id) and time.monotonic() < deadline:
+            time.sleep(0.1)
         pids = _driver_pids(ref.id)
         for pid in pids:
             wait_idle(pid)
-        return [memory_of(pid) for pid in pids]
+        return [memory_of(pid) for pid in pids if Path(f"/proc/{pid}").exists()]
     finally:
         backend.remove(ref)
 

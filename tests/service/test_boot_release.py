@@ -136,7 +136,11 @@ def test_a_pet_run_stopped_before_it_started_loses_its_driver_once(
         assert db.get(SessionRun, run_id).status == "cancelled"  # type: ignore[union-attr]
 
 
-def test_a_pet_run_that_started_keeps_its_driver(engine: Engine, backend: SandboxBackend) -> None:
+def test_a_pet_run_that_ended_stops_its_driver_and_keeps_the_sandbox(
+    engine: Engine, backend: SandboxBackend
+) -> None:
+    """A driver serves one run: once it is over the driver is told to stop (held, each kept
+    its runtime's SDK), the Agent's sandbox stays; twice, it is told once."""
     _, _, run_id, instance_id = _booting_run(engine, "pet")
     started_and_completed = [
         DriverEvent(
@@ -150,4 +154,6 @@ def test_a_pet_run_that_started_keeps_its_driver(engine: Engine, backend: Sandbo
         driver_plane.ingest_driver_events(db, instance, started_and_completed)
         db.commit()
     assert finish_run_sandbox(run_id, backend) == "kept"
-    assert _stops(engine, instance_id) == 0
+    assert _stops(engine, instance_id) == 1
+    assert finish_run_sandbox(run_id, backend) == "kept"
+    assert _stops(engine, instance_id) == 1
