@@ -1,12 +1,15 @@
 """How the suite is handed to pytest-xdist workers (`--dist loadscope`; tests/conftest.py).
 
 A unit of work goes to one worker whole. A unit is a module's tests on one database backend,
-so a module's fixtures are set up once per backend as without xdist. The folders whose
-modules share processes started once per session are one unit per backend: tests/security
-(its `mosoo web` and `mosoo control`) and the browser modules on the session's console
-(`web_server`), so each is started once per run, not once per worker. Workers take the units
-in the order of their collection, which `order_units` sets: the real-stack units first, then
-the rest by size, so a long unit never starts last while the other workers are idle.
+so a module's fixtures are set up once per backend as without xdist; tests/security is one
+unit per backend (its `mosoo web` and `mosoo control` are started once per session).
+
+The real-stack journeys are CPU-bound while consoles build and sandboxes boot, and time out
+when several run at once on 2 cores; the other tests mostly wait on sockets. So each worker
+collects the units in one order (`order_units`): the real-stack ones (a test marked
+`integration` or `browser`) first, then the rest; gw0 takes units from the front of that
+queue and the other workers from its back, so one worker runs the journeys one after the
+other while the others run everything else beside it, and they meet at the end.
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ from xdist.workermanage import WorkerController
 
 BACKENDS = ("sqlite", "postgresql")
 SECURITY = "tests/security/"
-BROWSER = "tests/browser/"
-REAL_STACK = ("tests/integration/", SECURITY, BROWSER)
 _PARAMS = re.compile(r"\[(.*)\]$")
 
 
@@ -50,24 +51,25 @@ class SuiteScheduling(LoadScopeScheduling):
         return unit_of(nodeid)
 
     def _assign_work_unit(self, node: WorkerController) -> None:
-        # gw0 takes the real-stack units, the other workers the rest; then anything left.
-        real_stack = node.gateway.id == "gw0" or len(self.nodes) == 1
-        unit = next(
-            (u for u in self.workqueue if u.startswith(REAL_STACK) == real_stack),
-            next(iter(self.workqueue)),
-        )
-        self.workqueue.move_to_end(unit, last=False)
+        if node.gateway.id != "gw0":
+            self.workqueue.move_to_end(next(reversed(self.workqueue)), last=False)
         super()._assign_work_unit(node)
 
 
 def order_units(items: list[pytest.Item]) -> None:
-    """Keep each unit's tests together and in pytest's order; real-stack units first."""
+    """Keep each unit's tests together and in pytest's order: the real-stack units first,
+    then the others, each by size (the largest first)."""
     units = [unit_of(item.nodeid) for item in items]
     sizes = Counter(units)
+    real_stack = {
+        unit
+        for unit, item in zip(units, items, strict=True)
+        if item.get_closest_marker("integration") or item.get_closest_marker("browser")
+    }
     first_seen = {unit: index for index, unit in reversed(list(enumerate(units)))}
 
     def rank(unit: str) -> tuple[bool, int, int]:
-        return (not unit.startswith(REAL_STACK), -sizes[unit], first_seen[unit])
+        return (unit not in real_stack, -sizes[unit], first_seen[unit])
 
     order = sorted(range(len(items)), key=lambda index: (rank(units[index]), index))
     items[:] = [items[index] for index in order]
