@@ -10,6 +10,7 @@ from driver.backends.base import (
     EventSink,
     RunFailure,
     RunInput,
+    import_module,
     import_packages,
     require_packages,
 )
@@ -33,7 +34,7 @@ async def warm_up(runtime: str) -> None:
     imports it. In a thread, so the connection's heartbeats go on meanwhile."""
     name = RUNTIME_MODULES.get(runtime)
     if name is not None:
-        module = await asyncio.to_thread(importlib.import_module, name)
+        module = await asyncio.to_thread(import_module, name)
         require_packages(runtime, *module.PACKAGES)
 
 

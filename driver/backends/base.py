@@ -10,9 +10,11 @@ import importlib
 import importlib.util
 import logging
 import os
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any, ClassVar, Protocol
 
 from driver.protocol import Command, ExecutionSpec
@@ -338,11 +340,25 @@ def require_packages(runtime: str, *packages: str) -> None:
         )
 
 
+# One import thread at a time. Two threads importing an SDK at once (a standby driver's
+# prefetch and its run's first model call) can each hold a module the other needs; Python's
+# import system breaks that deadlock by handing one of them the other's half-initialized
+# module ("AttributeError: partially initialized module 'httpx' has no attribute 'Timeout'",
+# seen failing a run).
+_IMPORTING = threading.Lock()
+
+
+def import_module(name: str) -> ModuleType:
+    """`importlib.import_module`, one thread at a time (for a thread: see `import_packages`)."""
+    with _IMPORTING:
+        return importlib.import_module(name)
+
+
 async def import_packages(*modules: str) -> None:
     """Import a runtime's SDK modules in a thread, so the control connection keeps being
     served meanwhile (they take hundreds of milliseconds); quick once they are loaded."""
     for name in modules:
-        await asyncio.to_thread(importlib.import_module, name)
+        await asyncio.to_thread(import_module, name)
 
 
 def _parse_run_input(payload: dict[str, Any]) -> RunInput:

@@ -281,6 +281,8 @@ class AgentsState(rx.State):
 
     @event
     async def import_package(self, files: list[rx.UploadFile]) -> None:
+        if not files:  # refused by the browser: reject_package says why (see skills/list.py)
+            return
         account_id, app_id = await self._ids()
         self.import_error = ""
         if len(files) != 1:

@@ -9,7 +9,11 @@ asks for, and a late teardown never takes a file the thread's next message named
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,6 +117,16 @@ def _stop_while_booting(
     stopped_at = time.monotonic()
     assert "run.cancelled" in [e.type for e in stopped]
     return sent.run.id, stopped_at, container
+
+
+@contextlib.contextmanager
+def _paused(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Hold a process group we started still (SIGSTOP), then let it go on (SIGCONT)."""
+    os.killpg(process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(process.pid, signal.SIGCONT)
 
 
 def _driver_processes(container: Any) -> list[str]:
@@ -319,19 +333,22 @@ def test_a_pet_run_stopped_once_its_driver_runs_stops_that_driver_only(stack: Ru
         )
         db.commit()
     attachment = stack.data_dir / "sandbox-attachments" / container.name / notes.id
-    sent = actions.send_and_dispatch(
-        owner.account_id, thread_id, "this message is stopped", file_ids=[notes.id]
-    )
-    deadline = time.monotonic() + 60
-    while len(_driver_processes(container)) <= len(drivers_before):
-        assert time.monotonic() < deadline, "the run's driver never started"
-    run = _run(stack.engine, sent.run.id)
-    assert run.status == "booting" and run.driver_instance_id is not None
-    assert _driver(stack.engine, run.driver_instance_id).ready_at is None, (
-        "too late: the driver is already ready"
-    )
-    assert attachment.exists(), "delivered before the driver starts"
-    assert "run.cancelled" in [e.type for e in actions.stop_run(owner.account_id, thread_id)]
+    # A warm driver is ready within a few tens of milliseconds of starting: control is held
+    # still (SIGSTOP) so that its hello waits, and the stop lands while it boots, every time.
+    with _paused(stack.started["control"]):
+        sent = actions.send_and_dispatch(
+            owner.account_id, thread_id, "this message is stopped", file_ids=[notes.id]
+        )
+        deadline = time.monotonic() + 60
+        while len(_driver_processes(container)) <= len(drivers_before):
+            assert time.monotonic() < deadline, "the run's driver never started"
+        run = _run(stack.engine, sent.run.id)
+        assert run.status == "booting" and run.driver_instance_id is not None
+        assert _driver(stack.engine, run.driver_instance_id).ready_at is None, (
+            "too late: the driver is already ready"
+        )
+        assert attachment.exists(), "delivered before the driver starts"
+        assert "run.cancelled" in [e.type for e in actions.stop_run(owner.account_id, thread_id)]
     stopped_at = time.monotonic()
 
     wait_for(

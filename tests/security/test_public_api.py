@@ -32,6 +32,7 @@ from tests.security.conftest import (
     rows,
     update,
 )
+from tests.support.runs import set_run_status
 
 pytestmark = pytest.mark.integration
 
@@ -263,6 +264,8 @@ def test_a_message_while_a_run_is_active_is_refused_and_so_is_archiving(
     started = client.post(_threads_url(owner), headers=owner.headers, json={"message": "first"})
     assert started.status_code == 201 and started.json()["run"]["status"] == "queued"
     thread_id = started.json()["thread"]["id"]
+    # Running: before it starts, a second message waits its turn (tests/api/test_prompt_queue.py).
+    set_run_status(engine, started.json()["run"]["id"], "running")
     second = client.post(
         f"/api/v1/threads/{thread_id}/events",
         headers=owner.headers,

@@ -17,6 +17,7 @@ from mosoo_core.usage import (
     list_prices,
     record_usage,
     seed_prices,
+    seed_rows,
     set_app_price,
 )
 
@@ -35,7 +36,9 @@ def _record(db: Session, app_id: str, model: str, at: datetime, provider: str = 
 
 def test_a_seeded_model_is_priced_from_the_global_price(db: Session) -> None:
     _, app_id = _owner(db, "seeded@example.com")
-    assert seed_prices(db) > 0
+    # The migration stored the seed file's prices (mosoo_core.migrations.upgrade).
+    assert len(db.exec(select(ModelPrice)).all()) == len(seed_rows())
+    assert seed_prices(db) == 0
     row = _record(db, app_id, "gpt-4o-mini-2024-07-18", T0)
     # 600 * $0.15 + 400 * $0.075 + 100 * $0.60 per million = 90 + 30 + 60 micros.
     assert (row.cost_usd_micros, row.unpriced) == (180, False)

@@ -41,7 +41,9 @@ BOOT_PAYLOAD = "/run/mosoo/boot/payload.json"
 # when the backend puts it there from the host before the sandbox starts.
 STANDBY_DIR = "/run/mosoo/standby"
 ATTACHMENTS_DIR = "/mnt/attachments"
-DRIVER_COMMAND = "mosoo-driver"
+# By its full path: an environment layer's bin directories come first on the PATH, and a
+# package there must not be able to stand in for the driver.
+DRIVER_COMMAND = "/opt/mosoo/bin/mosoo-driver"
 BOOT_PAYLOAD_ENV = "MOSOO_DRIVER_BOOT_PAYLOAD_FILE"
 # Inside every sandbox (and its login shells, through /etc/profile.d/mosoo.sh): an
 # environment's packages (/opt/mosoo/env, mounted only when it has some; a missing directory

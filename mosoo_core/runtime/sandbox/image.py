@@ -69,7 +69,11 @@ SLIM_TAG = "python:3.11-slim"
 IMAGE_LABEL = "mosoo.image"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 DEBOOTSTRAP_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates,bash,coreutils"
-MOSOO_DRIVER_SCRIPT = '#!/bin/sh\nexec /opt/mosoo/venv/bin/python -m driver.main "$@"\n'
+# -P: `-m` would put the working directory (/workspace, which the agent writes and a Pet keeps
+# across runs) first on sys.path, so a planted `driver` package would start as the next run's
+# driver; -s: no user site-packages under HOME (/workspace) either. PYTHONPATH (the image's
+# /opt/mosoo) still applies.
+MOSOO_DRIVER_SCRIPT = '#!/bin/sh\nexec /opt/mosoo/venv/bin/python -P -s -m driver.main "$@"\n'
 # Debian's /etc/profile resets PATH for login shells (the bash tool runs `bash -lc`), then
 # sources /etc/profile.d/*.sh: this puts the sandbox's PATH back.
 PROFILE_SCRIPT = (

@@ -135,6 +135,10 @@ class SkillState(rx.State):
     async def upload(self, files: list[rx.UploadFile]) -> EventSpec | None:
         """The next version of this skill (its SKILL.md must keep the skill's name); shown
         once stored. A refusal shows the service's message; nothing is stored then."""
+        if not files:
+            # The browser refused the file (react-dropzone calls on_drop with nothing as well
+            # as on_drop_rejected, in either order): reject_upload says why; keep its words.
+            return None
         account_id, app_id = await current_app_ids(self)
         self.upload_error, self.upload_field = "", ""
         if self.uploading or self.missing:

@@ -65,6 +65,10 @@ class SkillsState(rx.State):
     async def upload(self, files: list[rx.UploadFile]) -> list[EventSpec] | None:
         """Store the chosen file as a skill (or its next version) and open it. A refusal
         shows the service's message, naming the field; nothing is stored then."""
+        if not files:
+            # The browser refused the file (react-dropzone calls on_drop with nothing as well
+            # as on_drop_rejected, in either order): reject_upload says why; keep its words.
+            return None
         account_id, app_id = await current_app_ids(self)
         self.upload_error, self.upload_field = "", ""
         if self.uploading:

@@ -299,6 +299,29 @@ def test_start_driver_runs_mosoo_driver_which_reads_and_deletes_the_boot_payload
     )
 
 
+def test_a_driver_package_planted_in_the_workspace_is_never_what_the_driver_runs(
+    backend: SandboxBackend, sandbox: SandboxRef
+) -> None:
+    """The workspace outlives runs (a Pet's serves every thread), and the agent writes it: a
+    `driver` package there must not shadow the real one when the next run's driver starts,
+    or one thread's agent would run as the driver of every later run, with its token."""
+    planted = (
+        "mkdir -p driver && "
+        'printf \'open("/workspace/hijacked", "w").close()\\n\' > driver/__init__.py && '
+        "touch driver/main.py"
+    )
+    _sh(backend, sandbox, planted)
+    backend.put_file(sandbox, BOOT_PAYLOAD, b"{}", 0o600)
+    backend.start_driver(sandbox)
+    # The real driver deletes its payload at once; the planted one would not get that far.
+    wait_for(
+        lambda: backend.exec(sandbox, ["test", "-e", BOOT_PAYLOAD]).exit_code != 0,
+        30,
+        "the real driver to delete its boot payload",
+    )
+    assert backend.exec(sandbox, ["test", "-e", f"{WORKSPACE}/hijacked"]).exit_code != 0
+
+
 def test_list_by_label_finds_exactly_the_matching_sandboxes(
     backend: SandboxBackend, make_sandbox: MakeSandbox, test_run_id: str
 ) -> None:
