@@ -288,6 +288,12 @@ def test_the_driver_package_and_its_requirements_are_installed(
 def test_start_driver_runs_mosoo_driver_which_reads_and_deletes_the_boot_payload(
     backend: SandboxBackend, sandbox: SandboxRef
 ) -> None:
+    _start_the_driver_and_see_it_take_its_payload(backend, sandbox)
+
+
+def _start_the_driver_and_see_it_take_its_payload(
+    backend: SandboxBackend, sandbox: SandboxRef
+) -> None:
     # Not a valid payload: the driver still deletes it at once and exits, which is enough to
     # show it started, as the sandbox user, with MOSOO_DRIVER_BOOT_PAYLOAD_FILE pointing here.
     backend.put_file(sandbox, BOOT_PAYLOAD, b"{}", 0o600)
@@ -311,14 +317,8 @@ def test_a_driver_package_planted_in_the_workspace_is_never_what_the_driver_runs
         "touch driver/main.py"
     )
     _sh(backend, sandbox, planted)
-    backend.put_file(sandbox, BOOT_PAYLOAD, b"{}", 0o600)
-    backend.start_driver(sandbox)
     # The real driver deletes its payload at once; the planted one would not get that far.
-    wait_for(
-        lambda: backend.exec(sandbox, ["test", "-e", BOOT_PAYLOAD]).exit_code != 0,
-        30,
-        "the real driver to delete its boot payload",
-    )
+    _start_the_driver_and_see_it_take_its_payload(backend, sandbox)
     assert backend.exec(sandbox, ["test", "-e", f"{WORKSPACE}/hijacked"]).exit_code != 0
 
 
