@@ -35,7 +35,9 @@ from mosoo_core.runtime.sandbox import (
     get_backend,
 )
 from mosoo_core.settings import get_settings, reset_settings_cache
+from mosoo_core.tables.identity import AuthSession
 from mosoo_core.tables.pets import PetOperation
+from mosoo_web.api import terminal as terminal_api
 from tests.api.conftest import LiveServer, live_server
 from tests.support.processes import wait_for
 from tests.support.redis_db import own_redis_database, redis_url
@@ -331,6 +333,34 @@ def test_signing_out_closes_the_open_terminal_and_ends_its_processes(
         identity.sign_out(found.token)  # announced on Redis, as the console's Sign out does
         assert _closed_with(socket) == (4401, "The sign-in session ended.")
         assert time.monotonic() - began < 10  # the announcement, not the periodic check
+    assert terminal_processes(backend, ref) == 0
+    assert recorded(found.agent_id)[-1] == (
+        "terminal close",
+        "done",
+        "The sign-in session ended.",
+    )
+
+
+def test_a_sign_in_session_that_expires_unannounced_closes_the_terminal_at_the_next_check(
+    server: LiveServer,
+    owner: tuple[Owner, SandboxRef],
+    engine: Engine,
+    backend: SandboxBackend,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Expiry is never announced on Redis: the periodic check must find it."""
+    monkeypatch.setattr(terminal_api, "SESSION_CHECK_SECONDS", 0.5)
+    found, ref = owner
+    with _connect(server, found.agent_id, found.token) as socket:
+        Screen(socket).run("sleep 999 & echo ready", r"\nready\n")
+        with Session(engine) as db:
+            session_id = identity.session_id_for_token(db, found.token)
+            auth_session = db.get(AuthSession, session_id)
+            assert auth_session is not None
+            auth_session.expires_at = utcnow() - timedelta(seconds=1)
+            db.add(auth_session)
+            db.commit()
+        assert _closed_with(socket) == (4401, "The sign-in session ended.")
     assert terminal_processes(backend, ref) == 0
     assert recorded(found.agent_id)[-1] == (
         "terminal close",
