@@ -26,14 +26,15 @@ STATUS_MESSAGES = {
 
 
 class CliAuthState(rx.State):
-    code: rx.Field[str] = rx.field("")  # what the form starts with (from ?code=)
+    # The code field's value (controlled: the page's load sets it from ?code= or clears it,
+    # in order with what is typed, so typing before the load finished is kept).
+    code: rx.Field[str] = rx.field("")
     user_code: rx.Field[str] = rx.field("")  # the request on screen, formatted XXXX-XXXX
     client_name: rx.Field[str] = rx.field("")
     # "" (nothing looked up), pending, authorized, denied, expired, consumed
     status: rx.Field[str] = rx.field("")
     outcome: rx.Field[str] = rx.field("")  # "approved" | "denied" after this page decided
     error: rx.Field[str] = rx.field("")
-    form_version: rx.Field[int] = rx.field(0)
 
     def _clear(self) -> None:
         self.user_code = self.client_name = self.status = self.outcome = self.error = ""
@@ -64,13 +65,16 @@ class CliAuthState(rx.State):
         redirect = session.guard()
         if redirect is not None:
             return redirect
-        self.form_version += 1
         if code:
             self._show(code)
         else:
             self._clear()
             self.code = ""
         return None
+
+    @event
+    def set_code(self, value: str) -> None:
+        self.code = value[:20]
 
     @event
     async def look_up(self, form: dict[str, str]) -> None:
@@ -115,7 +119,8 @@ def _code_form() -> rx.Component:
         "Code",
         rx.input(
             name="code",
-            default_value=CliAuthState.code,
+            value=CliAuthState.code,
+            on_change=CliAuthState.set_code,
             placeholder="XXXX-XXXX",
             max_length=20,
             width="100%",
@@ -126,7 +131,6 @@ def _code_form() -> rx.Component:
         rx.button("Continue", type="submit", size="3", data_testid="cli-code-submit"),
         CliAuthState.error,
         on_submit=CliAuthState.look_up,
-        key=CliAuthState.form_version,
     )
 
 
