@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -131,6 +131,25 @@ def commit_refusal(db: Session, error: BaseException) -> NoReturn:
     bookkeeping before calling this."""
     db.commit()
     raise error
+
+
+Row = TypeVar("Row")
+
+
+def insert_unless_raced(db: Session, row: Row, existing: Callable[[], Row | None]) -> Row:
+    """Insert `row`, or, when another transaction inserted its unique twin first (the
+    IntegrityError of a unique index, undone in a savepoint), return that one, `existing()`.
+    For rows that two requests may both find missing and make at once."""
+    try:
+        with db.begin_nested():
+            db.add(row)
+            db.flush()
+    except sa.exc.IntegrityError:
+        found = existing()
+        if found is None:  # not a twin: some other constraint refused the row
+            raise
+        return found
+    return row
 
 
 def check_database(engine: Engine | None = None) -> None:

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from mosoo_core.clock import utcnow
+from mosoo_core.db import insert_unless_raced
 from mosoo_core.errors import Conflict
 from mosoo_core.settings import get_settings
 from mosoo_core.tables.environments import Environment, EnvironmentBuild, EnvironmentRevision
@@ -88,14 +89,12 @@ def ensure_build_for(
 ) -> EnvironmentBuild:
     row = get_build(db, packages_hash)
     if row is None:
-        row = EnvironmentBuild(packages_hash=packages_hash, packages=packages)
-        try:
-            with db.begin_nested():
-                db.add(row)
-                db.flush()
-        except sa.exc.IntegrityError:  # another save queued the same packages just now
-            row = get_build(db, packages_hash)
-            assert row is not None
+        # Another save may queue the same packages at once: then that build is this one.
+        row = insert_unless_raced(
+            db,
+            EnvironmentBuild(packages_hash=packages_hash, packages=packages),
+            lambda: get_build(db, packages_hash),
+        )
     elif row.status == "ready" and layer_path(row) is None:
         _requeue(row)
         db.add(row)

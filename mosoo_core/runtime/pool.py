@@ -25,6 +25,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Literal
 
 import sqlalchemy as sa
 from sqlmodel import Session, col, select
@@ -32,7 +33,7 @@ from sqlmodel import Session, col, select
 from driver.protocol import MISSED_HEARTBEATS_BEFORE_DISCONNECT, BootPayload
 from mosoo_core import environments, skills
 from mosoo_core.clock import utcnow
-from mosoo_core.db import session_scope
+from mosoo_core.db import insert_unless_raced, session_scope
 from mosoo_core.environments import builds as environment_builds
 from mosoo_core.ids import new_id
 from mosoo_core.logs import get_logger
@@ -148,11 +149,14 @@ def _silent_since(now: datetime) -> datetime:
 
 
 def _key_row(db: Session, key: KeySpec, now: datetime) -> PoolKey:
-    row = db.exec(
-        select(PoolKey).where(PoolKey.host == key.host, PoolKey.digest == key.digest)
-    ).first()
-    if row is None:
-        row = PoolKey(
+    def existing() -> PoolKey | None:
+        return db.exec(
+            select(PoolKey).where(PoolKey.host == key.host, PoolKey.digest == key.digest)
+        ).first()
+
+    row = existing()
+    if row is None:  # the kind's first run, or two first runs at once: one row for both
+        made = PoolKey(
             host=key.host,
             digest=key.digest,
             app_id=key.app_id,
@@ -164,6 +168,7 @@ def _key_row(db: Session, key: KeySpec, now: datetime) -> PoolKey:
             layer=key.layer,
             created_at=now,
         )
+        row = insert_unless_raced(db, made, existing)
     row.last_wanted_at = now
     db.add(row)
     db.flush()
@@ -204,17 +209,24 @@ def claim(db: Session, key: KeySpec, run_id: str, session_id: str) -> Claimed | 
             instance.session_id = session_id
             instance.subject = f"session:{session_id}"
             db.add(instance)
-            row.hits += 1
-            db.add(row)
+            _count(db, row, "hits")
             return Claimed(
                 member_id=member.id,
                 instance_id=member.driver_instance_id,
                 sandbox_id=member.sandbox_id,
                 sandbox_name=member.sandbox_name,
             )
-    row.misses += 1
-    db.add(row)
+    _count(db, row, "misses")
     return None
+
+
+def _count(db: Session, row: PoolKey, counter: Literal["hits", "misses"]) -> None:
+    """One more hit or miss, added by the database: runs claiming at once each read the row
+    before the others committed, and `row.hits += 1` wrote back what one of them read (20 runs
+    at once against 5 members counted 3 hits on PostgreSQL)."""
+    column = col(getattr(PoolKey, counter))
+    db.execute(sa.update(PoolKey).where(col(PoolKey.id) == row.id).values({column: column + 1}))
+    db.expire(row, [counter])
 
 
 def forget_member(db: Session, instance_id: str) -> None:

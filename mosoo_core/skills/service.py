@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any, cast
 
-import sqlalchemy as sa
 from sqlmodel import Session, col, func, select
 
 from mosoo_core.clock import utcnow
+from mosoo_core.db import insert_unless_raced
 from mosoo_core.errors import FieldConflict, InvalidInput, NotFound
 from mosoo_core.files import get_store, iter_chunks
 from mosoo_core.logs import get_logger
@@ -298,16 +298,10 @@ def _new_skill(db: Session, app_id: str, name: str) -> tuple[Skill, bool]:
     skill = _live_named(db, app_id, name)
     if skill is not None:
         return skill, False
-    skill = Skill(app_id=app_id, name=name)
-    try:
-        with db.begin_nested():
-            db.add(skill)
-            db.flush()
-    except sa.exc.IntegrityError:  # another upload made it just now
-        found = _live_named(db, app_id, name)
-        assert found is not None
-        return found, False
-    return skill, True
+    made = Skill(app_id=app_id, name=name)
+    # Another upload may make it at once: then that skill is this one.
+    skill = insert_unless_raced(db, made, lambda: _live_named(db, app_id, name))
+    return skill, skill is made
 
 
 def _add_version(db: Session, skill: Skill, parsed: ParsedSkill) -> SkillVersion:

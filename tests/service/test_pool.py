@@ -152,6 +152,36 @@ def test_two_claims_at_once_never_share_a_member(engine: Engine, sized: None) ->
     assert taken == ["a"]
 
 
+@pytest.mark.parametrize("members", [0, 2], ids=["two misses", "two hits"])
+def test_claims_at_once_are_each_counted(engine: Engine, sized: None, members: int) -> None:
+    """Each claim reads the key's counters before the other committed: both counts land (they
+    were written back as read plus one, and CI's 20 runs against 5 members counted 3 hits).
+    Without members, the two are the kind's first runs: both make its row, one row is kept."""
+    with Session(engine) as db:
+        key = _key(_app(db))
+        for _ in range(members):
+            _member(db, key)
+        db.commit()  # with members, the helper's claim registered the key with one miss
+    first_claimed = threading.Event()
+
+    def dispatcher(name: str, hold: bool) -> None:
+        with Session(engine) as db:
+            pool.claim(db, key, f"run-{name}", f"thread-{name}")
+            if hold:
+                first_claimed.set()
+                threading.Event().wait(0.5)  # the other claims while this one is uncommitted
+            db.commit()
+
+    holder = threading.Thread(target=dispatcher, args=("a", True))
+    holder.start()
+    first_claimed.wait(10)
+    dispatcher("b", False)
+    holder.join(10)
+    with Session(engine) as db:
+        row = db.exec(select(PoolKey)).one()
+        assert (row.hits, row.misses) == ((2, 1) if members else (0, 2))
+
+
 def test_sizes_come_from_settings_the_more_specific_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
