@@ -138,6 +138,10 @@ class Settings(BaseSettings):
     # stream sends a keep-alive comment (proxies close connections that stay silent).
     api_rate_limit_per_minute: int = 120
     api_sse_keepalive_seconds: float = 15.0
+    # Threads of a web process for the API's token checks and hottest reads (empty: 2 on
+    # SQLite, whose reads are CPU and hold the GIL, where more threads only take turns with
+    # it; 16 on PostgreSQL, whose reads mostly wait on the network).
+    api_threads: int | None = Field(default=None, ge=1, le=64)
 
     # Usage: raw per-call records are kept this many days (at least 7, and never before their
     # day is rolled up), the daily rollups this many (the Usage page reaches back 90).
@@ -180,6 +184,12 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.data_dir / 'mosoo.db').resolve()}"
+
+    @property
+    def resolved_api_threads(self) -> int:
+        if self.api_threads is not None:
+            return self.api_threads
+        return 2 if self.resolved_database_url.startswith("sqlite") else 16
 
     @property
     def resolved_object_dir(self) -> Path:

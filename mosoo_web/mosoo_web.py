@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import reflex as rx
+from starlette.types import ASGIApp
 
 from mosoo_core.logs import configure_logging
 from mosoo_core.settings import get_settings
 from mosoo_web.api import build_api
+from mosoo_web.api.first import ApiFirst
 from mosoo_web.pages.agent_logs import AgentLogsState, agent_logs_page
 from mosoo_web.pages.agents import AgentsState, agents_page
 from mosoo_web.pages.app_home import AppHomeState, app_home_page
@@ -42,11 +44,21 @@ from mosoo_web.state.signed_out_tabs import close_signed_out_tabs
 settings = get_settings()
 configure_logging("web", settings.log_level, settings.log_json)
 
+api = build_api()
+
+
+class MosooApp(rx.App):
+    """Reflex's app, whose backend takes `/api/...` past Reflex's own wrapping (api/first.py)."""
+
+    def __call__(self) -> ASGIApp:
+        return ApiFirst(api=api, console=super().__call__())
+
+
 # Toasts at the top centre: at the bottom right they cover the chat composer's Send button, at
 # the top right a page's own actions (Publish, Versions), and a toast under the pointer pauses.
 # A signed-out tab's action raises `SignedOut`; the handler sends the tab to /login.
-app = rx.App(
-    api_transformer=build_api(),
+app = MosooApp(
+    api_transformer=api,
     toaster=rx.toast.provider(position="top-center"),
     backend_exception_handler=handle_backend_exception,
 )

@@ -36,6 +36,36 @@ def test_every_knob_is_a_mosoo_variable_and_dotenv_is_honoured(
     assert settings.resolved_database_url == "postgresql+psycopg://u:p@db/x"
 
 
+@pytest.mark.parametrize(
+    ("database_url", "threads", "resolved"),
+    [
+        ("", None, 2),  # SQLite: reads hold the GIL, more threads only take turns with it
+        ("postgresql+psycopg://u:p@db/x", None, 16),  # PostgreSQL: reads wait on the network
+        ("", "8", 8),
+    ],
+)
+def test_the_apis_threads_follow_the_database_unless_set(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    database_url: str,
+    threads: str | None,
+    resolved: int,
+) -> None:
+    monkeypatch.setenv("MOSOO_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("MOSOO_DATABASE_URL", database_url)
+    if threads is None:
+        monkeypatch.delenv("MOSOO_API_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("MOSOO_API_THREADS", threads)
+    assert Settings().resolved_api_threads == resolved
+
+
+def test_the_apis_threads_are_at_least_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOSOO_API_THREADS", "0")
+    with pytest.raises(ValueError, match=r"MOSOO_API_THREADS|api_threads"):
+        Settings()
+
+
 def test_secret_key_file_is_created_once_with_mode_0600(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
