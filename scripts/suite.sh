@@ -36,7 +36,8 @@ run_pytest() {
   local parallel=()
   [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadscope)
   set +e
-  .venv/bin/python -m pytest -p no:cacheprovider "${parallel[@]}" "$@"
+  # --durations: the 25 slowest tests close every run, where the suite's time goes.
+  .venv/bin/python -m pytest -p no:cacheprovider --durations=25 "${parallel[@]}" "$@"
   status=$?
   set -e
   if [ "$status" -eq 5 ]; then echo "no tests ran" >&2; return 1; fi
