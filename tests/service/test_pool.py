@@ -125,15 +125,11 @@ def test_another_key_never_gets_the_member(db: Session, sized: None) -> None:
         assert pool.claim(db, other, "run-x", "thread-x") is None
 
 
-def test_two_claims_at_once_never_share_a_member(engine: Engine, sized: None) -> None:
-    """Two dispatchers, each in its own transaction, after the same single member: one
-    gets it, the other finds it taken (PostgreSQL: the row lock; SQLite: the write lock)."""
-    with Session(engine) as db:
-        key = _key(_app(db))
-        _member(db, key)
-        db.commit()
+def _claim_at_once(engine: Engine, key: pool.KeySpec) -> dict[str, pool.Claimed | None]:
+    """Two dispatchers, each in its own transaction: `a` claims and holds its transaction
+    open while `b` claims; what each got."""
     first_claimed = threading.Event()
-    results: dict[str, object] = {}
+    results: dict[str, pool.Claimed | None] = {}
 
     def dispatcher(name: str, hold: bool) -> None:
         with Session(engine) as db:
@@ -148,6 +144,17 @@ def test_two_claims_at_once_never_share_a_member(engine: Engine, sized: None) ->
     first_claimed.wait(10)
     dispatcher("b", False)
     holder.join(10)
+    return results
+
+
+def test_two_claims_at_once_never_share_a_member(engine: Engine, sized: None) -> None:
+    """Two dispatchers after the same single member: one gets it, the other finds it taken
+    (PostgreSQL: the row lock; SQLite: the write lock)."""
+    with Session(engine) as db:
+        key = _key(_app(db))
+        _member(db, key)
+        db.commit()
+    results = _claim_at_once(engine, key)
     taken = [name for name in ("a", "b") if results[name] is not None]
     assert taken == ["a"]
 
@@ -162,21 +169,8 @@ def test_claims_at_once_are_each_counted(engine: Engine, sized: None, members: i
         for _ in range(members):
             _member(db, key)
         db.commit()  # with members, the helper's claim registered the key with one miss
-    first_claimed = threading.Event()
-
-    def dispatcher(name: str, hold: bool) -> None:
-        with Session(engine) as db:
-            pool.claim(db, key, f"run-{name}", f"thread-{name}")
-            if hold:
-                first_claimed.set()
-                threading.Event().wait(0.5)  # the other claims while this one is uncommitted
-            db.commit()
-
-    holder = threading.Thread(target=dispatcher, args=("a", True))
-    holder.start()
-    first_claimed.wait(10)
-    dispatcher("b", False)
-    holder.join(10)
+    results = _claim_at_once(engine, key)
+    assert [results[name] is not None for name in ("a", "b")] == [bool(members)] * 2
     with Session(engine) as db:
         row = db.exec(select(PoolKey)).one()
         assert (row.hits, row.misses) == ((2, 1) if members else (0, 2))
