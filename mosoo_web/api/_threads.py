@@ -19,7 +19,8 @@ def _pool() -> ThreadPoolExecutor:
     """asyncio's executor, not `run_in_threadpool`: anyio's capacity limiter and cancel scopes
     cost more CPU per trip than the API's reads themselves. Few threads on SQLite
     (`MOSOO_API_THREADS`): at 10 requests at once, 40 threads spent more CPU handing the GIL
-    to each other than reading (bench/api.py: 1.5 ms of CPU a request against 1.1 with 2)."""
+    to each other than reading (bench/api.py: a request at concurrency 10 cost 1.6x its CPU
+    at concurrency 1 with 40 threads, 1.3x with 2)."""
     return ThreadPoolExecutor(
         max_workers=get_settings().resolved_api_threads, thread_name_prefix="api"
     )
