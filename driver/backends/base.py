@@ -11,6 +11,7 @@ import importlib.util
 import logging
 import os
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -348,10 +349,32 @@ def require_packages(runtime: str, *packages: str) -> None:
 _IMPORTING = threading.Lock()
 
 
+# The lock orders our own import threads only: an import that the event loop's thread makes
+# at the same moment (a lazy `import httpx` of the forwarder or a tool) can still meet one,
+# and CI saw a run fail that way once more. Python removes the module that failed, and the
+# other thread finishes its own import meanwhile, so importing again succeeds.
+_PARTIAL_IMPORT_ATTEMPTS = 3
+_PARTIAL_IMPORT_PAUSE_SECONDS = 0.05
+
+
 def import_module(name: str) -> ModuleType:
-    """`importlib.import_module`, one thread at a time (for a thread: see `import_packages`)."""
+    """`importlib.import_module`, one thread at a time (for a thread: see `import_packages`),
+    tried again when another thread's import handed it a half-initialized module."""
     with _IMPORTING:
-        return importlib.import_module(name)
+        for attempt in range(1, _PARTIAL_IMPORT_ATTEMPTS + 1):
+            try:
+                return importlib.import_module(name)
+            except (AttributeError, ImportError) as error:
+                if attempt == _PARTIAL_IMPORT_ATTEMPTS or not _met_partial_import(error):
+                    raise
+                log.warning("import_retried", extra={"import": name, "error": str(error)})
+                time.sleep(_PARTIAL_IMPORT_PAUSE_SECONDS)
+        raise AssertionError("unreachable")
+
+
+def _met_partial_import(error: Exception) -> bool:
+    """Python's words for a module that another thread is still initializing."""
+    return "partially initialized module" in str(error)
 
 
 async def import_packages(*modules: str) -> None:
