@@ -34,18 +34,17 @@ def _failing(imports: list[str], errors: list[Exception]) -> Callable[[str], Mod
     return fake_import
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        AttributeError(PARTIAL),
+        ImportError("cannot import name 'Timeout' from partially initialized module 'httpx'"),
+    ],
+    ids=["attribute", "from-import"],
+)
 def test_a_half_initialized_import_is_tried_again_and_returns_the_module(
-    imports: list[str], monkeypatch: pytest.MonkeyPatch
+    error: Exception, imports: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(importlib, "import_module", _failing(imports, [AttributeError(PARTIAL)]))
-    assert base.import_module("openai").__name__ == "openai"
-    assert imports == ["openai", "openai"]
-
-
-def test_cannot_import_name_from_a_half_initialized_module_is_tried_again(
-    imports: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    error = ImportError("cannot import name 'Timeout' from partially initialized module 'httpx'")
     monkeypatch.setattr(importlib, "import_module", _failing(imports, [error]))
     assert base.import_module("openai").__name__ == "openai"
     assert imports == ["openai", "openai"]
