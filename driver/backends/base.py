@@ -349,27 +349,29 @@ def require_packages(runtime: str, *packages: str) -> None:
 _IMPORTING = threading.Lock()
 
 
-# The lock orders our own import threads only: an import that the event loop's thread makes
-# at the same moment (a lazy `import httpx` of the forwarder or a tool) can still meet one,
-# and CI saw a run fail that way once more. Python removes the module that failed, and the
-# other thread finishes its own import meanwhile, so importing again succeeds.
-_PARTIAL_IMPORT_ATTEMPTS = 3
-_PARTIAL_IMPORT_PAUSE_SECONDS = 0.05
+# The lock orders our own import threads, yet CI saw the error above once more (stop 23), in
+# a run's own import of the SDK. What handed it the half-initialized module is not known: an
+# import the event loop's thread made at that moment, or CPython 3.11's import deadlock
+# detection (which hands a waiting thread the half-initialized module when it believes two
+# threads wait on each other; 3.12 reworked it). Either way Python removes the module that
+# failed and the other import completes, so a second import succeeds.
+_IMPORT_ATTEMPTS = 3
+_IMPORT_RETRY_PAUSE_SECONDS = 0.05
 
 
 def import_module(name: str) -> ModuleType:
     """`importlib.import_module`, one thread at a time (for a thread: see `import_packages`),
     tried again when another thread's import handed it a half-initialized module."""
     with _IMPORTING:
-        for attempt in range(1, _PARTIAL_IMPORT_ATTEMPTS + 1):
+        for _ in range(_IMPORT_ATTEMPTS - 1):
             try:
                 return importlib.import_module(name)
             except (AttributeError, ImportError) as error:
-                if attempt == _PARTIAL_IMPORT_ATTEMPTS or not _met_partial_import(error):
+                if not _met_partial_import(error):
                     raise
                 log.warning("import_retried", extra={"import": name, "error": str(error)})
-                time.sleep(_PARTIAL_IMPORT_PAUSE_SECONDS)
-        raise AssertionError("unreachable")
+                time.sleep(_IMPORT_RETRY_PAUSE_SECONDS)
+        return importlib.import_module(name)
 
 
 def _met_partial_import(error: Exception) -> bool:

@@ -20,7 +20,7 @@ PARTIAL = "partially initialized module 'httpx' has no attribute 'Timeout' (most
 
 @pytest.fixture
 def imports(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    monkeypatch.setattr(base, "_PARTIAL_IMPORT_PAUSE_SECONDS", 0)
+    monkeypatch.setattr(base, "_IMPORT_RETRY_PAUSE_SECONDS", 0)
     return []
 
 
@@ -82,5 +82,5 @@ def test_a_real_circular_import_still_fails_after_the_last_attempt(
     monkeypatch.setattr(importlib, "import_module", counted)
     with pytest.raises(AttributeError, match="partially initialized module"):
         base.import_module("circle_a")
-    assert imports == ["circle_a"] * base._PARTIAL_IMPORT_ATTEMPTS
+    assert imports == ["circle_a"] * base._IMPORT_ATTEMPTS
     assert "circle_a" not in sys.modules and "circle_b" not in sys.modules
