@@ -1,8 +1,8 @@
 """ULID string identifiers: server-generated, time-sortable, stored as text.
 
 Made here rather than by `python-ulid`'s generator: ingestion makes one for every stored
-event, and the library's (a lock, a policy object, an int-to-text loop per id) was about 8%
-of control's CPU at 10,000 events/s. Same format and guarantees: 48 bits of Unix time in
+event, and the library's (a lock, a policy object, an int-to-text loop per id) took about
+8% of control's GIL time under the 50-stream PostgreSQL flood of bench/events.py. Same format and guarantees: 48 bits of Unix time in
 milliseconds, then 80 random bits; within one millisecond (or after the clock went back)
 the random part of the previous id plus one, so ids made by one process only grow.
 """
