@@ -71,7 +71,8 @@ def web(
         [
             sys.executable,
             "-m",
-            "reflex",
+            # Reflex's CLI, building the frontend only when its input changed (mosoo_web/serve.py).
+            "mosoo_web.serve",
             "run",
             "--env",
             "prod",

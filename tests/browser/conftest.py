@@ -11,7 +11,7 @@ from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
 
 from mosoo_core import migrations
 from mosoo_core.settings import reset_settings_cache
-from tests.support.processes import free_port, mosoo_env, page_served, running, wait_for
+from tests.support.processes import console_slot, mosoo_env, page_served, running, wait_for
 from tests.support.redis_db import redis_url
 
 CHROMIUM_ARGS = [
@@ -35,22 +35,19 @@ class WebServer:
 @pytest.fixture(scope="session")
 def web_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
     migrations.upgrade(database_url)
-    port = free_port()
     data_dir = tmp_path_factory.mktemp("web-data")
     log = data_dir / "web.log"
     env = mosoo_env(
         data_dir,
         database_url,
-        MOSOO_WEB_PORT=str(port),
-        MOSOO_PUBLIC_URL=f"http://127.0.0.1:{port}",
         # The run's default Redis database, as the test process's (tests/conftest.py): a
         # worker's console never counts another worker's sign-ins.
         MOSOO_REDIS_URL=redis_url(0),
         # The journeys' MCP servers (tests/support/mcp_server.py) listen on loopback.
         MOSOO_MCP_ALLOW_PRIVATE_NETWORKS="true",
     )
-    with running(["web"], env, log) as process:
-        url = f"http://127.0.0.1:{port}"
+    with console_slot() as console, running(["web"], env | console.env, log) as process:
+        url = console.url
         try:
             wait_for(lambda: page_served(f"{url}/login"), 600, "the console to be served", process)
         except Exception:

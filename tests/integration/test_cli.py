@@ -29,7 +29,7 @@ from mosoo_core.tables.identity import AccessToken, DeviceAuthorization
 from tests.support.openai_server import FailedTurn, TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import (
     ROOT,
-    free_port,
+    console_slot,
     mosoo_env,
     page_served,
     running,
@@ -56,24 +56,21 @@ class Web:
 def web(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Web]:
     migrations.upgrade(database_url)
     redis.Redis(db=REDIS_DB).flushdb()
-    port = free_port()
     data_dir = tmp_path_factory.mktemp("cli-web")
     log = data_dir / "web.log"
-    url = f"http://127.0.0.1:{port}"
-    env = mosoo_env(
-        data_dir,
-        database_url,
-        MOSOO_WEB_PORT=str(port),
-        MOSOO_PUBLIC_URL=url,
-        MOSOO_REDIS_URL=f"redis://127.0.0.1:6379/{REDIS_DB}",
-    )
-    with running(["web"], env, log) as process:
+    env = mosoo_env(data_dir, database_url, MOSOO_REDIS_URL=f"redis://127.0.0.1:6379/{REDIS_DB}")
+    with console_slot() as console, running(["web"], env | console.env, log) as process:
         try:
-            wait_for(lambda: page_served(f"{url}/login"), 600, "the console to be served", process)
+            wait_for(
+                lambda: page_served(f"{console.url}/login"),
+                600,
+                "the console to be served",
+                process,
+            )
         except Exception:
             print(log.read_text()[-5000:])
             raise
-        yield Web(url=url, log=log)
+        yield Web(url=console.url, log=log)
 
 
 @dataclass
@@ -410,13 +407,8 @@ def run_stack(
     engine: Engine, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[RuntimeStack, Web]]:
     with runtime_stack(engine, database_url, tmp_path, monkeypatch, redis_db=REDIS_DB) as stack:
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        log = stack.logs / "web.log"
-        env = {**stack.env, "MOSOO_WEB_PORT": str(port), "MOSOO_PUBLIC_URL": url}
-        process = stack.processes.enter_context(running(["web"], env, log))
-        wait_for(lambda: page_served(f"{url}/login"), 600, "the console to be served", process)
-        yield stack, Web(url=url, log=log)
+        url = stack.start_web()
+        yield stack, Web(url=url, log=stack.logs / "web.log")
 
 
 def test_run_streams_the_answer_and_exits_by_how_the_run_ended(

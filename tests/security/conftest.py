@@ -35,7 +35,7 @@ from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.mail import OutboundEmail
 from mosoo_core.tables.sessions import SessionRun
 from tests.api.conftest import ApiOwner
-from tests.support.processes import free_port, mosoo_env, running, wait_for
+from tests.support.processes import console_slot, free_port, mosoo_env, running, wait_for
 from tests.support.redis_db import db_number
 
 REDIS_DB = db_number(14)
@@ -114,15 +114,16 @@ def _healthy(url: str) -> bool:
 @pytest.fixture(scope="session")
 def web_url(installation: Installation) -> Iterator[str]:
     """One `mosoo web` for the whole folder (it listens on every address, so clients can
-    connect from any loopback address). A free port can be taken by someone else during the
+    connect from any loopback address). A port can be taken by someone else during the
     build, before the server binds it: a process that exits while starting gets one more go
-    on another port."""
+    on another console slot."""
     for attempt in (1, 2):
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        env = {**installation.env, "MOSOO_WEB_PORT": str(port), "MOSOO_PUBLIC_URL": url}
         log = installation.logs / f"web-{attempt}.log"
-        with running(["web"], env, log) as process:
+        with (
+            console_slot() as console,
+            running(["web"], installation.env | console.env, log) as process,
+        ):
+            url = console.url
             try:
                 wait_for(
                     lambda: _healthy(url),  # noqa: B023 - called right here, within this iteration

@@ -18,7 +18,14 @@ from mosoo_core.runtime.sandbox import LABEL_APP, LABEL_SANDBOX, get_backend
 from mosoo_core.runtime.sandbox.image import ensure_sandbox_image
 from tests.browser.conftest import WebServer
 from tests.support.openai_server import ScriptedOpenAIServer
-from tests.support.processes import free_port, mosoo_env, page_served, running, wait_for
+from tests.support.processes import (
+    console_slot,
+    free_port,
+    mosoo_env,
+    page_served,
+    running,
+    wait_for,
+)
 
 
 @dataclass
@@ -50,28 +57,30 @@ def browser_run_stack(
     """Start the three processes (Redis db `redis_db` flushed first, logs under `root`) and
     stop them after, removing the sandboxes of the Apps the test named in `app_ids`."""
     client = docker.from_env(timeout=600)
-    image = ensure_sandbox_image(client, base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", ""))
+    try:
+        image = ensure_sandbox_image(
+            client, base_image=os.environ.get("MOSOO_SANDBOX_BASE_IMAGE", "")
+        )
+    finally:
+        client.close()
     redis.Redis(db=redis_db).flushdb()
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = mosoo_env(
-        root / "data",
-        database_url,
-        MOSOO_REDIS_URL=f"redis://127.0.0.1:6379/{redis_db}",
-        # The web process encrypts the key with it; control decrypts it for the gateway.
-        MOSOO_MASTER_KEY=base64.b64encode(os.urandom(32)).decode(),
-        MOSOO_SANDBOX_BACKEND="docker",
-        MOSOO_SANDBOX_IMAGE=image,
-        MOSOO_CONTROL_PORT=str(free_port()),
-        MOSOO_DRIVER_HEARTBEAT_INTERVAL_MS="1000",
-        MOSOO_WEB_PORT=str(port),
-        MOSOO_PUBLIC_URL=url,
-        **(extra_env or {}),
-    )
-    logs = {name: root / f"{name}.log" for name in ("web", "control", "worker")}
-    with ScriptedOpenAIServer(models=["test-model"]) as model:
+    with console_slot() as console, ScriptedOpenAIServer(models=["test-model"]) as model:
+        env = mosoo_env(
+            root / "data",
+            database_url,
+            MOSOO_REDIS_URL=f"redis://127.0.0.1:6379/{redis_db}",
+            # The web process encrypts the key with it; control decrypts it for the gateway.
+            MOSOO_MASTER_KEY=base64.b64encode(os.urandom(32)).decode(),
+            MOSOO_SANDBOX_BACKEND="docker",
+            MOSOO_SANDBOX_IMAGE=image,
+            MOSOO_CONTROL_PORT=str(free_port()),
+            MOSOO_DRIVER_HEARTBEAT_INTERVAL_MS="1000",
+            **console.env,
+            **(extra_env or {}),
+        )
+        logs = {name: root / f"{name}.log" for name in ("web", "control", "worker")}
         stack = RunStack(
-            web=WebServer(url=url, database_url=database_url, log=logs["web"]),
+            web=WebServer(url=console.url, database_url=database_url, log=logs["web"]),
             model=model,
             logs=logs,
             data_dir=root / "data",
@@ -80,9 +89,7 @@ def browser_run_stack(
             with (
                 running(["control"], env, logs["control"]) as control,
                 running(["worker", "--concurrency", "2"], env, logs["worker"]) as worker,
-                running(
-                    ["web"], dict(env), logs["web"]
-                ) as web,  # mosoo_env gives each web its own frontend folder
+                running(["web"], env, logs["web"]) as web,
             ):
                 with stack.logs_on_failure():
                     wait_for(
@@ -98,7 +105,10 @@ def browser_run_stack(
                         worker,
                     )
                     wait_for(
-                        lambda: page_served(f"{url}/login"), 600, "the console to be served", web
+                        lambda: page_served(f"{console.url}/login"),
+                        600,
+                        "the console to be served",
+                        web,
                     )
                 yield stack
         finally:
@@ -107,4 +117,3 @@ def browser_run_stack(
             for app_id in stack.app_ids:
                 for ref in backend.list_by_label({LABEL_SANDBOX: "1", LABEL_APP: app_id}):
                     backend.remove(ref)
-            client.close()

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from tests.support import workers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +67,8 @@ def mosoo_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]
         MOSOO_SECRET_KEY="test-secret-key",
         REFLEX_USE_SYSTEM_BUN="1",
         # Each web process builds its own frontend: the build embeds its port, so two
-        # servers sharing one .web folder would hand out each other's bundles.
+        # servers sharing one .web folder would hand out each other's bundles. A console
+        # started through console_slot() gets its slot's folder instead.
         REFLEX_WEB_WORKDIR=str(data_dir / "reflex-web"),
         REFLEX_STATES_WORKDIR=str(data_dir / "reflex-states"),
         REFLEX_TELEMETRY_ENABLED="false",
@@ -77,6 +84,68 @@ def mosoo_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]
     )
     env.update(extra)
     return env
+
+
+# --- Consoles: `mosoo web` on a port and frontend folder that outlive one test ---------------
+#
+# `mosoo web` rebuilds the frontend (about 12 s of a 21 s start) only when its compiled input
+# changed, and the port is part of that input. A console on a free port therefore built every
+# time; a console on a slot's fixed port, in the slot's own folder, reuses the build of the
+# previous console on that slot. Each xdist worker has its own range of ports and its own
+# folders, and a slot is held by one console at a time.
+CONSOLE_PORTS = 16  # slots per worker: more consoles than this never run at once in one worker
+CONSOLE_BASE_PORT = (
+    21000  # below Linux's ephemeral range (32768-60999): free_port() never lands here
+)
+_consoles_in_use: set[int] = set()
+_console_folder: list[Path] = []  # created on first use, removed at exit
+
+
+@dataclass(frozen=True)
+class Console:
+    port: int
+    url: str
+    env: dict[str, str]  # MOSOO_WEB_PORT, MOSOO_PUBLIC_URL and REFLEX_WEB_WORKDIR for `mosoo web`
+
+
+def _console_builds() -> Path:
+    if not _console_folder:
+        folder = Path(tempfile.mkdtemp(prefix="mosoo-consoles-"))
+        atexit.register(shutil.rmtree, folder, True)
+        _console_folder.append(folder)
+    return _console_folder[0]
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("0.0.0.0", port))  # `mosoo web` listens on every address
+        except OSError:
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def console_slot() -> Iterator[Console]:
+    """The lowest free console slot of this worker, held until the block ends: start one
+    `mosoo web` with `env` added to its settings."""
+    first = CONSOLE_BASE_PORT + CONSOLE_PORTS * workers.INDEX
+    for port in range(first, first + CONSOLE_PORTS):
+        if port not in _consoles_in_use and _bindable(port):
+            break
+    else:
+        raise RuntimeError(f"no free console port in {first}-{first + CONSOLE_PORTS - 1}")
+    _consoles_in_use.add(port)
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        "MOSOO_WEB_PORT": str(port),
+        "MOSOO_PUBLIC_URL": url,
+        "REFLEX_WEB_WORKDIR": str(_console_builds() / f"reflex-web-{port}"),
+    }
+    try:
+        yield Console(port=port, url=url, env=env)
+    finally:
+        _consoles_in_use.discard(port)
 
 
 @contextlib.contextmanager

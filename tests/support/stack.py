@@ -30,7 +30,14 @@ from mosoo_core.tables.sessions import SessionRun
 from mosoo_core.tasks_client import enqueue_run_dispatch
 from tests.support.anthropic_server import ScriptedAnthropicServer
 from tests.support.openai_server import ScriptedOpenAIServer
-from tests.support.processes import free_port, mosoo_env, running, stop_group, wait_for
+from tests.support.processes import (
+    console_slot,
+    free_port,
+    mosoo_env,
+    running,
+    stop_group,
+    wait_for,
+)
 
 TERMINAL = ("completed", "failed", "cancelled", "expired")
 
@@ -82,16 +89,14 @@ class RuntimeStack:
         return process
 
     def start_web(self, name: str = "web") -> str:
-        """Start `mosoo web` on a free loopback port with the stack's settings (logging to
+        """Start `mosoo web` on a console slot with the stack's settings (logging to
         logs/<name>.log); its URL once the API answers `/api/health`."""
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
+        console = self.processes.enter_context(console_slot())
         log = self.logs / f"{name}.log"
-        env = {**self.env, "MOSOO_WEB_PORT": str(port), "MOSOO_PUBLIC_URL": url}
-        process = self.processes.enter_context(running(["web"], env, log))
-        wait_for(lambda: _api_answers(url), 600, f"{name} to answer /api/health", process)
+        process = self.processes.enter_context(running(["web"], self.env | console.env, log))
+        wait_for(lambda: _api_answers(console.url), 600, f"{name} to answer /api/health", process)
         self.started[name] = process
-        return url
+        return console.url
 
     def print_logs(self) -> None:
         for log in sorted(self.logs.glob("*.log")):
