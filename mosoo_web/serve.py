@@ -3,11 +3,12 @@
 `reflex run --env prod` compiles the pages into the web folder (`.web`, or
 `REFLEX_WEB_WORKDIR`) and then runs vite over it at every start: about 12 s of a 21 s start
 on a 2-core machine, and the same bytes each time the pages, the port and the settings are
-unchanged. Here the build runs only when the compiled input differs from the input of the
-build that is on disk: a digest of every file Reflex wrote into the web folder (pages,
-`env.json` with the port and URLs, `package.json`, public assets), the frontend's build-time
-environment and Reflex's version, stored beside the build once it succeeded. A build that
-fails or is cut short leaves no stamp, so the next start builds again.
+unchanged. Here the build runs only when its input differs from the input of the build that
+is on disk: the sha256 of every file Reflex wrote into the web folder (pages, `env.json` with
+the port and URLs, `package.json`, public assets), of the frontend's build-time environment
+and of Reflex's version, stored beside the build once it succeeded. A build that fails or is
+cut short leaves no stamp, so the next start builds again; a start that builds says which
+inputs changed.
 
 Run as `python -m mosoo_web.serve run --env prod ...` (`mosoo web` does): the arguments are
 Reflex's.
@@ -16,11 +17,12 @@ Reflex's.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-STAMP = "mosoo-build.sha256"
+STAMP = "mosoo-build-inputs.json"
 # What the build writes or reads without being its input: its own output, vite's cache,
 # the installed packages (package.json and the lock file name them) and Reflex's record of
 # its last run time, which changes at every start.
@@ -38,32 +40,59 @@ def _input_files(web_dir: Path) -> Iterator[Path]:
             yield path
 
 
-def input_digest(web_dir: Path, version: str, environ: dict[str, str]) -> str:
-    """The digest of what a frontend build in `web_dir` would be made from."""
-    digest = hashlib.sha256(f"reflex {version}\n".encode())
+def build_inputs(web_dir: Path, version: str, environ: dict[str, str]) -> dict[str, str]:
+    """What a frontend build in `web_dir` would be made from: each input's name (a file's
+    path in the web folder, `env NAME` for the environment, `reflex` for the version) and
+    its sha256."""
+
+    def sha(data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()
+
+    inputs = {"reflex": sha(version.encode())}
     for name in sorted(k for k in environ if k.startswith(ENV_PREFIXES)):
-        digest.update(f"env {name}={environ[name]}\n".encode())
+        inputs[f"env {name}"] = sha(environ[name].encode())
     for path in _input_files(web_dir):
-        digest.update(f"file {path.relative_to(web_dir).as_posix()}\n".encode())
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
+        inputs[path.relative_to(web_dir).as_posix()] = sha(path.read_bytes())
+    return inputs
+
+
+def _changed(before: dict[str, str], now: dict[str, str]) -> list[str]:
+    return sorted(name for name in before.keys() | now.keys() if before.get(name) != now.get(name))
+
+
+def _stamped(stamp: Path) -> dict[str, str]:
+    try:
+        inputs = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return {}
+    return inputs if isinstance(inputs, dict) else {}
 
 
 def build_unless_unchanged(
     build: Callable[[], None], web_dir: Path, built_page: Path, version: str
 ) -> Callable[[], None]:
-    """`build`, wrapped to skip when the digest stamped by the last successful build matches
-    and its output (`built_page`, the page the server falls back to) is still there."""
+    """`build`, wrapped to skip when the inputs stamped by the last successful build are the
+    same now and its output (`built_page`, the page the server falls back to) is still
+    there. Otherwise it says what changed (an operator's answer to "why did it build?")."""
 
     def maybe_build() -> None:
         stamp = web_dir / STAMP
-        digest = input_digest(web_dir, version, dict(os.environ))
-        if built_page.is_file() and stamp.is_file() and stamp.read_text().strip() == digest:
+        inputs = build_inputs(web_dir, version, dict(os.environ))
+        before = _stamped(stamp)
+        changed = _changed(before, inputs)
+        if not changed and built_page.is_file():
             print("mosoo web: the frontend is unchanged since its last build; reusing it")
             return
+        if not before:
+            print("mosoo web: building the frontend (no earlier build here)")
+        else:
+            shown = ", ".join(changed[:5]) + (
+                f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+            )
+            print(f"mosoo web: building the frontend (changed: {shown or 'its output is gone'})")
         stamp.unlink(missing_ok=True)
         build()
-        stamp.write_text(digest + "\n")
+        stamp.write_text(json.dumps(inputs, indent=0, sort_keys=True) + "\n")
 
     return maybe_build
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.processes import ROOT, free_port, mosoo_env, stop_group, wait_for
+from tests.support.processes import ROOT, console_slot, free_port, mosoo_env, stop_group, wait_for
 from tests.support.redis_db import redis_url
 
 pytestmark = pytest.mark.integration
@@ -50,15 +50,18 @@ def _alive(pid: int) -> bool:
 def test_up_starts_everything_prints_the_url_and_ctrl_c_stops_all(
     tmp_path: Path, database_url: str
 ) -> None:
-    port, control_port = free_port(), free_port()
-    env = mosoo_env(
-        tmp_path / "data",
-        database_url,
-        MOSOO_WEB_PORT=str(port),
-        MOSOO_CONTROL_PORT=str(control_port),
-        MOSOO_PUBLIC_URL=f"http://127.0.0.1:{port}",
-        MOSOO_REDIS_URL=redis_url(13),
-    )
+    with console_slot() as console:
+        env = mosoo_env(
+            tmp_path / "data",
+            database_url,
+            MOSOO_CONTROL_PORT=str(free_port()),
+            MOSOO_REDIS_URL=redis_url(13),
+            **console.env,
+        )
+        _up_starts_and_stops(tmp_path, env, console.url)
+
+
+def _up_starts_and_stops(tmp_path: Path, env: dict[str, str], url: str) -> None:
     log_path = tmp_path / "up.log"
     started = time.monotonic()
     with open(log_path, "wb") as log:
@@ -78,8 +81,8 @@ def test_up_starts_everything_prints_the_url_and_ctrl_c_stops_all(
             up,
         )
         print(f"mosoo up answered after {time.monotonic() - started:.1f}s")
-        assert f"http://127.0.0.1:{port}".encode() in log_path.read_bytes()
-        assert httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=5).json()["ok"] is True
+        assert url.encode() in log_path.read_bytes()
+        assert httpx.get(f"{url}/api/health", timeout=5).json()["ok"] is True
         socket_path = tmp_path / "data" / "run" / "control" / "control.sock"
         wait_for(socket_path.exists, 30, "the control socket")
         with httpx.Client(transport=httpx.HTTPTransport(uds=str(socket_path))) as control:

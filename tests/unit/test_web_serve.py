@@ -3,12 +3,13 @@ pages, env.json (the port and URLs), the build-time environment, Reflex's versio
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from mosoo_web.serve import STAMP, build_unless_unchanged, input_digest
+from mosoo_web.serve import STAMP, build_inputs, build_unless_unchanged
 
 VERSION = "0.10.1"
 
@@ -39,16 +40,16 @@ class Builds:
         self.built_page.write_text("<html>")
 
 
-def test_the_digest_is_stable_and_ignores_the_builds_own_output(web_dir: Path) -> None:
-    before = input_digest(web_dir, VERSION, {})
-    assert input_digest(web_dir, VERSION, {}) == before
+def test_the_inputs_are_stable_and_leave_out_the_builds_own_output(web_dir: Path) -> None:
+    before = build_inputs(web_dir, VERSION, {})
+    assert build_inputs(web_dir, VERSION, {}) == before
     (web_dir / "build" / "client").mkdir(parents=True)
     (web_dir / "build" / "client" / "404.html").write_text("<html>")
     (web_dir / "node_modules" / "react").mkdir(parents=True)
     (web_dir / "node_modules" / "react" / "index.js").write_text("react")
     (web_dir / "reflex.json").write_text('{"last_run": 123}')
-    (web_dir / STAMP).write_text("old\n")
-    assert input_digest(web_dir, VERSION, {"PATH": "/elsewhere"}) == before
+    (web_dir / STAMP).write_text("{}\n")
+    assert build_inputs(web_dir, VERSION, {"PATH": "/elsewhere"}) == before
 
 
 @pytest.mark.parametrize(
@@ -62,8 +63,8 @@ def test_the_digest_is_stable_and_ignores_the_builds_own_output(web_dir: Path) -
         "reflex version",
     ],
 )
-def test_the_digest_changes_with_any_input_of_the_build(web_dir: Path, change: str) -> None:
-    before = input_digest(web_dir, VERSION, {})
+def test_the_inputs_change_with_anything_the_build_reads(web_dir: Path, change: str) -> None:
+    before = build_inputs(web_dir, VERSION, {})
     version, environ = VERSION, {}
     routes = web_dir / "app" / "routes"
     if change == "page":
@@ -78,7 +79,7 @@ def test_the_digest_changes_with_any_input_of_the_build(web_dir: Path, change: s
         environ = {"VITE_BASE": "/console"}
     else:
         version = "0.10.2"
-    assert input_digest(web_dir, version, environ) != before
+    assert build_inputs(web_dir, version, environ) != before
 
 
 def test_an_unchanged_input_reuses_the_last_build(
@@ -89,8 +90,9 @@ def test_an_unchanged_input_reuses_the_last_build(
     maybe_build = build_unless_unchanged(build, web_dir, built_page, VERSION)
     maybe_build()
     assert build.calls == 1
-    stamped = input_digest(web_dir, VERSION, dict(os.environ))
-    assert (web_dir / STAMP).read_text().strip() == stamped
+    assert json.loads((web_dir / STAMP).read_text()) == build_inputs(
+        web_dir, VERSION, dict(os.environ)
+    )
     maybe_build()
     assert build.calls == 1
     assert "reusing it" in capsys.readouterr().out
@@ -98,6 +100,7 @@ def test_an_unchanged_input_reuses_the_last_build(
     (web_dir / "env.json").write_text('{"EVENT": "ws://127.0.0.1:21001/_event"}')
     maybe_build()
     assert build.calls == 2
+    assert "building the frontend (changed: env.json)" in capsys.readouterr().out
 
 
 def test_a_missing_build_is_built_again(web_dir: Path) -> None:
