@@ -117,9 +117,13 @@ def _console_builds() -> Path:
 
 
 def _bindable(port: int) -> bool:
+    """As `mosoo web` binds: on every address, with SO_REUSEADDR (without it, the connections
+    a console just stopped on this port left in TIME_WAIT made the slot look taken for a
+    minute, and the next console went to another slot and built again)."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(("0.0.0.0", port))  # `mosoo web` listens on every address
+            sock.bind(("0.0.0.0", port))
         except OSError:
             return False
     return True
