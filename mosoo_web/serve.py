@@ -98,7 +98,7 @@ def build_unless_unchanged(
 
 
 def main() -> None:
-    # Reflex is imported here, not at module level: the unit tests of the digest need none
+    # Reflex is imported here, not at module level: the unit tests of the inputs need none
     # of its import-time configuration.
     import reflex.reflex
     from reflex import constants

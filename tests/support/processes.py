@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.support import workers
+from tests.support import redis_db
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,14 +91,15 @@ def mosoo_env(data_dir: Path, database_url: str, **extra: str) -> dict[str, str]
 # `mosoo web` rebuilds the frontend (about 12 s of a 21 s start) only when its compiled input
 # changed, and the port is part of that input. A console on a free port therefore built every
 # time; a console on a slot's fixed port, in the slot's own folder, reuses the build of the
-# previous console on that slot. Each xdist worker has its own range of ports and its own
-# folders, and a slot is held by one console at a time.
-CONSOLE_PORTS = 16  # slots per worker: more consoles than this never run at once in one worker
-CONSOLE_BASE_PORT = (
-    21000  # below Linux's ephemeral range (32768-60999): free_port() never lands here
-)
+# previous console on that slot. A worker's ports follow its Redis databases
+# (CONSOLE_BASE_PORT + its first database + slot, tests/support/redis_db.py), so neither two
+# workers nor two suites sharing one machine by MOSOO_TEST_REDIS_DB_OFFSET pick the same
+# port; each worker has its own folders, and a slot is held by one console at a time.
+CONSOLE_SLOTS = redis_db.PER_WORKER  # more consoles than this never run at once in one worker
+# Below Linux's ephemeral range (32768-60999), where free_port() and clients' ports come from.
+CONSOLE_BASE_PORT = 21000
 _consoles_in_use: set[int] = set()
-_console_folder: list[Path] = []  # created on first use, removed at exit
+_console_root: list[Path] = []  # created on first use, removed at exit
 
 
 @dataclass(frozen=True)
@@ -108,12 +109,12 @@ class Console:
     env: dict[str, str]  # MOSOO_WEB_PORT, MOSOO_PUBLIC_URL and REFLEX_WEB_WORKDIR for `mosoo web`
 
 
-def _console_builds() -> Path:
-    if not _console_folder:
+def _console_folders() -> Path:
+    if not _console_root:
         folder = Path(tempfile.mkdtemp(prefix="mosoo-consoles-"))
         atexit.register(shutil.rmtree, folder, True)
-        _console_folder.append(folder)
-    return _console_folder[0]
+        _console_root.append(folder)
+    return _console_root[0]
 
 
 def _bindable(port: int) -> bool:
@@ -133,18 +134,18 @@ def _bindable(port: int) -> bool:
 def console_slot() -> Iterator[Console]:
     """The lowest free console slot of this worker, held until the block ends: start one
     `mosoo web` with `env` added to its settings."""
-    first = CONSOLE_BASE_PORT + CONSOLE_PORTS * workers.INDEX
-    for port in range(first, first + CONSOLE_PORTS):
+    first = CONSOLE_BASE_PORT + redis_db.OFFSET
+    for port in range(first, first + CONSOLE_SLOTS):
         if port not in _consoles_in_use and _bindable(port):
             break
     else:
-        raise RuntimeError(f"no free console port in {first}-{first + CONSOLE_PORTS - 1}")
+        raise RuntimeError(f"no free console port in {first}-{first + CONSOLE_SLOTS - 1}")
     _consoles_in_use.add(port)
     url = f"http://127.0.0.1:{port}"
     env = {
         "MOSOO_WEB_PORT": str(port),
         "MOSOO_PUBLIC_URL": url,
-        "REFLEX_WEB_WORKDIR": str(_console_builds() / f"reflex-web-{port}"),
+        "REFLEX_WEB_WORKDIR": str(_console_folders() / f"reflex-web-{port}"),
     }
     try:
         yield Console(port=port, url=url, env=env)
