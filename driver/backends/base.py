@@ -349,12 +349,12 @@ def require_packages(runtime: str, *packages: str) -> None:
 _IMPORTING = threading.Lock()
 
 
-# The lock orders our own import threads, yet CI saw the error above once more (stop 23), in
-# a run's own import of the SDK. What handed it the half-initialized module is not known: an
-# import the event loop's thread made at that moment, or CPython 3.11's import deadlock
-# detection (which hands a waiting thread the half-initialized module when it believes two
-# threads wait on each other; 3.12 reworked it). Either way Python removes the module that
-# failed and the other import completes, so a second import succeeds.
+# The lock orders our own import threads; an import by a thread that does not take it can
+# still meet CPython 3.11's import deadlock detection, which hands a waiting thread the
+# half-initialized module when it believes two threads wait on each other (3.12 reworked it).
+# Python then removes the module that failed and the other import completes, so a second
+# import succeeds. (The error CI kept seeing in runs was not this but the OpenAI SDK reading
+# `sys.modules["httpx"]` mid-import: see OpenAIBackend._model_client.)
 _IMPORT_ATTEMPTS = 3
 _IMPORT_RETRY_PAUSE_SECONDS = 0.05
 

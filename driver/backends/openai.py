@@ -211,7 +211,12 @@ class OpenAIBackend(Backend):
     async def _model_client(self) -> openai.AsyncOpenAI:
         """The SDK's client, made (and the SDK imported) at the first model call."""
         if self._client is None:
-            await import_packages("openai")
+            # httpx too, though the SDK does not import it: the SDK reads `sys.modules["httpx"]`
+            # as it makes the client (openai/_httpx2.py, to accept a legacy httpx client), and
+            # while another thread is importing httpx (the forwarder's, a tool's) that module is
+            # there half-initialized: "partially initialized module 'httpx' has no attribute
+            # 'Timeout'" failed runs. Importing it here waits for that import to finish.
+            await import_packages(*PACKAGES)
             import openai
 
             self._client = openai.AsyncOpenAI(

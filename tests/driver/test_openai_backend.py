@@ -7,8 +7,13 @@ API puts on the wire is checked here for Chat Completions and in test_openai_res
 from __future__ import annotations
 
 import asyncio
+import importlib
+import importlib.machinery
+import importlib.util
 import json
 import os
+import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -769,3 +774,57 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class HalfImportedHttpx:
+    """Another thread in the middle of `import httpx`, as Python leaves it while the module
+    runs: the module's import lock held and a module without its names in `sys.modules`.
+    `release()` puts the real module back and lets the lock go, as the import finishing."""
+
+    def __init__(self) -> None:
+        self.real = sys.modules["httpx"]
+        self.holding = threading.Event()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._import, daemon=True)
+
+    def _import(self) -> None:
+        # importlib's own per-module lock: what an importing thread holds and others wait on.
+        lock = importlib._bootstrap._get_module_lock("httpx")  # type: ignore[attr-defined]
+        lock.acquire()
+        spec = importlib.machinery.ModuleSpec("httpx", None)
+        spec._initializing = True  # type: ignore[attr-defined]
+        sys.modules["httpx"] = importlib.util.module_from_spec(spec)
+        self.holding.set()
+        self.done.wait(10)
+        sys.modules["httpx"] = self.real
+        lock.release()
+
+    def __enter__(self) -> HalfImportedHttpx:
+        self.thread.start()
+        assert self.holding.wait(5)
+        return self
+
+    def release(self) -> None:
+        self.done.set()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+        self.thread.join(5)
+        sys.modules["httpx"] = self.real
+
+
+async def test_the_first_model_call_waits_for_an_httpx_import_another_thread_is_making(
+    make_backend: BackendFactory, model_server: ScriptedOpenAIServer
+) -> None:
+    # The SDK reads sys.modules["httpx"] as it makes its client; CI saw runs fail with
+    # "partially initialized module 'httpx' has no attribute 'Timeout'" when another thread
+    # was importing httpx at that moment.
+    model_server.add(TextTurn("hello"))
+    sink = RecordingSink()
+    backend = await make_backend(sink)
+    importlib.import_module("openai")  # already imported, as in a driver that ran before
+    with HalfImportedHttpx() as importing:
+        # Released from a timer thread: the event loop's own thread may wait on the import.
+        threading.Timer(0.3, importing.release).start()
+        await start_run(backend, "run-httpx", "hi")
+        assert await finish(sink, "run-httpx") == "run.completed", sink.of_kind("run.failed")
