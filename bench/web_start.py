@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mosoo_web.serve import STAMP  # noqa: E402
+from mosoo_web.serve import REUSING, STAMP  # noqa: E402
 from tests.support.processes import (  # noqa: E402
     free_port,
     mosoo_env,
@@ -30,8 +30,6 @@ from tests.support.processes import (  # noqa: E402
     running,
     wait_for,
 )
-
-REUSED = "reusing it"
 
 
 def _start(env: dict[str, str], url: str, log: Path) -> float:
@@ -67,7 +65,7 @@ def main() -> None:
             build_log, reuse_log = temp / f"build-{round_}.log", temp / f"reuse-{round_}.log"
             built.append(_start(env, url, build_log))
             reused.append(_start(env, url, reuse_log))
-            if REUSED in build_log.read_text() or REUSED not in reuse_log.read_text():
+            if REUSING in build_log.read_text() or REUSING not in reuse_log.read_text():
                 raise SystemExit(f"round {round_}: the starts did not build, then reuse")
             print(f"round {round_}: builds {built[-1]:.2f} s, reuses {reused[-1]:.2f} s")
         b, r = statistics.median(built), statistics.median(reused)

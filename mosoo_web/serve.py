@@ -28,6 +28,8 @@ STAMP = "mosoo-build-inputs.json"
 # its last run time, which changes at every start.
 NOT_INPUT = frozenset({"build", ".react-router", "node_modules", "reflex.json", STAMP})
 ENV_PREFIXES = ("VITE_", "NODE_")
+# What a start that reuses the build prints (tests and bench/web_start.py look for it).
+REUSING = "mosoo web: the frontend is unchanged since its last build; reusing it"
 
 
 def _input_files(web_dir: Path) -> Iterator[Path]:
@@ -81,7 +83,7 @@ def build_unless_unchanged(
         before = _stamped(stamp)
         changed = _changed(before, inputs)
         if not changed and built_page.is_file():
-            print("mosoo web: the frontend is unchanged since its last build; reusing it")
+            print(REUSING)
             return
         if not before:
             print("mosoo web: building the frontend (no earlier build here)")

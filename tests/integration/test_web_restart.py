@@ -9,11 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mosoo_web.serve import REUSING
 from tests.support.processes import console_slot, mosoo_env, page_served, running, wait_for
 
 pytestmark = pytest.mark.integration
-
-REUSED = "the frontend is unchanged since its last build; reusing it"
 
 
 def _start(env: dict[str, str], url: str, log: Path) -> str:
@@ -41,7 +40,7 @@ def test_a_restart_reuses_the_build_whose_bundle_names_its_port(tmp_path: Path) 
         for log in logs:
             event_url = _start(env | console.env, console.url, log)
             assert event_url.endswith(f":{console.port}/_event")
-        assert REUSED in logs[1].read_text()
+        assert REUSING in logs[1].read_text()
         # The port is in env.json, one of the build's inputs (tests/unit/test_web_serve.py:
         # a changed input builds again), so a console on another port never gets this bundle.
         web_dir = Path(console.env["REFLEX_WEB_WORKDIR"])

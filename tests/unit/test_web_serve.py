@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mosoo_web.serve import STAMP, build_inputs, build_unless_unchanged
+from mosoo_web.serve import REUSING, STAMP, build_inputs, build_unless_unchanged
 
 VERSION = "0.10.1"
 
@@ -95,7 +95,7 @@ def test_an_unchanged_input_reuses_the_last_build(
     )
     maybe_build()
     assert build.calls == 1
-    assert "reusing it" in capsys.readouterr().out
+    assert REUSING in capsys.readouterr().out
 
     (web_dir / "env.json").write_text('{"EVENT": "ws://127.0.0.1:21001/_event"}')
     maybe_build()
