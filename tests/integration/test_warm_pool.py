@@ -288,7 +288,6 @@ def test_killing_control_or_the_worker_while_members_stand_by_leaks_nothing(
         assert db.exec(select(PoolMember)).all() == []
 
     # With control and a worker back, the pool is made again.
-    stack.start("control", "control")
-    stack.start("worker", "worker", "--concurrency", "2")
+    stack.start_together(("control", "control"), ("worker", "worker", "--concurrency", "2"))
     _answered(stack, owner, "after the restart")
     _wait_standing_by(stack.engine, POOL_SIZE)

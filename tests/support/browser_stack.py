@@ -24,6 +24,7 @@ from tests.support.processes import (
     mosoo_env,
     page_served,
     running,
+    stop_groups,
     wait_for,
 )
 
@@ -91,26 +92,29 @@ def browser_run_stack(
                 running(["worker", "--concurrency", "2"], env, logs["worker"]) as worker,
                 running(["web"], env, logs["web"]) as web,
             ):
-                with stack.logs_on_failure():
-                    wait_for(
-                        lambda: b"control.ready" in logs["control"].read_bytes(),
-                        30,
-                        "control",
-                        control,
-                    )
-                    wait_for(
-                        lambda: b"worker.ready" in logs["worker"].read_bytes(),
-                        60,
-                        "the worker",
-                        worker,
-                    )
-                    wait_for(
-                        lambda: page_served(f"{console.url}/login"),
-                        600,
-                        "the console to be served",
-                        web,
-                    )
-                yield stack
+                try:
+                    with stack.logs_on_failure():
+                        wait_for(
+                            lambda: b"control.ready" in logs["control"].read_bytes(),
+                            30,
+                            "control",
+                            control,
+                        )
+                        wait_for(
+                            lambda: b"worker.ready" in logs["worker"].read_bytes(),
+                            60,
+                            "the worker",
+                            worker,
+                        )
+                        wait_for(
+                            lambda: page_served(f"{console.url}/login"),
+                            600,
+                            "the console to be served",
+                            web,
+                        )
+                    yield stack
+                finally:
+                    stop_groups([web, worker, control])
         finally:
             # Through the backend: it removes each sandbox's workspace volume too.
             backend = get_backend()

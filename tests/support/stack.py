@@ -36,6 +36,7 @@ from tests.support.processes import (
     mosoo_env,
     running,
     stop_group,
+    stop_groups,
     wait_for,
 )
 
@@ -81,12 +82,22 @@ class RuntimeStack:
 
     def start(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         """Start `mosoo <args>` (logging to logs/<name>.log) and wait until it is ready."""
-        log = self.logs / f"{name}.log"
-        process = self.processes.enter_context(running(list(args), self.env, log))
-        marker = b"control.ready" if args[0] == "control" else b"worker.ready"
-        wait_for(lambda: marker in log.read_bytes(), 60, f"{name} to be ready", process)
-        self.started[name] = process
-        return process
+        return self.start_together((name, *args))[0]
+
+    def start_together(self, *commands: tuple[str, ...]) -> list[subprocess.Popen[bytes]]:
+        """Start each `(name, *args)` at once, then wait until every one is ready: control
+        and the worker do not need each other to start, and their imports overlap."""
+        launched = []
+        for name, *args in commands:
+            log = self.logs / f"{name}.log"
+            process = self.processes.enter_context(running(args, self.env, log))
+            self.started[name] = process
+            launched.append((name, args[0], log, process))
+        for name, command, log, process in launched:
+            _wait_ready(
+                name, b"control.ready" if command == "control" else b"worker.ready", log, process
+            )
+        return [process for *_, process in launched]
 
     def start_web(self, name: str = "web") -> str:
         """Start `mosoo web` on a console slot with the stack's settings (logging to
@@ -124,16 +135,20 @@ def runtime_stack(
                 ScriptedAnthropicServer(models=["claude-test"], api_key=anthropic_key)
             )
         try:
-            if start_control:
-                stack.start("control", "control")
-            stack.start("worker", "worker", "--concurrency", "2")
+            worker = ("worker", "worker", "--concurrency", "2")
+            stack.start_together(*([("control", "control")] if start_control else []), worker)
             yield stack
         except BaseException:
             stack.print_logs()
             raise
         finally:
+            stop_groups(list(stack.started.values()))
             processes.close()
             remove_sandboxes()
+
+
+def _wait_ready(name: str, marker: bytes, log: Path, process: subprocess.Popen[bytes]) -> None:
+    wait_for(lambda: marker in log.read_bytes(), 60, f"{name} to be ready", process)
 
 
 def _api_answers(url: str) -> bool:
