@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,8 +75,51 @@ def page(browser: Browser) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     context.set_default_timeout(30_000)
     page = context.new_page()
+    record_connection(page)
     yield page
     context.close()
+
+
+_CONNECTION_LOGS: weakref.WeakKeyDictionary[Page, list[str]] = weakref.WeakKeyDictionary()
+
+
+def record_connection(page: Page) -> None:
+    """Keep what `page` does to reach the backend from now on (console lines, page errors,
+    each websocket's open, first frames, errors and close), for `connection_report`."""
+    log: list[str] = []
+    started = time.monotonic()
+
+    def note(text: str) -> None:
+        log.append(f"{time.monotonic() - started:7.2f}s {text[:300]}")
+
+    def watch(socket: WebSocket) -> None:
+        note(f"websocket opened {socket.url}")
+        frames = {"sent": 0, "received": 0}
+
+        def frame(direction: str, payload: str | bytes) -> None:
+            frames[direction] += 1
+            if frames[direction] <= 3:  # the handshake and hydrate; later ones are updates
+                note(f"websocket {direction} {payload!r}")
+
+        socket.on("framesent", lambda payload: frame("sent", payload))
+        socket.on("framereceived", lambda payload: frame("received", payload))
+        socket.on("socketerror", lambda error: note(f"websocket error {error}"))
+        socket.on("close", lambda _: note(f"websocket closed after {frames}"))
+
+    page.on("console", lambda message: note(f"console.{message.type} {message.text}"))
+    page.on("pageerror", lambda error: note(f"pageerror {error}"))
+    page.on("websocket", watch)
+    _CONNECTION_LOGS[page] = log
+
+
+def connection_report(page: Page) -> str:
+    """For a failure message: why a page may never have loaded its state."""
+    log = _CONNECTION_LOGS.get(page)
+    if log is None:
+        return "(the page's connection was not recorded)"
+    return f"{page.url}: its connection to the backend, from the page's creation:\n" + (
+        "\n".join(log) or "(no console line and no websocket at all)"
+    )
 
 
 def received_frames(page: Page) -> list[str]:

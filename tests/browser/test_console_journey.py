@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.actions import choose
-from tests.browser.conftest import WebServer
+from tests.browser.conftest import WebServer, connection_report, record_connection
 
 pytestmark = pytest.mark.browser
 
@@ -17,10 +17,14 @@ pytestmark = pytest.mark.browser
 def _code_from_dev_mailbox(browser: Browser, server: WebServer, email: str) -> str:
     context = browser.new_context()
     mailbox = context.new_page()
+    record_connection(mailbox)
     try:
         mailbox.goto(f"{server.url}/dev/mailbox")
         message = mailbox.get_by_test_id("mail-message").filter(has_text=email).first
-        expect(message).to_be_visible(timeout=30_000)
+        try:
+            expect(message).to_be_visible(timeout=30_000)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{connection_report(mailbox)}") from error
         match = re.search(r"\b(\d{6})\b", message.get_by_test_id("mail-subject").inner_text())
         assert match, "the dev mailbox shows the code"
         return match.group(1)
@@ -30,7 +34,10 @@ def _code_from_dev_mailbox(browser: Browser, server: WebServer, email: str) -> s
 
 def _sign_in(page: Page, browser: Browser, server: WebServer, email: str) -> None:
     # The button is enabled once the page is connected; typing before that can be lost.
-    expect(page.get_by_test_id("login-send-code")).to_be_enabled(timeout=30_000)
+    try:
+        expect(page.get_by_test_id("login-send-code")).to_be_enabled(timeout=30_000)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{connection_report(page)}") from error
     page.get_by_test_id("login-email").fill(email)
     page.get_by_test_id("login-send-code").click()
     expect(page.get_by_test_id("login-notice")).to_contain_text(email)
