@@ -96,13 +96,19 @@ def record_connection(page: Page) -> None:
         note(f"websocket opened {socket.url}")
         frames = {"sent": 0, "received": 0}
 
-        def frame(direction: str, payload: str | bytes) -> None:
-            frames[direction] += 1
-            if frames[direction] <= 3:  # the handshake and hydrate; later ones are updates
+        def listen(direction: str) -> None:
+            # The handshake and the hydrate, then no more: later frames are state updates,
+            # and each one a listener takes costs a round trip through Playwright.
+            def frame(payload: str | bytes) -> None:
+                frames[direction] += 1
                 note(f"websocket {direction} {payload!r}")
+                if frames[direction] == 3:
+                    socket.remove_listener(f"frame{direction}", frame)
 
-        socket.on("framesent", lambda payload: frame("sent", payload))
-        socket.on("framereceived", lambda payload: frame("received", payload))
+            socket.on(f"frame{direction}", frame)
+
+        listen("sent")
+        listen("received")
         socket.on("socketerror", lambda error: note(f"websocket error {error}"))
         socket.on("close", lambda _: note(f"websocket closed after {frames}"))
 

@@ -24,7 +24,10 @@ def _code_from_dev_mailbox(browser: Browser, server: WebServer, email: str) -> s
         try:
             expect(message).to_be_visible(timeout=30_000)
         except AssertionError as error:
-            raise AssertionError(f"{error}\n{connection_report(mailbox)}") from error
+            log = server.log.read_text(errors="replace")[-4000:] if server.log.exists() else ""
+            raise AssertionError(
+                f"{error}\n{connection_report(mailbox)}\n--- the console's log, last lines:\n{log}"
+            ) from error
         match = re.search(r"\b(\d{6})\b", message.get_by_test_id("mail-subject").inner_text())
         assert match, "the dev mailbox shows the code"
         return match.group(1)
