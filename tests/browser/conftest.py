@@ -9,12 +9,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, WebSocket, sync_playwright
+from playwright.sync_api import Browser, Page, WebSocket, expect, sync_playwright
 
 from mosoo_core import migrations
 from mosoo_core.settings import reset_settings_cache
 from tests.support.processes import console_slot, mosoo_env, page_served, running, wait_for
 from tests.support.redis_db import redis_url
+
+# An `expect` waits up to this long (Playwright's default is 5 s) for what a server round trip
+# brings: an upload becoming a chip took longer than 5 s once late in a full run on 2 cores.
+# A passing expectation returns as soon as it holds, so this costs a passing run nothing.
+expect.set_options(timeout=15_000)
 
 CHROMIUM_ARGS = [
     "--no-sandbox",
