@@ -22,6 +22,9 @@ command -v git >/dev/null || need+=(git)
 command -v curl >/dev/null || need+=(curl)
 if [ "$mode" = test ]; then
   [ -x /usr/bin/chromium ] || need+=(chromium)
+  # The browser tests build a small preload library for Chromium (tests/support/no_netlink.c).
+  command -v gcc >/dev/null || need+=(gcc)
+  [ -e /usr/include/linux/netlink.h ] || need+=(libc6-dev linux-libc-dev)
   command -v pg_ctlcluster >/dev/null || need+=(postgresql)
 fi
 if [ ${#need[@]} -gt 0 ]; then

@@ -13,6 +13,7 @@ from playwright.sync_api import Browser, Page, WebSocket, expect, sync_playwrigh
 
 from mosoo_core import migrations
 from mosoo_core.settings import reset_settings_cache
+from tests.support import chromium
 from tests.support.processes import console_slot, mosoo_env, page_served, running, wait_for
 from tests.support.redis_db import redis_url
 
@@ -20,16 +21,6 @@ from tests.support.redis_db import redis_url
 # brings: an upload becoming a chip took longer than 5 s once late in a full run on 2 cores.
 # A passing expectation returns as soon as it holds, so this costs a passing run nothing.
 expect.set_options(timeout=15_000)
-
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-quic",
-]
 
 
 @dataclass(frozen=True)
@@ -63,14 +54,17 @@ def web_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
         yield WebServer(url=url, database_url=database_url, log=log)
 
 
+@pytest.fixture(scope="session")
+def chromium_build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("chromium")
+
+
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+def browser(chromium_build_dir: Path) -> Iterator[Browser]:
     # Module scope: Playwright's sync API runs an event loop in the main thread for as long
     # as it is open, and asyncio tests elsewhere need that thread free again.
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
-        )
+        browser = chromium.launch(playwright.chromium, chromium_build_dir)
         yield browser
         browser.close()
 
