@@ -111,7 +111,13 @@ CHECKS: list[Callable[[], Check]] = [
     _docker,
     _binary("bwrap", "apt-get install -y bubblewrap"),
     _binary("bun", "npm install -g bun (the console build uses it)"),
-    _binary("chromium", "apt-get install -y chromium (browser tests only)", "/usr/bin/chromium"),
+    # The browser tests' Chromium: the headless shell, lighter than the full browser's headless
+    # mode (tests/support/chromium.py).
+    _binary(
+        "chromium",
+        "apt-get install -y chromium-headless-shell (browser tests only)",
+        "/usr/bin/chromium-headless-shell",
+    ),
 ]
 
 

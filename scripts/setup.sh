@@ -21,7 +21,7 @@ command -v npm >/dev/null || need+=(npm)
 command -v git >/dev/null || need+=(git)
 command -v curl >/dev/null || need+=(curl)
 if [ "$mode" = test ]; then
-  [ -x /usr/bin/chromium ] || need+=(chromium)
+  [ -x /usr/bin/chromium-headless-shell ] || need+=(chromium-headless-shell)
   # The browser tests build a small preload library for Chromium (tests/support/no_netlink.c).
   command -v gcc >/dev/null || need+=(gcc)
   [ -e /usr/include/linux/netlink.h ] || need+=(libc6-dev linux-libc-dev)
