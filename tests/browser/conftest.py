@@ -55,16 +55,17 @@ def web_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 @pytest.fixture(scope="session")
-def chromium_build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("chromium")
+def no_netlink(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The preload every browser test's Chromium runs with (tests/support/no_netlink.c)."""
+    return chromium.build_no_netlink(tmp_path_factory.mktemp("chromium"))
 
 
 @pytest.fixture(scope="module")
-def browser(chromium_build_dir: Path) -> Iterator[Browser]:
+def browser(no_netlink: Path) -> Iterator[Browser]:
     # Module scope: Playwright's sync API runs an event loop in the main thread for as long
     # as it is open, and asyncio tests elsewhere need that thread free again.
     with sync_playwright() as playwright:
-        browser = chromium.launch(playwright.chromium, chromium_build_dir)
+        browser = chromium.launch(playwright.chromium, no_netlink)
         yield browser
         browser.close()
 

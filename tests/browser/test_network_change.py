@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser
@@ -49,13 +48,15 @@ class _SlowScripts(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def slow_page() -> Iterator[tuple[str, threading.Event]]:
-    handler = type("Handler", (_SlowScripts,), {"first_script": threading.Event()})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    class Handler(_SlowScripts):
+        first_script = threading.Event()  # this test's own
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", handler.first_script
+        yield f"http://127.0.0.1:{server.server_address[1]}/", Handler.first_script
     finally:
         server.shutdown()
         server.server_close()
@@ -100,9 +101,9 @@ def _load_during_churn(
 
 
 def test_a_plain_chromium_fails_loads_when_an_interface_changes(
-    browser: Browser, slow_page: tuple[str, threading.Event], chromium_build_dir: Path
+    browser: Browser, slow_page: tuple[str, threading.Event]
 ) -> None:
-    plain = chromium.launch(browser.browser_type, chromium_build_dir, shielded=False)
+    plain = chromium.launch(browser.browser_type, no_netlink=None)
     try:
         loaded, failures = _load_during_churn(plain, *slow_page)
     finally:

@@ -3,7 +3,6 @@ interface churn from failing its page loads (tests/support/no_netlink.c says why
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -31,29 +30,24 @@ CHROMIUM_ARGS = [
 NO_NETLINK_SOURCE = Path(__file__).with_name("no_netlink.c")
 
 
-def no_netlink_library(directory: Path) -> Path:
-    """The preload built from `no_netlink.c` into `directory` (once per source version)."""
-    source = NO_NETLINK_SOURCE.read_bytes()
-    library = directory / f"no_netlink-{hashlib.sha256(source).hexdigest()[:12]}.so"
-    if not library.exists():
-        partial = library.with_suffix(f".{os.getpid()}.part")
-        built = subprocess.run(
-            ["gcc", "-shared", "-fPIC", "-O2", "-o", str(partial), str(NO_NETLINK_SOURCE), "-ldl"],
-            capture_output=True,
-            text=True,
-        )
-        if built.returncode != 0:
-            raise RuntimeError(f"gcc could not build {NO_NETLINK_SOURCE.name}:\n{built.stderr}")
-        partial.replace(library)  # atomic: another pytest worker may be building it too
+def build_no_netlink(directory: Path) -> Path:
+    """The preload, built from `no_netlink.c` into `directory`."""
+    library = directory / "no_netlink.so"
+    built = subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O2", "-o", str(library), str(NO_NETLINK_SOURCE), "-ldl"],
+        capture_output=True,
+        text=True,
+    )
+    if built.returncode != 0:
+        raise RuntimeError(f"gcc could not build {NO_NETLINK_SOURCE.name}:\n{built.stderr}")
     return library
 
 
-def launch(browser_type: BrowserType, build_dir: Path, *, shielded: bool = True) -> Browser:
-    """Chromium as every browser test uses it. `shielded=False` leaves out the preload, only
-    for the test that shows what the preload prevents."""
-    env = dict(os.environ)
-    if shielded:
+def launch(browser_type: BrowserType, no_netlink: Path | None) -> Browser:
+    """Chromium as every browser test uses it, with `no_netlink` (`build_no_netlink`)
+    preloaded. None leaves it out, only for the test that shows what it prevents."""
+    env: dict[str, str | float | bool] = dict(os.environ)
+    if no_netlink is not None:
         preload = env.get("LD_PRELOAD")
-        library = str(no_netlink_library(build_dir))
-        env["LD_PRELOAD"] = f"{library} {preload}" if preload else library
+        env["LD_PRELOAD"] = f"{no_netlink} {preload}" if preload else str(no_netlink)
     return browser_type.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, env=env)
