@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -27,36 +28,53 @@ SCRIPTS = 30
 
 
 class _SlowScripts(BaseHTTPRequestHandler):
+    """Each test's subclass has its own `first_script` (set when the first script is asked
+    for) and `served` (when each script's answer went out)."""
+
     protocol_version = "HTTP/1.1"
-    first_script = threading.Event()
+    first_script: threading.Event
+    served: list[float]
 
     def do_GET(self) -> None:
-        if self.path == "/":
-            body = "".join(f"<script src='/{n}.js'></script>" for n in range(SCRIPTS)).encode()
-        else:
+        script = self.path != "/"
+        if script:
             type(self).first_script.set()
             time.sleep(0.3)  # Chromium opens 6 connections a host: the rest wait for one
             body = b"window.loaded = (window.loaded || 0) + 1;"
+        else:
+            body = "".join(f"<script src='/{n}.js'></script>" for n in range(SCRIPTS)).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+        if script:
+            type(self).served.append(time.monotonic())
 
     def log_message(self, *args: object) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class SlowPage:
+    url: str
+    first_script: threading.Event
+    served: list[float]
+
+
 @pytest.fixture
-def slow_page() -> Iterator[tuple[str, threading.Event]]:
+def slow_page() -> Iterator[SlowPage]:
     class Handler(_SlowScripts):
-        first_script = threading.Event()  # this test's own
+        first_script = threading.Event()
+        served: list[float] = []
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/", Handler.first_script
+        yield SlowPage(
+            f"http://127.0.0.1:{server.server_address[1]}/", Handler.first_script, Handler.served
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -66,46 +84,48 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
-def _interface_churn(started: threading.Event, name: str) -> None:
+def _interface_churn(started: threading.Event, name: str) -> float:
     """Once the page's scripts are loading, a veth pair with an address comes and goes, as
     Docker's does for a sandbox. No IPv6 link-local address and no route off the host: the
-    pair only exists, nothing is sent on it."""
+    pair only exists, nothing is sent on it. Returns when the address came."""
     started.wait(10)
     _ip("link", "add", name, "type", "veth", "peer", "name", f"{name}p")
     try:
         _ip("link", "set", name, "addrgenmode", "none")
         _ip("link", "set", f"{name}p", "addrgenmode", "none")
         _ip("addr", "add", "192.0.2.1/32", "dev", name)  # TEST-NET-1: routes nowhere real
+        added = time.monotonic()
         _ip("link", "set", name, "up")
         _ip("link", "set", f"{name}p", "up")
         time.sleep(0.2)
     finally:
         _ip("link", "del", name)
+    return added
 
 
-def _load_during_churn(
-    browser: Browser, page_url: str, started: threading.Event
-) -> tuple[int, list[str]]:
+def _load_during_churn(browser: Browser, slow: SlowPage) -> tuple[int, list[str]]:
     page = browser.new_page()
     failures: list[str] = []
     page.on("requestfailed", lambda request: failures.append(request.failure or "?"))
     with ThreadPoolExecutor(1) as pool:
-        churn = pool.submit(_interface_churn, started, f"mnl{os.getpid() % 100000}")
+        churn = pool.submit(_interface_churn, slow.first_script, f"mnl{os.getpid() % 100000}")
         try:
-            page.goto(page_url)
+            page.goto(slow.url)
             loaded = page.evaluate("window.loaded || 0")
         finally:
-            churn.result()  # the interface really came and went (or why it could not)
+            added = churn.result()  # the interface really came and went (or why it could not)
             page.close()
+    # The change came while scripts were still being served, or the load proved nothing.
+    assert slow.served and added < max(slow.served), "the interface changed after the load"
     return loaded, failures
 
 
 def test_a_plain_chromium_fails_loads_when_an_interface_changes(
-    browser: Browser, slow_page: tuple[str, threading.Event]
+    browser: Browser, slow_page: SlowPage
 ) -> None:
     plain = chromium.launch(browser.browser_type, no_netlink=None)
     try:
-        loaded, failures = _load_during_churn(plain, *slow_page)
+        loaded, failures = _load_during_churn(plain, slow_page)
     finally:
         plain.close()
     assert loaded < SCRIPTS
@@ -113,8 +133,8 @@ def test_a_plain_chromium_fails_loads_when_an_interface_changes(
 
 
 def test_the_suites_chromium_loads_every_script_while_an_interface_changes(
-    browser: Browser, slow_page: tuple[str, threading.Event]
+    browser: Browser, slow_page: SlowPage
 ) -> None:
-    loaded, failures = _load_during_churn(browser, *slow_page)
+    loaded, failures = _load_during_churn(browser, slow_page)
     assert failures == []
     assert loaded == SCRIPTS

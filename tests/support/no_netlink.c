@@ -7,8 +7,8 @@
  * page loading its scripts at that moment never started (seen in CI: dozens of script loads
  * failed at once and the page opened no websocket).
  *
- * Refusing that one kind of socket makes Chromium's address tracker take its documented
- * fallback: it assumes it is always online and never reports a change. Every other socket,
+ * Refusing that one kind of socket makes Chromium's address tracker take the path it has for
+ * a socket it cannot open: it assumes it is always online and never reports a change. Every other socket,
  * and glibc's own netlink use (which does not go through this symbol), are untouched.
  */
 #define _GNU_SOURCE
