@@ -98,9 +98,8 @@ class SessionEvent(SQLModel, table=True):
         sa.UniqueConstraint("session_id", "source_event_id", name="uq_session_event_source"),
     )
     id: str = _id()
-    session_id: str = Field(
-        foreign_key="agent_session.id", index=True, ondelete="CASCADE", max_length=26
-    )
+    # No index of its own: uq_session_event_seq leads with it (one B-tree fewer per event).
+    session_id: str = Field(foreign_key="agent_session.id", ondelete="CASCADE", max_length=26)
     seq: int
     run_id: str | None = Field(default=None, max_length=64, index=True)
     type: str = Field(max_length=48)  # the public event type of PRODUCT.md
