@@ -12,10 +12,19 @@ phases on the same connections:
   `--seconds`; latency runs from a driver's `emit` to a viewer holding the event.
 
 With `--baseline DIR` (a checkout of an earlier commit, e.g. `git archive <sha> | tar -x -C
-DIR`) each case runs control and the load from that checkout too, turn about with this one.
+DIR`) each case runs control and the load from that checkout too, turn about with this one;
+each side's database is made by its own migrations.
+
+`--writer` measures only what bounds the process first: control's event writer storing a
+group (`_event_writer._store_group`: one transaction, as many batches as came during the
+last commit), in one process, no sockets. `--batches` batches of `--batch-events` events
+from as many drivers make a group (the default, 24 of 11, is what a group held in the paced
+phase at 10,000 events/s); the figure is µs of the writer's time per event stored, the
+median over `--groups` groups, run `--rounds` times turn about with `--baseline`.
 
     .venv/bin/python bench/events.py --postgres-url postgresql+psycopg://mosoo:mosoo@127.0.0.1:5432/<db>
     .venv/bin/python bench/events.py --databases sqlite --streams 50 --baseline /tmp/base
+    .venv/bin/python bench/events.py --writer --baseline /tmp/base --postgres-url ...
 
 The PostgreSQL database named is emptied (its public schema dropped) before each case.
 Redis db 10 (shifted by MOSOO_TEST_REDIS_DB_OFFSET) is flushed.
@@ -87,12 +96,12 @@ def _prepare(streams: int) -> list[dict[str, str]]:
     return out
 
 
-def _fresh_database(kind: str, work: Path, postgres_url: str) -> str:
+def _fresh_database(kind: str, work: Path, postgres_url: str, root: Path = ROOT) -> str:
+    """An empty database, migrated by `root`'s own migrations (a baseline's schema is its
+    own)."""
     import sqlalchemy as sa
 
     from mosoo_core import db as db_module
-    from mosoo_core.migrations import upgrade
-    from mosoo_core.settings import reset_settings_cache
 
     db_module.dispose_engines()
     if kind == "sqlite":
@@ -105,8 +114,16 @@ def _fresh_database(kind: str, work: Path, postgres_url: str) -> str:
             connection.execute(sa.text("CREATE SCHEMA public"))
         engine.dispose()
     os.environ["MOSOO_DATABASE_URL"] = url
+    subprocess.run(
+        [sys.executable, "-m", "mosoo_core.cli", "migrate"],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        check=True,
+        capture_output=True,
+    )
+    from mosoo_core.settings import reset_settings_cache
+
     reset_settings_cache()
-    upgrade(url)
     return url
 
 
@@ -193,10 +210,20 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=10_000, help="events/s in all (paced)")
     parser.add_argument("--seconds", type=float, default=4.0, help="length of the paced phase")
     parser.add_argument("--baseline", type=Path, help="a checkout to compare, turn about")
+    parser.add_argument("--writer", action="store_true", help="the event writer alone")
+    parser.add_argument("--writer-child", help=argparse.SUPPRESS)  # internal: from this ROOT
+    parser.add_argument("--batches", type=int, default=24, help="--writer: batches a group")
+    parser.add_argument("--batch-events", type=int, default=11, help="--writer: events a batch")
+    parser.add_argument("--groups", type=int, default=150, help="--writer: groups measured")
+    parser.add_argument("--rounds", type=int, default=3, help="--writer: runs of each side")
     args = parser.parse_args()
     if args.load:
         sys.path.insert(0, args.load)
         print(json.dumps(asyncio.run(_load(json.loads(sys.stdin.read())))))
+        return
+    if args.writer_child:
+        sys.path.insert(0, args.writer_child)
+        print(json.dumps(_writer_case(json.loads(sys.stdin.read()))))
         return
     if "postgresql" in args.databases and not args.postgres_url:
         raise SystemExit("--postgres-url (or MOSOO_BENCH_POSTGRES_URL) names the database to use")
@@ -211,6 +238,9 @@ def main() -> None:
         MOSOO_CONTROL_PORT="0",
     )
     roots = [("this", ROOT)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
+    if args.writer:
+        _writer_cases(args, work, roots)
+        return
     print(
         f"one control process; flood {args.events} events a stream, paced {args.rate} events/s "
         f"for {args.seconds:g} s; load {os.getloadavg()[0]:.2f}"
@@ -221,7 +251,7 @@ def main() -> None:
             # Turn about: the order flips from one case to the next.
             order = roots if count % 2 == 0 else list(reversed(roots))
             for label, root in order:
-                database_url = _fresh_database(kind, work, args.postgres_url)
+                database_url = _fresh_database(kind, work, args.postgres_url, root)
                 spec = {
                     "threads": _prepare(count),
                     "events": args.events,
@@ -231,6 +261,98 @@ def main() -> None:
                 result = _run_case(root, dict(os.environ, MOSOO_DATABASE_URL=database_url), spec)
                 print(_line(label, result), flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def _writer_cases(args: argparse.Namespace, work: Path, roots: list[tuple[str, Path]]) -> None:
+    print(
+        f"control's event writer alone: groups of {args.batches} batches of "
+        f"{args.batch_events} events, median of {args.groups} groups, {args.rounds} rounds "
+        f"turn about; load {os.getloadavg()[0]:.2f}"
+    )
+    for kind in args.databases:
+        figures: dict[str, list[float]] = {label: [] for label, _ in roots}
+        for round_number in range(args.rounds):
+            order = roots if round_number % 2 == 0 else list(reversed(roots))
+            for label, root in order:
+                database_url = _fresh_database(kind, work, args.postgres_url, root)
+                spec = {
+                    "threads": _prepare(args.batches),
+                    "batch_events": args.batch_events,
+                    "groups": args.groups,
+                }
+                child = subprocess.run(
+                    [sys.executable, str(Path(__file__).resolve()), "--writer-child", str(root)],
+                    input=json.dumps(spec),
+                    capture_output=True,
+                    text=True,
+                    env=dict(os.environ, MOSOO_DATABASE_URL=database_url),
+                    timeout=600,
+                    check=False,
+                )
+                if child.returncode != 0:
+                    raise SystemExit(f"the writer case failed:\n{child.stderr[-4000:]}")
+                figures[label].append(json.loads(child.stdout.strip().splitlines()[-1])["median"])
+        print(f"  {kind}:")
+        for label, medians in figures.items():
+            print(
+                f"    {label:<9} {statistics.median(medians):6.1f} µs/event "
+                f"(rounds: {', '.join(f'{m:.1f}' for m in medians)})"
+            )
+        if len(roots) == 2:
+            ratio = statistics.median(figures["this"]) / statistics.median(figures["baseline"])
+            print(f"    this / baseline: {ratio:.2f}x")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+def _writer_case(spec: dict[str, Any]) -> dict[str, float]:
+    """In the writer child, with its checkout first on the path: the threads' drivers made
+    connected, a few unmeasured groups, then `groups` groups stored one by one."""
+    from driver.connection import new_source_event_id, utc_now
+    from driver.protocol import DriverEvent
+    from mosoo_core.control import _event_writer as writer
+    from mosoo_core.db import session_scope
+    from mosoo_core.tables.sessions import DriverInstance
+
+    threads, connection_id = spec["threads"], "C" * 26
+    with session_scope() as db:
+        for thread in threads:
+            instance = db.get(DriverInstance, thread["instance_id"])
+            assert instance is not None
+            instance.connection_id, instance.status = connection_id, "connected"
+            db.add(instance)
+
+    def group() -> list[Any]:
+        loop = asyncio.new_event_loop()  # a batch's answer is a future; nobody awaits it here
+        batches = []
+        for thread in threads:
+            events = [
+                DriverEvent(
+                    source_event_id=new_source_event_id(),
+                    run_id=thread["run_id"],
+                    kind="message.delta",
+                    occurred_at=utc_now(),
+                    payload={"text": "tok ", "n": number},
+                )
+                for number in range(spec["batch_events"])
+            ]
+            done = loop.create_future()
+            batches.append(writer._Batch(thread["instance_id"], connection_id, events, False, done))
+        loop.close()
+        return batches
+
+    for _ in range(10):
+        writer._store_group(group())
+    samples = []
+    for _ in range(spec["groups"]):
+        batches = group()
+        started = time.perf_counter()
+        writer._store_group(batches)
+        elapsed = time.perf_counter() - started
+        failed = [batch.error for batch in batches if batch.error is not None]
+        if failed:
+            raise SystemExit(f"a batch was refused: {failed[0]!r}")
+        samples.append(elapsed / sum(len(batch.events) for batch in batches) * 1e6)
+    return {"median": statistics.median(samples)}
 
 
 # --- the load process: drivers and viewers ---------------------------------------------------

@@ -34,7 +34,7 @@ class UTCDateTime(sa.types.TypeDecorator[datetime]):
             return super().bind_processor(dialect)
         # SQLite keeps text. SQLAlchemy's DATETIME writes "%04d-%02d-%02d %02d:%02d:%02d.%06d"
         # from a dict built per value, after process_bind_param's conversion: 2.8 µs a value,
-        # and control's event writer binds two per event. `isoformat` writes the same text
+        # and control's event writer binds one per event. `isoformat` writes the same text
         # (tests/unit/test_db_types.py) in 1.2 µs; the "+00:00" it adds is cut off.
         convert = self.process_bind_param
 
