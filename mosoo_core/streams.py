@@ -77,9 +77,9 @@ def await_ready(instance_id: str, timeout: float, client: redis.Redis | None = N
     return client.blpop([_ready_signal(instance_id)], timeout=timeout) is not None
 
 
-def event_fields(event: StoredEvent) -> dict[Any, Any]:
+def event_json(event: StoredEvent) -> str:
     # pydantic's encoder: compact JSON like json.dumps's, in a third of the time.
-    return {"seq": str(event.seq), "event": pydantic_core.to_json(event.to_public()).decode()}
+    return pydantic_core.to_json(event.to_public()).decode()
 
 
 def decode_event(fields: dict[Any, Any]) -> dict[str, Any]:
@@ -102,14 +102,25 @@ def _client_for(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
 
 
-# One call appends a whole batch, each event to its thread's stream: the client packs and
-# parses one command instead of one per event (a third of the CPU at a thousand events).
+# One call appends a whole group of events, each to its thread's stream. The events travel
+# as one argument, a line each ("<key number> <seq> <event JSON>"; compact JSON holds no
+# raw newline), not two arguments each: redis-py's asyncio client packs every argument in
+# Python, 0.63 ms for a call of 264 events that way against 0.07 ms as one. KEYS are the
+# streams written, each once.
 _APPEND_SCRIPT = """
-for i = 1, #KEYS do
-  redis.call('XADD', KEYS[i], 'MAXLEN', '~', ARGV[1], '*',
-             'seq', ARGV[2 * i], 'event', ARGV[2 * i + 1])
+local entries, at, count = ARGV[2], 1, 0
+while at <= #entries do
+  local stop = string.find(entries, '\\n', at, true) or (#entries + 1)
+  local first = string.find(entries, ' ', at, true)
+  local second = string.find(entries, ' ', first + 1, true)
+  redis.call('XADD', KEYS[tonumber(string.sub(entries, at, first - 1))],
+             'MAXLEN', '~', ARGV[1], '*',
+             'seq', string.sub(entries, first + 1, second - 1),
+             'event', string.sub(entries, second + 1, stop - 1))
+  count = count + 1
+  at = stop + 1
 end
-return #KEYS
+return count
 """
 
 
@@ -117,15 +128,24 @@ def _append_calls(events: Iterable[StoredEvent]) -> list[tuple[list[str], list[A
     """The script's keys and arguments for the events stored for the first time, a call per
     PUBLISH_CHUNK events (a script holds Redis for its whole run)."""
     calls: list[tuple[list[str], list[Any]]] = []
+    numbers: dict[str, int] = {}  # the current call's streams: their number in its KEYS
+    lines: list[str] = []
+
+    def close() -> None:
+        calls.append((list(numbers), [STREAM_MAXLEN, "\n".join(lines)]))
+        numbers.clear()
+        lines.clear()
+
     for event in events:
         if event.duplicate:
             continue
-        if not calls or len(calls[-1][0]) >= PUBLISH_CHUNK:
-            calls.append(([], [STREAM_MAXLEN]))
-        keys, arguments = calls[-1]
-        fields = event_fields(event)
-        keys.append(events_stream(event.session_id))
-        arguments += [fields["seq"], fields["event"]]
+        if len(lines) >= PUBLISH_CHUNK:
+            close()
+        stream = events_stream(event.session_id)
+        number = numbers.setdefault(stream, len(numbers) + 1)
+        lines.append(f"{number} {event.seq} {event_json(event)}")
+    if lines:
+        close()
     return calls
 
 
