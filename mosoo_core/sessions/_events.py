@@ -65,7 +65,8 @@ class _EventInsert:
     @classmethod
     def of(cls, connection: sa.Connection) -> _EventInsert:
         dialect = connection.dialect
-        found = _EVENT_INSERTS.get((dialect.name, dialect.driver))
+        key = (dialect.name, dialect.driver, dialect.paramstyle)
+        found = _EVENT_INSERTS.get(key)
         if found is not None:
             return found
         table = SessionEvent.__table__  # type: ignore[attr-defined]
@@ -84,7 +85,7 @@ class _EventInsert:
             positional = compiled.positiontup is not None
             assert not positional or tuple(compiled.positiontup or ()) == EVENT_COLUMNS
             made = cls(str(compiled), "positional" if positional else "named", payload, moment)
-        _EVENT_INSERTS[(dialect.name, dialect.driver)] = made
+        _EVENT_INSERTS[key] = made
         return made
 
     def run(self, connection: sa.Connection, rows: list[tuple[Any, ...]]) -> None:
@@ -107,7 +108,7 @@ class _EventInsert:
                 ) from error
 
 
-_EVENT_INSERTS: dict[tuple[str, str], _EventInsert] = {}  # by (dialect, database driver)
+_EVENT_INSERTS: dict[tuple[str, str, str], _EventInsert] = {}  # by dialect, driver, paramstyle
 
 
 def stored_event(row: SessionEvent | sa.Row[Any], duplicate: bool = False) -> StoredEvent:

@@ -125,21 +125,24 @@ def ingest_driver_batches(db: Session, batches: Sequence[DriverBatch]) -> list[l
         ).all()
     }
     for batch in batches:
-        for event in batch.events:
-            run = runs.get(event.run_id)
+        for run_id in {event.run_id for event in batch.events}:
+            run = runs.get(run_id)
             if run is None or run.driver_instance_id != batch.instance.id:
                 raise DriverRefused("foreign_run", "event names a run this driver does not serve")
+    # Looked up once per run, not per event: thousands of events a second pass through here.
+    thread_of = {run_id: run.session_id for run_id, run in runs.items()}
     by_thread: dict[str, list[NewEvent]] = {}
     for batch in batches:
+        fresh_batch = not batch.may_repeat
         for event in batch.events:
-            by_thread.setdefault(runs[event.run_id].session_id, []).append(
+            by_thread.setdefault(thread_of[event.run_id], []).append(
                 NewEvent(
                     type=PUBLIC_EVENT_TYPES.get(event.kind, event.kind),
                     payload=event.payload,
                     run_id=event.run_id,
                     source_event_id=event.source_event_id,
                     occurred_at=_parse_time(event.occurred_at),
-                    fresh=not batch.may_repeat,
+                    fresh=fresh_batch,
                 )
             )
     answers = {
@@ -147,7 +150,7 @@ def ingest_driver_batches(db: Session, batches: Sequence[DriverBatch]) -> list[l
     }
     results: list[list[StoredEvent]] = []
     for batch in batches:
-        stored = [next(answers[runs[event.run_id].session_id]) for event in batch.events]
+        stored = [next(answers[thread_of[event.run_id]]) for event in batch.events]
         fresh: dict[str, list[DriverEvent]] = {}
         for event, result in zip(batch.events, list(stored), strict=True):
             if not result.duplicate:

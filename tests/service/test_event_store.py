@@ -6,6 +6,7 @@ call's other events with it."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -13,6 +14,7 @@ from sqlmodel import Session, col, select
 
 from mosoo_core import sessions
 from mosoo_core.identity import list_apps, sign_in_identity
+from mosoo_core.migrations import upgrade
 from mosoo_core.sessions._events import NewEvent, append_to_threads
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import SessionEvent
@@ -116,3 +118,24 @@ def test_a_repeated_fresh_event_is_an_integrity_error_and_stores_nothing_of_the_
             (1, "src-1"),
             (2, "src-2"),
         ]
+
+
+def test_a_driver_with_named_parameters_stores_the_same_rows(tmp_path: Path) -> None:
+    """The insert's third form, for a database driver that takes named parameters (psycopg
+    uses COPY, SQLite's default is positional): SQLite made to take `:name`."""
+    url = f"sqlite:///{tmp_path / 'named.db'}"
+    upgrade(url)
+    engine = sa.create_engine(url, paramstyle="named")
+    moment = datetime(2026, 12, 7, 3, 47, 7, 538220, tzinfo=UTC)
+    with Session(engine) as db:
+        (thread,) = _threads(db, 1)
+        append_to_threads(db, {thread: [NewEvent("x", PAYLOAD, "run-1", "src-1", moment)]})
+        db.commit()
+        (row,) = _rows(db, thread)
+    engine.dispose()
+    assert (row.seq, row.payload, row.occurred_at, row.source_event_id) == (
+        1,
+        PAYLOAD,
+        moment,
+        "src-1",
+    )

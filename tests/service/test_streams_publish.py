@@ -22,7 +22,7 @@ REDIS_URL = f"redis://127.0.0.1:6379/{db_number(9)}"
 AWKWARD = [
     "plain",
     "two words and a line\nbreak\r\n",
-    "a \\n that is not a newline, a \\\\ and a \" quote",
+    'a \\n that is not a newline, a \\\\ and a " quote',
     "héllo — 😀 \u2028 \u0000 tab\tend",
     " 12 34 leading spaces and numbers ",
     "",
