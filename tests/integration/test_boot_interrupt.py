@@ -281,6 +281,9 @@ def test_a_pet_run_stopped_while_booting_stops_only_its_driver_and_the_thread_go
     )
     assert finish_run_sandbox(run_id) == "kept"
     assert attachment.exists() and _run(stack.engine, nxt_id).status == "running"
+    # While it runs, only the new run's driver lives in the Agent's sandbox (the check sees
+    # drivers at all). Read before the run ends: a run's driver is stopped once it is over.
+    assert len(_driver_processes(container)) == 1
     nxt = wait_run(stack.engine, nxt_id)
     assert nxt.status == "completed", (nxt.error_code, nxt.error_message)
     with Session(stack.engine) as db:
@@ -291,8 +294,6 @@ def test_a_pet_run_stopped_while_booting_stops_only_its_driver_and_the_thread_go
         ]
     assert [output.strip() for output in outputs] == ["for one message"]
     assert [c.id for c in _containers(subject)] == [container.id]
-    # Only the new run's driver lives in the Agent's sandbox (the check sees drivers at all).
-    assert len(_driver_processes(container)) == 1
     assert len(stack.model.chat_requests) == 2  # the stopped message never reached the model
     wait_for(
         lambda: not attachment.exists(), 60, "the next run's attachment to be taken out after it"
