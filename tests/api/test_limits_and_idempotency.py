@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -57,6 +58,84 @@ def test_the_window_resets_and_retry_after_counts_down_to_it(
         _ratelimit.check_rate_limit("token-a", now=start + 15)
     assert refused.value.retry_after_seconds == 45
     _ratelimit.check_rate_limit("token-a", now=start + 60)  # the next minute
+
+
+def _burst(client: TestClient, owner: ApiOwner, count: int) -> list[int]:
+    return [client.get("/api/v1/agents", headers=owner.headers).status_code for _ in range(count)]
+
+
+def test_a_burst_through_http_is_served_up_to_the_limit_and_not_one_more(
+    client: TestClient, owner: ApiOwner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At 64 a minute the burst takes its requests in leases of up to 4: still exactly 64."""
+    monkeypatch.setenv("MOSOO_API_RATE_LIMIT_PER_MINUTE", "64")
+    reset_settings_cache()
+    statuses = _burst(client, owner, 70)
+    if statuses != [200] * 64 + [429] * 6:  # a window boundary fell inside the burst: once more
+        statuses = _burst(client, owner, 70)
+    assert statuses == [200] * 64 + [429] * 6
+
+
+class _CountedLimiter(_ratelimit.Limiter):
+    """A process's limiter that counts its round trips to Redis."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trips = 0
+
+    def _take(self, url: str, key: str, size: int) -> int:
+        self.trips += 1
+        return super()._take(url, key, size)
+
+
+def _serve(limiter: _ratelimit.Limiter, token: str, limit: int, now: float) -> bool:
+    try:
+        limiter.check(REDIS_URL, token, limit, now)
+    except RateLimited:
+        return False
+    return True
+
+
+def test_a_burst_leases_its_requests_and_stops_asking_once_the_window_is_used_up(
+    api_env: Engine,
+) -> None:
+    limiter, limit, start = _CountedLimiter(), 400, 1_800_000_000.0
+    served = [_serve(limiter, "token-b", limit, start + 1) for _ in range(450)]
+    assert served == [True] * limit + [False] * 50
+    # Leases of 1, 2, 4, 8, 16 and then 25 (a sixteenth of 400): not a trip per request, and
+    # none once Redis said the window is used up.
+    assert limiter.trips < limit // 10
+    counted = int(redis.Redis.from_url(REDIS_URL).get(_ratelimit.window_key("token-b", 30_000_000)))
+    assert counted >= limit
+    # Calls spread out take one request at a time again, as a plain counter.
+    assert _serve(limiter, "token-b", limit, start + 60)
+    limiter.trips = 0
+    assert all(_serve(limiter, "token-b", limit, start + 61 + n) for n in range(5))
+    assert limiter.trips == 5
+    assert redis.Redis.from_url(REDIS_URL).get(_ratelimit.window_key("token-b", 30_000_001)) == b"6"
+
+
+def test_processes_sharing_the_counter_never_serve_more_than_the_limit(api_env: Engine) -> None:
+    """Two web processes (two limiters, the same Redis), four threads each, in one window."""
+    limit, now = 300, 1_800_000_000.0 + 1
+    limiters = [_ratelimit.Limiter(), _ratelimit.Limiter()]
+    served: list[bool] = []
+
+    def hammer(limiter: _ratelimit.Limiter) -> None:
+        answers = [_serve(limiter, "token-c", limit, now) for _ in range(120)]
+        with lock:
+            served.extend(answers)
+
+    lock = threading.Lock()
+    threads = [threading.Thread(target=hammer, args=(lim,)) for lim in limiters for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # What one process leased and had not served when the window ran out is lost to the
+    # other: at most a lease less one.
+    assert limit - (_ratelimit.lease_cap(limit) - 1) <= served.count(True) <= limit
+    assert len(served) == 960
 
 
 def test_requests_pass_when_redis_is_down(
