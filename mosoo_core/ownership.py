@@ -15,6 +15,7 @@ from sqlmodel import Session, select
 
 from mosoo_core.db import Connectable
 from mosoo_core.errors import NotFound
+from mosoo_core.prepared import PreparedRead
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.identity import App, Organization
 from mosoo_core.tables.sessions import AgentSession
@@ -103,13 +104,11 @@ def owned_thread(db: Session, account_id: str, thread_id: str) -> AgentSession:
     return row
 
 
-def owned_thread_row(
-    db: Connectable, account_id: str, thread_id: str, query: sa.Select[Any]
-) -> sa.Row[Any]:
+def owned_thread_row(db: Connectable, account_id: str, thread_id: str, query: PreparedRead) -> Any:
     """`owned_thread`'s check, running `query` (made with `thread_in_account`, built once)
     for columns instead of loading the ORM row (half the CPU): for answers that only read."""
     params = {"account_id": account_id, "thread_id": thread_id}
-    row = db.execute(query, params).first() if thread_id else None
+    row = query.first(db, params) if thread_id else None
     if row is None:
         raise NotFound("Thread not found.")
     return row

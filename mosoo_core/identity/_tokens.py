@@ -17,6 +17,7 @@ from mosoo_core.clock import utcnow
 from mosoo_core.db import Connectable
 from mosoo_core.errors import InvalidInput, NotFound, Unauthenticated
 from mosoo_core.identity._secrets import token_digest
+from mosoo_core.prepared import PreparedRead
 from mosoo_core.tables.identity import AccessToken, Account
 
 TOKEN_PREFIX = "mst_"
@@ -120,7 +121,7 @@ def revoke_access_token(
 
 _TOKENS: sa.Table = AccessToken.__table__  # type: ignore[attr-defined]
 # Built once, read as columns (not an ORM row): every API request looks its token up.
-_BY_DIGEST = sa.select(_TOKENS).where(_TOKENS.c.token_hash == bindparam("digest"))
+_BY_DIGEST = PreparedRead(sa.select(_TOKENS).where(_TOKENS.c.token_hash == bindparam("digest")))
 # Conditional, so that concurrent requests of one token write the time once a minute at most.
 _TOUCH = (
     sa.update(_TOKENS)
@@ -139,7 +140,7 @@ def authenticate_access_token(
     Read on every request, never cached: a revoked token is refused on the next one."""
     if not secret or not _TOKEN_SHAPE.fullmatch(secret):
         raise Unauthenticated(_REFUSED)
-    row = db.execute(_BY_DIGEST, {"digest": token_digest(secret)}).first()
+    row = _BY_DIGEST.first(db, {"digest": token_digest(secret)})
     if row is None or row.revoked_at is not None:
         raise Unauthenticated(_REFUSED)
     view = _view(row)

@@ -17,6 +17,7 @@ from mosoo_core import agents, identity, streams, tasks_client
 from mosoo_core.db import Connectable, session_scope
 from mosoo_core.errors import Conflict, InvalidInput
 from mosoo_core.ownership import account_agent, owned_thread, owned_thread_row, thread_in_account
+from mosoo_core.prepared import PreparedRead
 from mosoo_core.sessions import service, threads
 from mosoo_core.sessions.service import RunView, Sent, SessionView, session_view
 from mosoo_core.streams import StoredEvent
@@ -31,17 +32,19 @@ _RUN_FIELDS = [field.name for field in dataclasses.fields(RunView)]
 _LATEST = _RUNS.alias("latest_run")
 # Built once, one query: the thread's columns and its latest run's (those a RunView shows, not
 # the run's snapshot), if it has one. API clients poll it.
-_THREAD_WITH_LATEST_RUN = thread_in_account(
-    sa.select(_THREADS, *(_LATEST.c[name].label(f"run_{name}") for name in _RUN_FIELDS))
-).outerjoin_from(
-    _THREADS,
-    _LATEST,
-    _LATEST.c.id
-    == sa.select(_RUNS.c.id)
-    .where(_RUNS.c.session_id == _THREADS.c.id)
-    .order_by(_RUNS.c.created_at.desc())
-    .limit(1)
-    .scalar_subquery(),
+_THREAD_WITH_LATEST_RUN = PreparedRead(
+    thread_in_account(
+        sa.select(_THREADS, *(_LATEST.c[name].label(f"run_{name}") for name in _RUN_FIELDS))
+    ).outerjoin_from(
+        _THREADS,
+        _LATEST,
+        _LATEST.c.id
+        == sa.select(_RUNS.c.id)
+        .where(_RUNS.c.session_id == _THREADS.c.id)
+        .order_by(_RUNS.c.created_at.desc())
+        .limit(1)
+        .scalar_subquery(),
+    )
 )
 
 
@@ -196,8 +199,7 @@ def thread_with_latest_run(
     """The thread and its most recent run (active or finished; None before the first message).
     Reads columns, not ORM rows, in one query: the API's most frequent call."""
     row = owned_thread_row(db, account_id, thread_id, _THREAD_WITH_LATEST_RUN)
-    run = row._mapping
-    latest = RunView(**{name: run[f"run_{name}"] for name in _RUN_FIELDS})
+    latest = RunView(**{name: getattr(row, f"run_{name}") for name in _RUN_FIELDS})
     return session_view(row), latest if latest.id is not None else None
 
 

@@ -15,6 +15,7 @@ from sqlmodel import Session, col, func, select
 from mosoo_core.db import Connectable
 from mosoo_core.errors import InvalidInput
 from mosoo_core.ownership import owned_app
+from mosoo_core.prepared import PreparedRead
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.sessions import SessionRun
 from mosoo_core.tables.usage import UsageDaily, UsageEvent, UsageRollupDay
@@ -90,12 +91,14 @@ _SUMS = (
 # Built once: the API answers a thread with its latest run's usage, and clients poll it. The
 # last column says whether the rollup has pruned the records of the run's day.
 _ROLLUP_DAYS: sa.Table = UsageRollupDay.__table__  # type: ignore[attr-defined]
-_RUN_SUMS = sa.select(
-    *EVENT_SUMS,
-    sa.select(_ROLLUP_DAYS.c.raw_pruned)
-    .where(_ROLLUP_DAYS.c.day == bindparam("day"))
-    .scalar_subquery(),
-).where(EVENTS.c.run_id == bindparam("run_id"))
+_RUN_SUMS = PreparedRead(
+    sa.select(
+        *EVENT_SUMS,
+        sa.select(_ROLLUP_DAYS.c.raw_pruned)
+        .where(_ROLLUP_DAYS.c.day == bindparam("day"))
+        .scalar_subquery(),
+    ).where(EVENTS.c.run_id == bindparam("run_id"))
+)
 
 
 def _totals(numbers: Any) -> UsageTotals:
@@ -282,7 +285,7 @@ def usage_of_run(db: Connectable, run_id: str, created_at: datetime) -> UsageTot
     """`run_usage` for a caller that has read the run (`created_at` names the day whose
     rollup may have pruned its records): one query."""
     day = created_at.astimezone(UTC).date()
-    *numbers, pruned = db.execute(_RUN_SUMS, {"run_id": run_id, "day": day}).one()
+    *numbers, pruned = _RUN_SUMS.one(db, {"run_id": run_id, "day": day})
     return None if pruned else _totals(numbers)
 
 

@@ -81,6 +81,10 @@ def _bulk_records(engine: Engine, app_id: str, count: int) -> dict[str, int]:
                 batch = []
         if batch:
             connection.execute(sa.insert(UsageEvent), batch)
+        if connection.dialect.name == "postgresql":
+            # What autovacuum does after such a load in an installation. Without statistics
+            # PostgreSQL sorted the whole range for each page of the export (10 s here).
+            connection.exec_driver_sql("ANALYZE usage_event")
     return sums
 
 
