@@ -21,7 +21,7 @@ from mosoo_web.api import (
     usage_export,
 )
 from mosoo_web.api._origin import OriginCheck
-from mosoo_web.api._routes import add_routes
+from mosoo_web.api._routes import NO_NATIVE_TELEMETRY, add_routes
 from mosoo_web.api.body_limit import BodyLimit
 from mosoo_web.api.errors import install_error_handlers
 from mosoo_web.api.request_spans import install_request_spans
@@ -40,7 +40,13 @@ def _match_line_breaks(api: FastAPI, prefix: str) -> None:
 
 
 def build_api() -> FastAPI:
-    api = FastAPI(title="Mosoo", docs_url=None, redoc_url=None, openapi_url=None)
+    api = FastAPI(
+        title="Mosoo",
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+        telemetry=NO_NATIVE_TELEMETRY,
+    )
     install_error_handlers(api)
     # First: the public API takes most requests, and a path under it matches nothing else.
     api.mount(PREFIX, build_v1())

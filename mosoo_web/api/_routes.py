@@ -1,8 +1,15 @@
-"""Adding a router's routes to an app."""
+"""Adding a router's routes to an app, and what every FastAPI app of ours is made with."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, FastAPI
+from fastapi.telemetry import TelemetryConfig
+
+# FastAPI's native OpenTelemetry off: Mosoo's request spans are its own (`request_spans`,
+# from its own provider, never the global one) and name no more than the method and route,
+# where FastAPI's would record what an exception says, which may carry what a request sent.
+# Its per-request check for a global provider read three environment variables each time.
+NO_NATIVE_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 
 def add_routes(api: FastAPI, router: APIRouter) -> None:

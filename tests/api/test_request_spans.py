@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
+from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -121,3 +122,21 @@ def test_without_tracing_the_middleware_is_not_installed(api_env: Engine) -> Non
     assert not tracing.enabled()
     installed: list[object] = [m.cls for m in build_api().user_middleware]
     assert installed and RequestSpans not in installed
+
+
+def test_a_global_tracer_provider_gets_no_spans_of_fastapis_own(
+    api_env: Engine, owner: ApiOwner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FastAPI's native telemetry is off in both apps: with a process-wide provider (what
+    `opentelemetry-instrument` sets), a request that fails still records nothing there, so
+    no exception message reaches a span; Mosoo's spans come from its own provider only."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(otel_trace, "_TRACER_PROVIDER", provider)
+    assert otel_trace.get_tracer_provider() is provider
+    with TestClient(build_api(), base_url="http://127.0.0.1") as client:
+        assert client.get("/api/v1/threads/thr_x", headers=owner.headers).status_code == 404
+        assert client.get("/api/health").status_code in (200, 503)
+    provider.force_flush()
+    assert exporter.get_finished_spans() == ()

@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.routing import compile_path
 
-from mosoo_web.api._routes import add_routes
+from mosoo_web.api._routes import NO_NATIVE_TELEMETRY, add_routes
 from mosoo_web.api.v1 import (
     agents,
     environments,
@@ -91,6 +91,7 @@ def build_v1() -> FastAPI:
         docs_url="/docs",
         redoc_url=None,
         openapi_url="/openapi.json",
+        telemetry=NO_NATIVE_TELEMETRY,
     )
     install_v1_error_handlers(api)
     api.add_exception_handler(405, _method_not_allowed)
