@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from fastapi import Header, Path
 from pydantic import BaseModel, ConfigDict, Field
@@ -195,7 +195,8 @@ class Thread(BaseModel):
     updated_at: datetime
 
     @classmethod
-    def of(cls, view: SessionView) -> Thread:
+    def of(cls, view: SessionView, **more: Any) -> Self:
+        """`more`: a subclass's own fields (`ThreadDetail.of(view, latest_run=...)`)."""
         return cls(
             id=view.id,
             app_id=view.app_id,
@@ -209,6 +210,7 @@ class Thread(BaseModel):
             last_seq=view.last_seq,
             created_at=view.created_at,
             updated_at=view.updated_at,
+            **more,
         )
 
 

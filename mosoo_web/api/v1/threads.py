@@ -154,7 +154,7 @@ async def get_thread(thread_id: ThreadId, credentials: CredentialsDep) -> Thread
     def work(db: sa.Connection, caller: Caller) -> ThreadDetail:
         thread, run = actions.thread_with_latest_run(db, caller.account_id, thread_id)
         latest = Run.of(run, usage_of_run(db, run.id, run.created_at)) if run else None
-        return ThreadDetail(**Thread.of(thread).model_dump(), latest_run=latest)
+        return ThreadDetail.of(thread, latest_run=latest)
 
     return await as_caller(credentials, work)
 
