@@ -74,6 +74,12 @@ def test_a_burst_through_http_is_served_up_to_the_limit_and_not_one_more(
     if statuses != [200] * 64 + [429] * 6:  # a window boundary fell inside the burst: once more
         statuses = _burst(client, owner, 70)
     assert statuses == [200] * 64 + [429] * 6
+    # The counter in Redis holds the 64 served and at most the unused rest of the last
+    # lease; the six refused, answered without asking Redis, added nothing.
+    store = redis.Redis.from_url(REDIS_URL)
+    windows = [key for key in store.scan_iter(f"mosoo:api:rate:{owner.token_id}:*")]
+    counted = int(store.get(max(windows, key=lambda key: int(key.rsplit(b":", 1)[1]))) or 0)
+    assert 64 <= counted < 64 + _ratelimit.lease_cap(64)
 
 
 class _CountedLimiter(_ratelimit.Limiter):
