@@ -53,7 +53,9 @@ from mosoo_core.identity._tokens import (
     authenticate_access_token,
     create_access_token,
     list_access_tokens,
+    read_access_token,
     revoke_access_token,
+    use_unrecorded,
 )
 from mosoo_core.identity.views import AccountView, AppView, OrganizationView
 
@@ -87,6 +89,7 @@ __all__ = [
     "poll_device_authorization",
     "publish_session_revoked",
     "purge_expired_sign_in_records",
+    "read_access_token",
     "redeem_login_ticket",
     "rename_app",
     "rename_organization",
@@ -103,5 +106,6 @@ __all__ = [
     "start_device_authorization",
     "start_session",
     "update_profile",
+    "use_unrecorded",
     "verify_email_code",
 ]

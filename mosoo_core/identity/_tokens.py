@@ -133,20 +133,32 @@ _TOUCH = (
 )
 
 
-def authenticate_access_token(
-    db: Connectable, secret: str | None, *, now: datetime | None = None
-) -> AccessTokenView:
-    """The live token behind a secret; Unauthenticated when malformed, unknown or revoked.
-    Read on every request, never cached: a revoked token is refused on the next one."""
+def read_access_token(db: Connectable, secret: str | None) -> AccessTokenView:
+    """The live token behind a secret, as stored; Unauthenticated when malformed, unknown or
+    revoked. Only reads: `authenticate_access_token` also records the use."""
     if not secret or not _TOKEN_SHAPE.fullmatch(secret):
         raise Unauthenticated(_REFUSED)
     row = _BY_DIGEST.first(db, {"digest": token_digest(secret)})
     if row is None or row.revoked_at is not None:
         raise Unauthenticated(_REFUSED)
-    view = _view(row)
+    return _view(row)
+
+
+def use_unrecorded(token: AccessTokenView, now: datetime) -> bool:
+    """Whether a use at `now` is to be written (`last_used_at` is kept to the minute)."""
+    return token.last_used_at is None or token.last_used_at <= now - _LAST_USED_GRANULARITY
+
+
+def authenticate_access_token(
+    db: Connectable, secret: str | None, *, now: datetime | None = None
+) -> AccessTokenView:
+    """The live token behind a secret, its use recorded (once a minute); Unauthenticated when
+    malformed, unknown or revoked. Read on every request, never cached: a revoked token is
+    refused on the next one."""
+    view = read_access_token(db, secret)
     now = now or utcnow()
-    stale_at = now - _LAST_USED_GRANULARITY
-    if view.last_used_at is None or view.last_used_at <= stale_at:
+    if use_unrecorded(view, now):
+        stale_at = now - _LAST_USED_GRANULARITY
         db.execute(_TOUCH, {"token_id": view.id, "stale_at": stale_at, "now": now})
         view = dataclasses.replace(view, last_used_at=now)
     return view

@@ -9,6 +9,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from sqlalchemy.pool import QueuePool
+
+from mosoo_core.db import get_engine
 from mosoo_core.settings import get_settings
 
 T = TypeVar("T")
@@ -30,3 +33,22 @@ async def in_thread(work: Callable[[], T]) -> T:
     """`work()` in the pool, with this task's context (its trace span) as the thread's."""
     context = contextvars.copy_context()
     return await asyncio.get_running_loop().run_in_executor(_pool(), context.run, work)
+
+
+def loop_may_read() -> bool:
+    """Whether a few indexed reads may run on the event loop itself instead of in the pool.
+
+    Only on SQLite: there a read is a function call into the same process (tens of
+    microseconds; in WAL mode it never waits for a writer), while the trip to the pool and
+    back, two GIL handoffs between the loop's thread and the pool's, cost several times that
+    (bench/api.py). A PostgreSQL read waits on the network, so it always goes to the pool.
+    And only while the pool has a connection that no one holds: a checkout past the pool's
+    size opens a new connection rather than waiting, but the loop should not pay even that.
+    """
+    engine = get_engine()
+    pool = engine.pool
+    return (
+        engine.dialect.name == "sqlite"
+        and isinstance(pool, QueuePool)
+        and pool.checkedout() < pool.size()
+    )

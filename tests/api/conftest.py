@@ -20,6 +20,7 @@ from sqlmodel import Session
 from mosoo_core import agents, identity, vault
 from mosoo_core.settings import reset_settings_cache
 from mosoo_web.api import build_api
+from mosoo_web.api.v1 import _ratelimit
 from tests.support.processes import free_port, wait_for
 from tests.support.redis_db import db_number
 
@@ -52,6 +53,9 @@ def api_env(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]
     monkeypatch.setenv("MOSOO_MASTER_KEY", base64.b64encode(os.urandom(32)).decode())
     redis.Redis.from_url(REDIS_URL).flushdb()
     use_redis(monkeypatch, REDIS_URL)
+    # The counters are gone with the flush; so is what this process held of them (a window
+    # another test used up, at the same fixed time, would refuse this test's first request).
+    monkeypatch.setattr(_ratelimit, "LIMITER", _ratelimit.Limiter())
     yield engine
     redis.Redis.from_url(REDIS_URL).flushdb()
 

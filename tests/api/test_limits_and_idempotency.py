@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import threading
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -47,32 +48,41 @@ def test_over_the_limit_is_429_with_retry_after_per_token(
     )  # the limit is per token
 
 
-def test_the_window_resets_and_retry_after_counts_down_to_it(
+async def test_the_window_resets_and_retry_after_counts_down_to_it(
     api_env: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MOSOO_API_RATE_LIMIT_PER_MINUTE", "1")
     reset_settings_cache()
     start = 1_800_000_000.0  # a window boundary
-    _ratelimit.check_rate_limit("token-a", now=start + 10)
+    await _ratelimit.check_rate_limit("token-a", now=start + 10)
     with pytest.raises(RateLimited) as refused:
-        _ratelimit.check_rate_limit("token-a", now=start + 15)
+        await _ratelimit.check_rate_limit("token-a", now=start + 15)
     assert refused.value.retry_after_seconds == 45
-    _ratelimit.check_rate_limit("token-a", now=start + 60)  # the next minute
+    await _ratelimit.check_rate_limit("token-a", now=start + 60)  # the next minute
 
 
-def _burst(client: TestClient, owner: ApiOwner, count: int) -> list[int]:
-    return [client.get("/api/v1/agents", headers=owner.headers).status_code for _ in range(count)]
+def _burst(client: TestClient, owner: ApiOwner, path: str, count: int) -> list[int]:
+    return [client.get(path, headers=owner.headers).status_code for _ in range(count)]
 
 
+@pytest.mark.parametrize("read", ["agents", "thread"])
 def test_a_burst_through_http_is_served_up_to_the_limit_and_not_one_more(
-    client: TestClient, owner: ApiOwner, monkeypatch: pytest.MonkeyPatch
+    client: TestClient, owner: ApiOwner, monkeypatch: pytest.MonkeyPatch, read: str
 ) -> None:
-    """At 64 a minute the burst takes its requests in leases of up to 4: still exactly 64."""
+    """At 64 a minute the burst takes its requests in leases of up to 4: still exactly 64.
+    Both ways a request is checked: the list (in the thread pool) and a thread's read (on
+    SQLite, on the event loop while a lease lasts: tests/api/test_reads_on_the_loop.py)."""
     monkeypatch.setenv("MOSOO_API_RATE_LIMIT_PER_MINUTE", "64")
     reset_settings_cache()
-    statuses = _burst(client, owner, 70)
+    path = "/api/v1/agents"
+    if read == "thread":
+        created = client.post(f"/api/v1/agents/{owner.agent_id}/threads", headers=owner.headers)
+        path = f"/api/v1/threads/{created.json()['thread']['id']}"
+    for key in redis.Redis.from_url(REDIS_URL).scan_iter("mosoo:api:rate:*"):
+        redis.Redis.from_url(REDIS_URL).delete(key)  # the creation's request is not counted
+    statuses = _burst(client, owner, path, 70)
     if statuses != [200] * 64 + [429] * 6:  # a window boundary fell inside the burst: once more
-        statuses = _burst(client, owner, 70)
+        statuses = _burst(client, owner, path, 70)
     assert statuses == [200] * 64 + [429] * 6
     # The counter in Redis holds the 64 served and at most the unused rest of the last
     # lease; the six refused, answered without asking Redis, added nothing.
@@ -89,24 +99,24 @@ class _CountedLimiter(_ratelimit.Limiter):
         super().__init__()
         self.trips = 0
 
-    def _take(self, url: str, key: str, size: int) -> int:
+    async def _take(self, url: str, key: str, size: int) -> int:
         self.trips += 1
-        return super()._take(url, key, size)
+        return await super()._take(url, key, size)
 
 
-def _serve(limiter: _ratelimit.Limiter, token: str, limit: int, now: float) -> bool:
+async def _serve(limiter: _ratelimit.Limiter, token: str, limit: int, now: float) -> bool:
     try:
-        limiter.check(REDIS_URL, token, limit, now)
+        await limiter.check(REDIS_URL, token, limit, now)
     except RateLimited:
         return False
     return True
 
 
-def test_a_burst_leases_its_requests_and_stops_asking_once_the_window_is_used_up(
+async def test_a_burst_leases_its_requests_and_stops_asking_once_the_window_is_used_up(
     api_env: Engine,
 ) -> None:
     limiter, limit, start = _CountedLimiter(), 400, 1_800_000_000.0
-    served = [_serve(limiter, "token-b", limit, start + 1) for _ in range(450)]
+    served = [await _serve(limiter, "token-b", limit, start + 1) for _ in range(450)]
     assert served == [True] * limit + [False] * 50
     # Leases of 1, 2, 4, 8, 16 and then 25 (a sixteenth of 400): not a trip per request, and
     # none once Redis said the window is used up.
@@ -114,34 +124,49 @@ def test_a_burst_leases_its_requests_and_stops_asking_once_the_window_is_used_up
     counted = int(redis.Redis.from_url(REDIS_URL).get(_ratelimit.window_key("token-b", 30_000_000)))
     assert counted >= limit
     # Calls spread out take one request at a time again, as a plain counter.
-    assert _serve(limiter, "token-b", limit, start + 60)
+    assert await _serve(limiter, "token-b", limit, start + 60)
     limiter.trips = 0
-    assert all(_serve(limiter, "token-b", limit, start + 61 + n) for n in range(5))
+    assert all([await _serve(limiter, "token-b", limit, start + 61 + n) for n in range(5)])
     assert limiter.trips == 5
     assert redis.Redis.from_url(REDIS_URL).get(_ratelimit.window_key("token-b", 30_000_001)) == b"6"
 
 
-def test_processes_sharing_the_counter_never_serve_more_than_the_limit(api_env: Engine) -> None:
-    """Two web processes (two limiters, the same Redis), four threads each, in one window."""
+async def test_requests_arriving_during_a_lease_wait_for_it_instead_of_leasing_too(
+    api_env: Engine,
+) -> None:
+    """A burst of 30 at once on the loop: one round trip at a time, each lease twice the
+    last (1, 2, 4, 8, 16: five trips for 31 requests), and every request served."""
+    limiter, limit, now = _CountedLimiter(), 1000, 1_800_000_000.0 + 1
+    served = await asyncio.gather(*(_serve(limiter, "token-e", limit, now) for _ in range(30)))
+    assert served == [True] * 30
+    assert limiter.trips == 5
+    counter = _ratelimit.window_key("token-e", 30_000_000)
+    assert redis.Redis.from_url(REDIS_URL).get(counter) == b"31"
+
+
+async def test_processes_sharing_the_counter_never_serve_more_than_the_limit(
+    api_env: Engine,
+) -> None:
+    """Two web processes (two limiters, each on its own event loop and Redis connection, the
+    same counter), 120 requests each at once, in one window."""
     limit, now = 300, 1_800_000_000.0 + 1
-    limiters = [_ratelimit.Limiter(), _ratelimit.Limiter()]
-    served: list[bool] = []
 
-    def hammer(limiter: _ratelimit.Limiter) -> None:
-        answers = [_serve(limiter, "token-c", limit, now) for _ in range(120)]
-        with lock:
-            served.extend(answers)
+    def process() -> list[bool]:
+        limiter = _ratelimit.Limiter()
 
-    lock = threading.Lock()
-    threads = [threading.Thread(target=hammer, args=(lim,)) for lim in limiters for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+        async def burst() -> list[bool]:
+            return list(
+                await asyncio.gather(*(_serve(limiter, "token-c", limit, now) for _ in range(240)))
+            )
+
+        return asyncio.run(burst())
+
+    with ThreadPoolExecutor(2) as pool:
+        served = [answer for answers in pool.map(lambda _: process(), range(2)) for answer in answers]
     # What one process leased and had not served when the window ran out is lost to the
     # other: at most a lease less one.
     assert limit - (_ratelimit.lease_cap(limit) - 1) <= served.count(True) <= limit
-    assert len(served) == 960
+    assert len(served) == 480
 
 
 def test_requests_pass_when_redis_is_down(

@@ -115,6 +115,23 @@ def test_last_used_at_is_updated_at_most_once_a_minute(db: Session) -> None:
     assert identity.list_access_tokens(db, account_id)[0].last_used_at == much_later
 
 
+def test_reading_a_token_records_no_use_and_says_when_one_is_due(db: Session) -> None:
+    account_id = _account(db, "ada@example.com")
+    now = utcnow()
+    created = identity.create_access_token(db, account_id, "api", now=now)
+    read = identity.read_access_token(db, created.secret)
+    assert read.id == created.token.id and read.last_used_at is None
+    assert identity.list_access_tokens(db, account_id)[0].last_used_at is None
+    assert identity.use_unrecorded(read, now)
+    used = identity.authenticate_access_token(db, created.secret, now=now)
+    assert not identity.use_unrecorded(used, now + timedelta(seconds=59))
+    assert identity.use_unrecorded(used, now + timedelta(minutes=1))
+    identity.revoke_access_token(db, account_id, created.token.id)
+    for secret in (created.secret, "mst_" + "x" * 43, "not-a-token", None):
+        with pytest.raises(Unauthenticated):
+            identity.read_access_token(db, secret)
+
+
 @pytest.mark.parametrize("label", ["", "   ", "x" * 81])
 def test_bad_label_is_refused_and_creates_nothing(db: Session, label: str) -> None:
     account_id = _account(db, "ada@example.com")

@@ -13,7 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from mosoo_core import identity
 from mosoo_core.clock import utcnow
 from mosoo_core.db import Connectable, connection_scope
-from mosoo_web.api._threads import in_thread
+from mosoo_web.api._threads import in_thread, loop_may_read
 from mosoo_web.api.v1._ratelimit import check_rate_limit
 
 T = TypeVar("T")
@@ -35,23 +35,28 @@ class Caller:
 
 
 def authenticate(db: Connectable, credentials: HTTPAuthorizationCredentials | None) -> Caller:
-    """The token's account, or Unauthenticated; RateLimited past the token's limit. The token
-    is read on every request, never cached: a revoked one is refused on the next request."""
+    """The token's account, or Unauthenticated, its use recorded (once a minute, committed at
+    once: kept whatever comes next). The token is read on every request, never cached: a
+    revoked one is refused on the next request. The rate limit is the caller's to check, on
+    the event loop (`check_rate_limit`)."""
     now = utcnow()
     secret = credentials.credentials if credentials is not None else None
     token = identity.authenticate_access_token(db, secret, now=now)
-    if token.last_used_at == now:  # recorded just now (once a minute): kept whatever comes next
+    if token.last_used_at == now:  # recorded just now
         db.commit()
-    check_rate_limit(token.id)
     return Caller(account_id=token.account_id, token_id=token.id)
 
 
 async def authenticated_caller(credentials: CredentialsDep) -> Caller:
+    """Unauthenticated, or RateLimited past the token's limit, before the route does anything."""
+
     def check() -> Caller:
         with connection_scope() as db:
             return authenticate(db, credentials)
 
-    return await in_thread(check)
+    caller = await in_thread(check)
+    await check_rate_limit(caller.token_id)
+    return caller
 
 
 CallerDep = Annotated[Caller, Depends(authenticated_caller)]
@@ -59,14 +64,28 @@ CallerDep = Annotated[Caller, Depends(authenticated_caller)]
 
 async def as_caller(
     credentials: HTTPAuthorizationCredentials | None,
-    work: Callable[[sa.Connection, Caller], T],
+    read: Callable[[sa.Connection, Caller], T],
 ) -> T:
-    """The token check, the rate limit and `work` in one trip to the thread pool and one
-    connection, for the reads clients call most (with `CallerDep`, the check is a trip and
-    a unit of work of its own): `work` runs Core statements, without the ORM's session."""
+    """The token check, the rate limit and `read` on one connection, for the reads clients
+    call most (with `CallerDep`, the check is a trip to the pool and a unit of work of its
+    own). `read` runs a few indexed Core reads and writes nothing.
 
-    def unit() -> T:
+    On SQLite it all runs on the event loop (`loop_may_read`) unless the token's use is to be
+    recorded (a write, once a minute): then, as on PostgreSQL, in one trip to the pool, and
+    the rate limit is checked on the loop after it (a refused request has only read)."""
+    if loop_may_read():
         with connection_scope() as db:
-            return work(db, authenticate(db, credentials))
+            secret = credentials.credentials if credentials is not None else None
+            token = identity.read_access_token(db, secret)
+            if not identity.use_unrecorded(token, utcnow()):
+                await check_rate_limit(token.id)
+                return read(db, Caller(account_id=token.account_id, token_id=token.id))
 
-    return await in_thread(unit)
+    def unit() -> tuple[Caller, T]:
+        with connection_scope() as db:
+            caller = authenticate(db, credentials)
+            return caller, read(db, caller)
+
+    caller, answer = await in_thread(unit)
+    await check_rate_limit(caller.token_id)
+    return answer

@@ -17,13 +17,15 @@ every call because the counter is gone would be worse) and that is logged once."
 
 from __future__ import annotations
 
+import asyncio
 import math
-import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 import redis
-from redis.commands.core import Script
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
 
 from mosoo_core.errors import RateLimited
 from mosoo_core.logs import get_logger
@@ -67,66 +69,84 @@ class _Allowance:
 
 
 class Limiter:
-    """One process's share of the counters in the Redis at `url` (module-level: `LIMITER`)."""
+    """One process's share of the counters in the Redis at `url` (module-level: `LIMITER`).
+
+    It lives on the event loop (the API checks the limit there, after the token is read):
+    a request that finds a leased request left takes it without awaiting anything, and the
+    lease's round trip is awaited on the loop with redis.asyncio, one per token at a time,
+    the requests that arrive meanwhile waiting for its answer. A round trip made from the
+    thread pool instead queued behind the loop for the GIL: with the thread's reads on the
+    loop (`as_caller`), the requests that met an empty lease made the p99 (bench/api.py:
+    22.5 ms at concurrency 10, against 10.2 ms with the limit off)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._scripts: dict[str, Script] = {}
         self._allowances: dict[tuple[str, str], _Allowance] = {}
+        self._leasing: dict[tuple[str, str], asyncio.Future[None]] = {}
+        # A client per loop and Redis URL: a redis.asyncio connection belongs to the loop it
+        # was made on (one in a web process; tests start several).
+        self._scripts: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, dict[str, AsyncScript]
+        ] = weakref.WeakKeyDictionary()
         self._redis_down_logged = False
 
-    def check(self, url: str, token_id: str, limit: int, now: float) -> None:
+    async def check(self, url: str, token_id: str, limit: int, now: float) -> None:
         """Count a request; RateLimited (with the seconds until the window ends) over `limit`."""
         window = int(now // WINDOW_SECONDS)
         key = (url, token_id)
-        with self._lock:
+        while True:
             allowance = self._allowance(key, window)
             if allowance.left:
                 allowance.left -= 1
                 return
             if allowance.used_up:
                 raise _refusal(limit, window, now)
-            grow = allowance.lease and now - allowance.leased_at < GROW_SECONDS
-            size = min(lease_cap(limit), allowance.lease * 2) if grow else 1
-            allowance.lease, allowance.leased_at = size, now
-        # Outside the lock: another token's requests do not wait for this round trip.
+            leasing = self._leasing.get(key)
+            if leasing is None:
+                break
+            await asyncio.shield(leasing)  # another request's lease: then take from it
+        grow = allowance.lease and now - allowance.leased_at < GROW_SECONDS
+        size = min(lease_cap(limit), allowance.lease * 2) if grow else 1
+        allowance.lease, allowance.leased_at = size, now
+        leasing = self._leasing[key] = asyncio.get_running_loop().create_future()
         try:
-            count = self._take(url, window_key(token_id, window), size)
+            count = await self._take(url, window_key(token_id, window), size)
         except redis.RedisError as error:
             if not self._redis_down_logged:
                 log.warning("api.rate_limit_unavailable", error=type(error).__name__)
                 self._redis_down_logged = True
             return
+        finally:
+            del self._leasing[key]
+            leasing.set_result(None)
         self._redis_down_logged = False
         granted = min(size, max(0, limit - (count - size)))
-        with self._lock:
-            held = self._allowances.get(key)
-            if held is None:
-                held = self._allowances[key] = _Allowance(window)
-            # The next window began meanwhile: what is left of this lease is not kept.
-            allowance = held if held.window == window else _Allowance(window)
-            if count >= limit:
-                allowance.used_up = True
-            if not granted:
-                raise _refusal(limit, window, now)
-            allowance.left += granted - 1
+        held = self._allowances.get(key)
+        if held is None:
+            held = self._allowances[key] = _Allowance(window)
+        # The next window began meanwhile: what is left of this lease is not kept.
+        allowance = held if held.window == window else _Allowance(window)
+        if count >= limit:
+            allowance.used_up = True
+        if not granted:
+            raise _refusal(limit, window, now)
+        allowance.left += granted - 1
 
     def _allowance(self, key: tuple[str, str], window: int) -> _Allowance:
         allowance = self._allowances.get(key)
-        if allowance is None or allowance.window != window:
+        # A request that waited into the next window counts against the newer one.
+        if allowance is None or allowance.window < window:
             if allowance is None and len(self._allowances) >= KEPT_ALLOWANCES:
                 self._allowances = {k: a for k, a in self._allowances.items() if a.window >= window}
             allowance = self._allowances[key] = _Allowance(window)
         return allowance
 
-    def _take(self, url: str, key: str, size: int) -> int:
+    async def _take(self, url: str, key: str, size: int) -> int:
         """Lease `size` requests of the window at `key`; the window's count with them."""
-        with self._lock:
-            if url not in self._scripts:
-                client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-                self._scripts[url] = client.register_script(_LEASE)
-            script = self._scripts[url]
-        return int(script(keys=[key], args=[WINDOW_SECONDS * 2, size]))
+        scripts = self._scripts.setdefault(asyncio.get_running_loop(), {})
+        if url not in scripts:
+            client = aioredis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+            scripts[url] = client.register_script(_LEASE)
+        return int(await scripts[url](keys=[key], args=[WINDOW_SECONDS * 2, size]))
 
 
 def _refusal(limit: int, window: int, now: float) -> RateLimited:
@@ -140,10 +160,10 @@ def _refusal(limit: int, window: int, now: float) -> RateLimited:
 LIMITER = Limiter()
 
 
-def check_rate_limit(token_id: str, *, now: float | None = None) -> None:
+async def check_rate_limit(token_id: str, *, now: float | None = None) -> None:
     """Count this request; RateLimited (with the seconds until the window ends) over the limit."""
     settings = get_settings()
     limit = settings.api_rate_limit_per_minute
     if limit <= 0:
         return
-    LIMITER.check(settings.redis_url, token_id, limit, time.time() if now is None else now)
+    await LIMITER.check(settings.redis_url, token_id, limit, time.time() if now is None else now)
