@@ -162,7 +162,9 @@ async def test_processes_sharing_the_counter_never_serve_more_than_the_limit(
         return asyncio.run(burst())
 
     with ThreadPoolExecutor(2) as pool:
-        served = [answer for answers in pool.map(lambda _: process(), range(2)) for answer in answers]
+        served = [
+            answer for answers in pool.map(lambda _: process(), range(2)) for answer in answers
+        ]
     # What one process leased and had not served when the window ran out is lost to the
     # other: at most a lease less one.
     assert limit - (_ratelimit.lease_cap(limit) - 1) <= served.count(True) <= limit
