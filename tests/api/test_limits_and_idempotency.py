@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -142,6 +143,32 @@ async def test_requests_arriving_during_a_lease_wait_for_it_instead_of_leasing_t
     assert limiter.trips == 5
     counter = _ratelimit.window_key("token-e", 30_000_000)
     assert redis.Redis.from_url(REDIS_URL).get(counter) == b"31"
+
+
+class _HangingRedisLimiter(_ratelimit.Limiter):
+    """A limiter whose Redis answers every lease with a timeout, after `seconds`."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.trips = 0
+
+    async def _take(self, url: str, key: str, size: int) -> int:
+        self.trips += 1
+        await asyncio.sleep(self.seconds)
+        raise redis.TimeoutError("Timeout reading from socket")
+
+
+async def test_requests_waiting_on_a_lease_redis_never_answers_pass_with_it_at_once(
+    api_env: Engine,
+) -> None:
+    """Not one timeout after another: the ten pass when the one round trip fails."""
+    limiter, now = _HangingRedisLimiter(0.3), 1_800_000_000.0 + 1
+    started = time.monotonic()
+    served = await asyncio.gather(*(_serve(limiter, "token-f", 5, now) for _ in range(10)))
+    assert served == [True] * 10
+    assert limiter.trips == 1
+    assert time.monotonic() - started < 0.3 * 3
 
 
 async def test_processes_sharing_the_counter_never_serve_more_than_the_limit(

@@ -34,14 +34,17 @@ class Caller:
     token_id: str
 
 
+def _secret(credentials: HTTPAuthorizationCredentials | None) -> str | None:
+    return credentials.credentials if credentials is not None else None
+
+
 def authenticate(db: Connectable, credentials: HTTPAuthorizationCredentials | None) -> Caller:
     """The token's account, or Unauthenticated, its use recorded (once a minute, committed at
     once: kept whatever comes next). The token is read on every request, never cached: a
     revoked one is refused on the next request. The rate limit is the caller's to check, on
     the event loop (`check_rate_limit`)."""
     now = utcnow()
-    secret = credentials.credentials if credentials is not None else None
-    token = identity.authenticate_access_token(db, secret, now=now)
+    token = identity.authenticate_access_token(db, _secret(credentials), now=now)
     if token.last_used_at == now:  # recorded just now
         db.commit()
     return Caller(account_id=token.account_id, token_id=token.id)
@@ -75,8 +78,7 @@ async def as_caller(
     the rate limit is checked on the loop after it (a refused request has only read)."""
     if loop_may_read():
         with connection_scope() as db:
-            secret = credentials.credentials if credentials is not None else None
-            token = identity.read_access_token(db, secret)
+            token = identity.read_access_token(db, _secret(credentials))
             if not identity.use_unrecorded(token, utcnow()):
                 await check_rate_limit(token.id)
                 return read(db, Caller(account_id=token.account_id, token_id=token.id))

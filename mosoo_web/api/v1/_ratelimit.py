@@ -81,7 +81,8 @@ class Limiter:
 
     def __init__(self) -> None:
         self._allowances: dict[tuple[str, str], _Allowance] = {}
-        self._leasing: dict[tuple[str, str], asyncio.Future[None]] = {}
+        # The lease in flight per token; its result says whether Redis was unreachable.
+        self._leasing: dict[tuple[str, str], asyncio.Future[bool]] = {}
         # A client per loop and Redis URL: a redis.asyncio connection belongs to the loop it
         # was made on (one in a web process; tests start several).
         self._scripts: weakref.WeakKeyDictionary[
@@ -95,6 +96,7 @@ class Limiter:
         key = (url, token_id)
         while True:
             allowance = self._allowance(key, window)
+            window = allowance.window  # a request that waited into the next window is in it
             if allowance.left:
                 allowance.left -= 1
                 return
@@ -103,13 +105,18 @@ class Limiter:
             leasing = self._leasing.get(key)
             if leasing is None:
                 break
-            await asyncio.shield(leasing)  # another request's lease: then take from it
+            # Another request's lease: then take from it, or, when Redis did not answer it,
+            # pass as that request did (not one timeout after another, each waiter in turn).
+            if await asyncio.shield(leasing):
+                return
         grow = allowance.lease and now - allowance.leased_at < GROW_SECONDS
         size = min(lease_cap(limit), allowance.lease * 2) if grow else 1
         allowance.lease, allowance.leased_at = size, now
         leasing = self._leasing[key] = asyncio.get_running_loop().create_future()
+        unreachable = True
         try:
             count = await self._take(url, window_key(token_id, window), size)
+            unreachable = False
         except redis.RedisError as error:
             if not self._redis_down_logged:
                 log.warning("api.rate_limit_unavailable", error=type(error).__name__)
@@ -117,7 +124,7 @@ class Limiter:
             return
         finally:
             del self._leasing[key]
-            leasing.set_result(None)
+            leasing.set_result(unreachable)
         self._redis_down_logged = False
         granted = min(size, max(0, limit - (count - size)))
         held = self._allowances.get(key)
@@ -133,7 +140,7 @@ class Limiter:
 
     def _allowance(self, key: tuple[str, str], window: int) -> _Allowance:
         allowance = self._allowances.get(key)
-        # A request that waited into the next window counts against the newer one.
+        # Never back to an older window (a request that waited for a lease into the next one).
         if allowance is None or allowance.window < window:
             if allowance is None and len(self._allowances) >= KEPT_ALLOWANCES:
                 self._allowances = {k: a for k, a in self._allowances.items() if a.window >= window}
