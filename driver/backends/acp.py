@@ -45,7 +45,9 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from collections import deque
@@ -142,10 +144,14 @@ class _AgentProcess:
     """The spawned agent: its process, the ACP connection to it, and its stderr reader."""
 
     def __init__(
-        self, process: asyncio.subprocess.Process, connection: ClientSideConnection
+        self,
+        process: asyncio.subprocess.Process,
+        connection: ClientSideConnection,
+        scratch: Path,
     ) -> None:
         self.process = process
         self.connection = connection
+        self.scratch = scratch
         self.stderr_tail: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self.capabilities: schema.AgentCapabilities | None = None
         self.name = ""
@@ -203,6 +209,7 @@ class _AgentProcess:
         self._stderr_task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._stderr_task
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
     async def _exited(self, timeout: float) -> bool:
         try:
@@ -321,6 +328,12 @@ class AcpBackend(Backend):
         self.command = command
         environment = self._agent_environment(command)
         await import_packages("acp", "acp.schema", "acp.client.connection")
+        # The agent's own temporary folder, removed with it. OpenCode (a Bun executable)
+        # unpacks a 5.5 MB native library into $TMPDIR each time it starts working and never
+        # deletes it: in a sandbox /tmp is a tmpfs counted against its memory, which an
+        # Assistant's runs would fill, one copy a run.
+        scratch = Path(tempfile.mkdtemp(prefix="mosoo-agent-"))
+        environment["TMPDIR"] = str(scratch)
         try:
             process = await asyncio.create_subprocess_exec(
                 *command,
@@ -333,6 +346,7 @@ class AcpBackend(Backend):
                 limit=STDIO_LIMIT_BYTES,
             )
         except OSError as error:
+            shutil.rmtree(scratch, ignore_errors=True)
             raise RunFailure(
                 "agent_unavailable",
                 f"could not start the ACP agent {command[0]!r}: {error.strerror or error}",
@@ -345,7 +359,7 @@ class AcpBackend(Backend):
         # method-not-found, which is what a client without those capabilities should say.
         client = cast(acp.Client, _Client(self))
         connection = acp.connect_to_agent(client, process.stdin, process.stdout)
-        agent = _AgentProcess(process, connection)
+        agent = _AgentProcess(process, connection, scratch)
         try:
             await asyncio.wait_for(self._handshake(agent), CONNECT_TIMEOUT_SECONDS)
         except BaseException as error:

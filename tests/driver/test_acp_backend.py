@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -45,6 +46,16 @@ def opencode_bin() -> Path:
     if not (dest / "opencode" / "bin" / "rg").exists():  # written last
         image.install_opencode(dest, downloads_dir=ROOT / "data" / "sandbox-downloads")
     return dest / "opencode" / "bin"
+
+
+@pytest.fixture(autouse=True)
+def temp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The driver's temporary folder (the sandbox's /tmp), which the agents would inherit."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setenv("TMPDIR", str(root))
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
 
 
 @pytest.fixture
@@ -111,7 +122,7 @@ def payloads(sink: RecordingSink, run_id: str, kind: str) -> list[dict[str, Any]
 
 
 async def test_opencode_streams_asks_for_bash_and_continues_the_thread_after_a_restart(
-    make_backend: Factory, model_server: ScriptedOpenAIServer, workspace: Path
+    make_backend: Factory, model_server: ScriptedOpenAIServer, workspace: Path, temp_root: Path
 ) -> None:
     model_server.add(
         ToolCallsTurn([ToolCall("bash", {"command": "pwd", "description": "Where am I"})]),
@@ -127,10 +138,16 @@ async def test_opencode_streams_asks_for_bash_and_continues_the_thread_after_a_r
     await run(backend, sink, "run-1", "run pwd")
     asked = await permission(sink, "run-1")
     assert asked["name"] == "bash" and asked["input"]["command"] == "pwd"
+    # The agent's temporary files go to a folder of its own ...
+    [scratch] = temp_root.iterdir()
+    assert backend.agent is not None and backend.agent.scratch == scratch
     await backend.handle_command(
         command("permission.resolve", {"request_id": asked["request_id"], "decision": "allow_once"})
     )
     assert await finished(sink, "run-1") == "run.completed", sink.events[-3:]
+    # ... which ends with it (with its run): OpenCode never deletes the native library it
+    # unpacks there, and a sandbox's /tmp is a tmpfs that counts against its memory.
+    await wait_for(lambda: not any(temp_root.iterdir()), 10, "the agent's temporary folder to go")
     print(f"first run, agent start included: {time.monotonic() - started:.2f}s")
 
     kinds = sink.kinds("run-1")
@@ -164,6 +181,7 @@ async def test_opencode_streams_asks_for_bash_and_continues_the_thread_after_a_r
     assert await finished(sink, "run-2") == "run.completed"
     assert any(m.get("content") == "run pwd" for m in model_server.chat_requests[-1].messages)
 
+    # The agent's temporary files live in a folder of its own ...
     # A new driver (a new container restored from the checkpoint): the session is loaded.
     await backend.close()
     assert backend.agent is None
