@@ -133,6 +133,10 @@ class Settings(BaseSettings):
     # The owner's terminal into a running Assistant's sandbox (Preview's Sandbox panel, the
     # websocket /api/terminal/{agent_id}); off, the route refuses and the console hides it.
     terminal_enabled: bool = True
+    # How often each web process checks the sessions of its open console tabs against the
+    # database: an expired or deleted session's tabs leave for /login within this long (a
+    # sign-out is pushed at once; mosoo_web/state/signed_out_tabs.py).
+    tab_sweep_seconds: float = Field(default=30.0, ge=1, le=3600)
 
     # Public API v1: requests a minute per access token, and how often an idle event
     # stream sends a keep-alive comment (proxies close connections that stay silent).

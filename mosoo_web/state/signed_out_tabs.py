@@ -2,7 +2,7 @@
 
 A lifespan task of each web process (`close_signed_out_tabs`). It listens for revoked
 session ids on Redis (`identity.revoked_sessions`, published by `identity.sign_out` after
-its commit) and, every `SWEEP_SECONDS`, checks the sessions of its tabs against the
+its commit) and, every `MOSOO_TAB_SWEEP_SECONDS` (30), checks the sessions of its tabs against the
 database. For each tab of an ended session that this process serves (`OPEN_TABS`), it
 queues `SessionState.leave_signed_out` as an event of that tab: Reflex runs it under the
 tab's state lock like any other event, so the tab's state is forgotten and the full load of
@@ -35,11 +35,14 @@ from mosoo_core import identity
 from mosoo_core.clock import utcnow
 from mosoo_core.db import session_scope
 from mosoo_core.logs import get_logger
+from mosoo_core.settings import get_settings
 from mosoo_web.state.session import OPEN_TABS, SessionState
 
 log = get_logger(__name__)
 
-SWEEP_SECONDS = 30.0
+
+def sweep_seconds() -> float:
+    return get_settings().tab_sweep_seconds
 
 
 def _connected_here(app: rx.App, tab: str) -> bool:
@@ -63,7 +66,7 @@ async def _send_to_login(app: rx.App, session_id: str, reason: str) -> None:
 
 def _ended(session_ids: set[str], fresh_revocations: bool) -> set[str]:
     now = utcnow()
-    revoked_before = None if fresh_revocations else now - timedelta(seconds=SWEEP_SECONDS)
+    revoked_before = None if fresh_revocations else now - timedelta(seconds=sweep_seconds())
     with session_scope() as db:
         return identity.ended_sessions(db, session_ids, now=now, revoked_before=revoked_before)
 
@@ -83,7 +86,7 @@ async def sweep(app: rx.App, *, fresh_revocations: bool = False) -> None:
 
 async def _sweep_forever(app: rx.App) -> None:
     while True:
-        await asyncio.sleep(SWEEP_SECONDS)
+        await asyncio.sleep(sweep_seconds())
         try:
             await sweep(app)
         except Exception as error:  # the database away for a moment: try again next period

@@ -30,6 +30,12 @@ class WebServer:
     log: Path
 
 
+# How often the console's web process sweeps its tabs' sessions (30 s by default): shorter,
+# so an expiry test waits less, and still longer than a sign-out push is given
+# (tests/browser/test_sign_out_tabs.py), so the sweep never stands in for a missing push.
+TAB_SWEEP_SECONDS = 15
+
+
 @pytest.fixture(scope="session")
 def web_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServer]:
     migrations.upgrade(database_url)
@@ -43,6 +49,7 @@ def web_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> I
         MOSOO_REDIS_URL=redis_url(0),
         # The journeys' MCP servers (tests/support/mcp_server.py) listen on loopback.
         MOSOO_MCP_ALLOW_PRIVATE_NETWORKS="true",
+        MOSOO_TAB_SWEEP_SECONDS=str(TAB_SWEEP_SECONDS),
     )
     with console_slot() as console, running(["web"], env | console.env, log) as process:
         url = console.url

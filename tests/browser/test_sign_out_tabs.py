@@ -21,16 +21,18 @@ from mosoo_core import identity
 from mosoo_core.clock import utcnow
 from mosoo_core.tables.agents import Agent
 from mosoo_core.tables.identity import AccessToken, App, AuthSession, Organization
-from tests.browser.conftest import WebServer
+from tests.browser.conftest import TAB_SWEEP_SECONDS, WebServer
 from tests.browser.test_console_journey import _sign_in
 
 pytestmark = pytest.mark.browser
 
 LOGIN_URL = re.compile(r"/login/?(\?|$)")
 # "Within a few seconds": the push takes milliseconds; the margin is for a loaded machine.
+# Below one sweep period: the sweep leaves a revocation younger than that to its push.
 PUSH_TIMEOUT_MS = 10_000
-# The web process sweeps every 30 s (`mosoo_web.state.signed_out_tabs.SWEEP_SECONDS`).
-SWEEP_TIMEOUT_MS = 45_000
+assert PUSH_TIMEOUT_MS < TAB_SWEEP_SECONDS * 1000
+# The console's web process sweeps every TAB_SWEEP_SECONDS (MOSOO_TAB_SWEEP_SECONDS).
+SWEEP_TIMEOUT_MS = 2 * TAB_SWEEP_SECONDS * 1000
 
 
 @dataclass

@@ -66,6 +66,17 @@ def test_the_apis_threads_are_at_least_one(monkeypatch: pytest.MonkeyPatch) -> N
         Settings()
 
 
+@pytest.mark.parametrize("value", ["0", "0.5", "3601"])
+def test_the_tab_sweep_stays_between_a_second_and_an_hour(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("MOSOO_TAB_SWEEP_SECONDS", value)
+    with pytest.raises(ValueError, match=r"tab_sweep_seconds"):
+        Settings()
+    monkeypatch.setenv("MOSOO_TAB_SWEEP_SECONDS", "15")
+    assert Settings().tab_sweep_seconds == 15
+
+
 def test_secret_key_file_is_created_once_with_mode_0600(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
