@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -128,22 +129,40 @@ def stored_event(row: SessionEvent | sa.Row[Any], duplicate: bool = False) -> St
 def _reserve_seqs(db: Session, counts: Mapping[str, int], now: datetime) -> dict[str, int]:
     """Atomically reserve `counts[thread]` seqs on each thread, in one statement; returns
     each thread's last reserved seq (works on SQLite and PostgreSQL)."""
-    table = AgentSession.__table__  # type: ignore[attr-defined]
-    added = (
-        sa.case(counts, value=table.c.id)
-        if len(counts) > 1
-        else sa.literal(next(iter(counts.values())))
-    )
-    rows = db.execute(
-        sa.update(table)
-        .where(table.c.id.in_(list(counts)))
-        .values(last_seq=table.c.last_seq + added, updated_at=now)
-        .returning(table.c.id, table.c.last_seq)
-    ).all()
+    params: dict[str, Any] = {"threads": list(counts), "now": now}
+    for index, (thread_id, count) in enumerate(counts.items()):
+        params[f"thread_{index}"], params[f"count_{index}"] = thread_id, count
+    rows = db.execute(_reserve_statement(len(counts)), params).all()
     reserved = {row[0]: int(row[1]) for row in rows}
     if len(reserved) != len(counts):
         raise sa.exc.NoResultFound(f"no thread {sorted(set(counts) - set(reserved))}")
     return reserved
+
+
+@functools.lru_cache(maxsize=128)
+def _reserve_statement(threads: int) -> sa.Update:
+    """The reservation for that many threads, made once: its values are bound parameters,
+    so SQLAlchemy compiles it once too (the writer reserves for tens of threads a group, and
+    building the CASE and its cache key each time was a fifth of a 50-thread group's time)."""
+    table = AgentSession.__table__  # type: ignore[attr-defined]
+    added = sa.case(
+        *(
+            (
+                table.c.id == sa.bindparam(f"thread_{index}", type_=table.c.id.type),
+                sa.bindparam(f"count_{index}", type_=sa.Integer()),
+            )
+            for index in range(threads)
+        )
+    )
+    return (
+        sa.update(table)
+        .where(table.c.id.in_(sa.bindparam("threads", expanding=True)))
+        .values(
+            last_seq=table.c.last_seq + added,
+            updated_at=sa.bindparam("now", type_=table.c.updated_at.type),
+        )
+        .returning(table.c.id, table.c.last_seq)
+    )
 
 
 def _stored(
