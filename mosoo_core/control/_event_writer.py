@@ -177,21 +177,23 @@ def _store_group(group: list[_Batch]) -> None:
 
 def _store_batches(db: Session, group: list[_Batch]) -> None:
     ids = {batch.instance_id for batch in group}
-    instances = {
-        row.id: row
-        for row in db.exec(select(DriverInstance).where(col(DriverInstance.id).in_(ids))).all()
-    }
+    connection_of = dict(
+        db.execute(
+            select(DriverInstance.id, DriverInstance.connection_id).where(
+                col(DriverInstance.id).in_(ids)
+            )
+        ).all()
+    )
     for batch in group:
-        instance = instances.get(batch.instance_id)
-        if instance is None or instance.connection_id != batch.connection_id:
+        if batch.instance_id not in connection_of or (
+            connection_of[batch.instance_id] != batch.connection_id
+        ):
             raise driver_plane.DriverRefused("superseded", "a newer connection replaced this one")
     if not tracing.enabled():
         answers = driver_plane.ingest_driver_batches(
             db,
             [
-                driver_plane.DriverBatch(
-                    instances[batch.instance_id], batch.events, batch.may_repeat
-                )
+                driver_plane.DriverBatch(batch.instance_id, batch.events, batch.may_repeat)
                 for batch in group
             ],
         )
@@ -207,9 +209,5 @@ def _store_batches(db: Session, group: list[_Batch]) -> None:
         ):
             (batch.stored,) = driver_plane.ingest_driver_batches(
                 db,
-                [
-                    driver_plane.DriverBatch(
-                        instances[batch.instance_id], batch.events, batch.may_repeat
-                    )
-                ],
+                [driver_plane.DriverBatch(batch.instance_id, batch.events, batch.may_repeat)],
             )

@@ -92,21 +92,20 @@ def _seen_first_token(run_id: str) -> None:
         _FIRST_TOKEN_SEEN.popitem(last=False)
 
 
-def mark_driver_events(db: Session, run: SessionRun, events: Iterable[DriverEvent]) -> None:
+def mark_driver_events(db: Session, run_id: str, events: Iterable[DriverEvent]) -> None:
     """Control's marks, as it stores a driver's events: the run's first token and the event
     that ended it."""
     kinds = {event.kind for event in events}
     now = utcnow()
     marks: dict[str, tuple[datetime, dict[str, Any]]] = {}
-    if kinds & _TOKEN_KINDS and run.id not in _FIRST_TOKEN_SEEN:
+    if kinds & _TOKEN_KINDS and run_id not in _FIRST_TOKEN_SEEN:
         marks["first_token"] = (now, {})
         # Remembered once the mark is committed: a transaction rolled back (control's group
         # commit retries its batches one by one then) must not leave the run without it.
-        run_id = run.id
         sa.event.listen(db, "after_commit", lambda _db: _seen_first_token(run_id), once=True)
     if kinds & _END_KINDS:
         marks["last_event"] = (now, {})
-    record_marks(db, run.id, marks)
+    record_marks(db, run_id, marks)
 
 
 @dataclass(frozen=True)
