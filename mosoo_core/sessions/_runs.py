@@ -86,6 +86,11 @@ _RUN_STATUS_BY_KIND = {
     "permission.requested": "waiting_input",
     "permission.resolved": "running",
 }
+_FINISHED_BY_KIND = {
+    "run.completed": "completed",
+    "run.cancelled": "cancelled",
+    "run.failed": "failed",
+}
 
 
 @dataclass(frozen=True)
@@ -99,10 +104,8 @@ class DriverBatch:
     may_repeat: bool = True
 
 
-# The event kinds that change their run (the others only add to its thread's log).
-_TRANSITION_KINDS = frozenset(
-    {*_RUN_STATUS_BY_KIND, "run.completed", "run.cancelled", "run.failed"}
-)
+# The event kinds that change their run (`_apply`); the others only add to its thread's log.
+_TRANSITION_KINDS = frozenset({*_RUN_STATUS_BY_KIND, *_FINISHED_BY_KIND})
 # Not the run's spec, input or setup log (kilobytes each, read again for every batch).
 _LARGE_RUN_COLUMNS = ("snapshot", "input_text", "attachments", "setup_log")
 
@@ -188,21 +191,20 @@ def _apply(db: Session, run: SessionRun, event: DriverEvent) -> list[StoredEvent
             run.started_at = utcnow()
         db.add(run)
         return []
-    if event.kind == "run.completed":
-        return finish_run(db, run, "completed")
-    if event.kind == "run.cancelled":
-        return finish_run(db, run, "cancelled")
-    if event.kind == "run.failed":
-        payload = event.payload
-        return finish_run(
-            db,
-            run,
-            "failed",
-            code=str(payload.get("code") or "run_failed")[:64],
-            message=str(payload.get("message") or "")[:2000],
-            retryable=bool(payload.get("retryable")),
-        )
-    return []
+    status = _FINISHED_BY_KIND.get(event.kind)
+    if status is None:
+        return []
+    if status != "failed":
+        return finish_run(db, run, status)
+    payload = event.payload
+    return finish_run(
+        db,
+        run,
+        "failed",
+        code=str(payload.get("code") or "run_failed")[:64],
+        message=str(payload.get("message") or "")[:2000],
+        retryable=bool(payload.get("retryable")),
+    )
 
 
 def sweep_lost_drivers(
