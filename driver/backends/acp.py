@@ -345,8 +345,10 @@ class AcpBackend(Backend):
                 start_new_session=True,  # its own process group: Stop and close reach its tree
                 limit=STDIO_LIMIT_BYTES,
             )
-        except OSError as error:
+        except BaseException as error:  # not started (also cancelled): nothing else removes it
             shutil.rmtree(scratch, ignore_errors=True)
+            if not isinstance(error, OSError):
+                raise
             raise RunFailure(
                 "agent_unavailable",
                 f"could not start the ACP agent {command[0]!r}: {error.strerror or error}",

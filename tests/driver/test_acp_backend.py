@@ -181,7 +181,6 @@ async def test_opencode_streams_asks_for_bash_and_continues_the_thread_after_a_r
     assert await finished(sink, "run-2") == "run.completed"
     assert any(m.get("content") == "run pwd" for m in model_server.chat_requests[-1].messages)
 
-    # The agent's temporary files live in a folder of its own ...
     # A new driver (a new container restored from the checkpoint): the session is loaded.
     await backend.close()
     assert backend.agent is None
@@ -394,7 +393,7 @@ async def test_another_acp_agent_runs_by_its_command_line_and_gets_the_thread_re
 
 
 async def test_stop_while_the_agent_starts_cancels_the_run_and_leaves_no_agent(
-    workspace: Path,
+    workspace: Path, temp_root: Path
 ) -> None:
     sink = RecordingSink()
     silent = [sys.executable, "-c", "import time; time.sleep(120)"]  # never answers initialize
@@ -408,6 +407,27 @@ async def test_stop_while_the_agent_starts_cancels_the_run_and_leaves_no_agent(
         await backend.handle_command(command("turn.cancel", {"run_id": "run-1"}))
         assert await finished(sink, "run-1", timeout=20) == "run.cancelled"
         assert backend.agent is None and not _children_running(silent[-1])
+        assert list(temp_root.iterdir()) == []  # nor its temporary folder
+    finally:
+        await backend.close()
+
+
+async def test_an_agent_that_cannot_be_started_fails_the_run_and_leaves_no_folder(
+    workspace: Path, temp_root: Path
+) -> None:
+    sink = RecordingSink()
+    missing = ["/nonexistent/acp-agent", "--acp"]
+    spec = make_spec(workspace, runtime="acp", provider_options={"acp_command": missing})
+    backend = create_backend("acp", spec, sink, gateway_url="http://127.0.0.1:9/gateway")
+    assert isinstance(backend, AcpBackend)
+    await backend.start()
+    try:
+        await run(backend, sink, "run-1", "hi")
+        assert await finished(sink, "run-1") == "run.failed"
+        [failed] = payloads(sink, "run-1", "run.failed")
+        assert failed["code"] == "agent_unavailable"
+        assert "/nonexistent/acp-agent" in failed["message"]
+        assert list(temp_root.iterdir()) == []
     finally:
         await backend.close()
 
