@@ -185,9 +185,7 @@ def _store_batches(db: Session, group: list[_Batch]) -> None:
         ).all()
     )
     for batch in group:
-        if batch.instance_id not in connection_of or (
-            connection_of[batch.instance_id] != batch.connection_id
-        ):
+        if connection_of.get(batch.instance_id) != batch.connection_id:
             raise driver_plane.DriverRefused("superseded", "a newer connection replaced this one")
     if not tracing.enabled():
         answers = driver_plane.ingest_driver_batches(

@@ -2,8 +2,8 @@
 
 A lifespan task of each web process (`close_signed_out_tabs`). It listens for revoked
 session ids on Redis (`identity.revoked_sessions`, published by `identity.sign_out` after
-its commit) and, every `MOSOO_TAB_SWEEP_SECONDS` (30), checks the sessions of its tabs against the
-database. For each tab of an ended session that this process serves (`OPEN_TABS`), it
+its commit) and, every `MOSOO_TAB_SWEEP_SECONDS` (30), checks the sessions of its tabs
+against the database. For each tab of an ended session that this process serves (`OPEN_TABS`), it
 queues `SessionState.leave_signed_out` as an event of that tab: Reflex runs it under the
 tab's state lock like any other event, so the tab's state is forgotten and the full load of
 /login is pushed down the tab's own websocket. Each process handles the tabs whose sockets
