@@ -397,10 +397,7 @@ async def test_stop_while_the_agent_starts_cancels_the_run_and_leaves_no_agent(
 ) -> None:
     sink = RecordingSink()
     silent = [sys.executable, "-c", "import time; time.sleep(120)"]  # never answers initialize
-    spec = make_spec(workspace, runtime="acp", provider_options={"acp_command": silent})
-    backend = create_backend("acp", spec, sink, gateway_url="http://127.0.0.1:9/gateway")
-    assert isinstance(backend, AcpBackend)
-    await backend.start()
+    backend = await _started_with_command(workspace, sink, silent)
     try:
         await run(backend, sink, "run-1", "hi")
         await wait_for(lambda: _children_running(silent[-1]), 10, "the agent to start")
@@ -416,11 +413,7 @@ async def test_an_agent_that_cannot_be_started_fails_the_run_and_leaves_no_folde
     workspace: Path, temp_root: Path
 ) -> None:
     sink = RecordingSink()
-    missing = ["/nonexistent/acp-agent", "--acp"]
-    spec = make_spec(workspace, runtime="acp", provider_options={"acp_command": missing})
-    backend = create_backend("acp", spec, sink, gateway_url="http://127.0.0.1:9/gateway")
-    assert isinstance(backend, AcpBackend)
-    await backend.start()
+    backend = await _started_with_command(workspace, sink, ["/nonexistent/acp-agent", "--acp"])
     try:
         await run(backend, sink, "run-1", "hi")
         assert await finished(sink, "run-1") == "run.failed"
@@ -430,6 +423,18 @@ async def test_an_agent_that_cannot_be_started_fails_the_run_and_leaves_no_folde
         assert list(temp_root.iterdir()) == []
     finally:
         await backend.close()
+
+
+async def _started_with_command(
+    workspace: Path, sink: RecordingSink, agent_command: list[str]
+) -> AcpBackend:
+    """An `acp` backend whose Agent names `agent_command` as its ACP agent, started (no
+    model behind it: these agents never get as far as asking one)."""
+    spec = make_spec(workspace, runtime="acp", provider_options={"acp_command": agent_command})
+    backend = create_backend("acp", spec, sink, gateway_url="http://127.0.0.1:9/gateway")
+    assert isinstance(backend, AcpBackend)
+    await backend.start()
+    return backend
 
 
 def _children_running(marker: str) -> bool:
