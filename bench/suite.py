@@ -36,7 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_FUNCTION = re.compile(r"^\s*(?:async\s+)?def (test_\w+)\(", re.MULTILINE)
-SUMMARY = re.compile(r"=+ (.*(?:passed|failed|error).*) in [\d.]+s")
+# pytest's last line, framed by "=" or (with -q) bare: "1 failed, 1238 passed in 371.99s (0:06:11)"
+SUMMARY = re.compile(r"^=* ?(\d+ (?:passed|failed|errors?)\b.*?) in [\d.]+s", re.MULTILINE)
 
 
 def _git(*args: str, cwd: Path = ROOT) -> str:
@@ -56,12 +57,27 @@ def _test_functions(commit: str) -> set[tuple[str, str]]:
 
 
 def _renamed_files(commit: str) -> dict[str, str]:
-    """Test files git sees as renamed between `commit` and the working tree."""
-    out = _git("diff", "-M", "--name-status", "--diff-filter=R", commit, "--", "tests")
-    renamed = {}
+    """Where each test file renamed since `commit` is now: the renames commit by commit,
+    oldest first, chained (a diff of the two ends misses a file edited much after its move)."""
+    out = _git(
+        "log",
+        "-M",
+        "--diff-filter=R",
+        "--name-status",
+        "--format=",
+        "--reverse",
+        f"{commit}..HEAD",
+        "--",
+        "tests",
+    )
+    renamed: dict[str, str] = {}
     for line in out.splitlines():
-        _, old, new = line.split("\t")
-        renamed[old] = new
+        if line.startswith("R"):
+            _, old, new = line.split("\t")
+            for start, now in list(renamed.items()):
+                if now == old:
+                    renamed[start] = new
+            renamed.setdefault(old, new)
     return renamed
 
 
@@ -131,6 +147,8 @@ def main() -> None:
     for name in missing:
         print(f"  no counterpart here: {name}")
     work = Path(tempfile.mkdtemp(prefix="mosoo-bench-suite-"))
+    # Open to others as any clone is: the sandbox user and postgres must traverse it.
+    work.chmod(0o755)
     clone = work / "baseline"
     try:
         subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)

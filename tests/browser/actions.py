@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import Error as PlaywrightError
+from playwright.sync_api import Locator, Page
+
+ATTEMPTS = 3
 
 
 def choose(page: Page, trigger: Locator, option: str, *, exact: bool = False) -> None:
     """Open the select `trigger` and pick `option`.
 
     A select opened while the page is still loading its state can be closed by the
-    re-render that follows; the option never shows and a plain click would wait its full
-    timeout. So the select is opened again (up to three times) until the option shows.
+    re-render that follows, before the option shows or between its showing and the click
+    (a CI run waited out a whole click timeout that way). So the open-and-click is tried
+    again (up to three times), each click given 5 s; an open list is closed first, and a
+    closed one is left alone (Escape could close a dialog around the select).
     """
     item = page.get_by_role("option", name=option, exact=exact)
-    for _attempt in range(3):
+    for attempt in range(1, ATTEMPTS + 1):
         trigger.click()
         try:
-            expect(item).to_be_visible(timeout=5_000)
-            break
-        except AssertionError:
-            page.keyboard.press("Escape")
-    item.click()
+            item.click(timeout=5_000)
+            return
+        except PlaywrightError:
+            if attempt == ATTEMPTS:
+                raise
+            if trigger.get_attribute("aria-expanded") == "true":
+                page.keyboard.press("Escape")
