@@ -1,5 +1,5 @@
 """Form pieces every page uses: an error under a field, a labelled field, a one-field form,
-and a choice between a few described options (`choice_cards`)."""
+a choice between a few described options (`choice_cards`) and an editor's save bar."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from reflex_base.breakpoints import Breakpoints
 from reflex_components_radix.themes.base import LiteralSpacing
 from reflex_components_radix.themes.typography.base import LiteralTextSize
 
+from mosoo_web.reflex_typing import cond_value
+
 
 def error_text(
     message: rx.Var[str], test_id: str | None = None, size: LiteralTextSize = "2"
@@ -20,6 +22,32 @@ def error_text(
     test_props: dict[str, Any] = {"data_testid": test_id} if test_id else {}
     return rx.cond(
         message != "", rx.text(message, color_scheme="red", size=size, **test_props), rx.fragment()
+    )
+
+
+def save_bar(
+    error: rx.Var[str],
+    *,
+    is_new: rx.Var[bool],
+    create_label: str,
+    saving: rx.Var[bool],
+    test_id: str,
+) -> rx.Component:
+    """An editor's last row: the form's own error (`<test_id>-error`) on the left, and its
+    submit button on the right, `create_label` for a new item and Save for an existing one."""
+    return rx.hstack(
+        error_text(error, f"{test_id}-error"),
+        rx.spacer(),
+        rx.button(
+            rx.icon("save", size=16),
+            cond_value(is_new, create_label, "Save"),
+            type="submit",
+            size="3",
+            loading=saving,
+            data_testid=test_id,
+        ),
+        align="center",
+        width="100%",
     )
 
 

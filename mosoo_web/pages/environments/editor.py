@@ -11,7 +11,7 @@ from reflex.vars import ObjectVar
 
 from mosoo_core.environments import MASK
 from mosoo_web.components.chat import MONO
-from mosoo_web.components.forms import choice_cards, error_text, labelled
+from mosoo_web.components.forms import choice_cards, error_text, labelled, save_bar
 from mosoo_web.components.layout import (
     app_page,
     back_link,
@@ -399,19 +399,12 @@ def _network() -> rx.Component:
 
 
 def _save_bar() -> rx.Component:
-    return rx.hstack(
-        error_text(_error("form"), "environment-save-error"),
-        rx.spacer(),
-        rx.button(
-            rx.icon("save", size=16),
-            cond_value(State.is_new, "Create environment", "Save"),
-            type="submit",
-            size="3",
-            loading=State.saving,
-            data_testid="environment-save",
-        ),
-        align="center",
-        width="100%",
+    return save_bar(
+        _error("form"),
+        is_new=State.is_new,
+        create_label="Create environment",
+        saving=State.saving,
+        test_id="environment-save",
     )
 
 
