@@ -22,7 +22,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
 from driver.protocol import MAX_FRAME_BYTES
-from mosoo_core import streams
+from mosoo_core import streams, wal
 from mosoo_core.control import _traces
 from mosoo_core.control._event_writer import EventWriter, request_teardown
 from mosoo_core.control.driver_socket import DriverConnection
@@ -31,7 +31,7 @@ from mosoo_core.control.gateway import Upstream
 from mosoo_core.control.gateway import build_routes as gateway_routes
 from mosoo_core.control.mcp_proxy import build_routes as mcp_routes
 from mosoo_core.control.workspace import build_routes as workspace_routes
-from mosoo_core.db import session_scope
+from mosoo_core.db import get_engine, session_scope
 from mosoo_core.logs import configure_logging, get_logger
 from mosoo_core.sessions import driver_plane
 from mosoo_core.settings import get_settings
@@ -178,4 +178,11 @@ async def _serve_all() -> None:
 def serve() -> None:
     settings = get_settings()
     configure_logging("control", settings.log_level, settings.log_json)
-    asyncio.run(_serve_all())
+    # Most commits are the event writer's: on SQLite the log is checkpointed beside them,
+    # not inside them (see mosoo_core.wal).
+    checkpointer = wal.checkpoint_in_a_thread(get_engine())
+    try:
+        asyncio.run(_serve_all())
+    finally:
+        if checkpointer is not None:
+            checkpointer.stop()
