@@ -608,9 +608,9 @@ def _control_series(runs: int, base_image: str, images_only: bool = False) -> _C
                 for _stream, entries in read or []:
                     for entry_id, fields in entries:
                         last = entry_id
-                        event = streams.decode_event(fields)
-                        if event["type"] == "agent.message.delta" and first_token is None:
-                            first_token = time.perf_counter() - started
+                        for event in streams.decode_events(fields):
+                            if event["type"] == "agent.message.delta" and first_token is None:
+                                first_token = time.perf_counter() - started
             while (status := run_module._status(run_id)) in ACTIVE_RUN_STATUSES:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"the {runtime} run did not end")

@@ -207,11 +207,9 @@ class ThreadFeed:
             for entry_id, fields in entries:
                 position = entry_id
                 try:
-                    event = streams.decode_event(fields)
+                    events += streams.decode_events(fields)
                 except (TypeError, ValueError):
                     continue
-                if isinstance(event, dict):
-                    events.append(event)
         return position, events
 
     def _redis_failed(self, error: Exception) -> None:

@@ -21,6 +21,7 @@ from tests.control.conftest import (
     hello,
     recv_json,
 )
+from tests.support.redis_db import streamed_seqs
 
 
 async def _welcomed(control: ControlServer, instance_id: str, **tokens: str):  # type: ignore[no-untyped-def]
@@ -76,8 +77,7 @@ def test_events_are_stored_in_seq_order_acked_and_streamed(
         assert run is not None and run.status == "completed"
         thread = db.get(AgentSession, booted.session_id)
         assert thread is not None and thread.status == "idle"
-    streamed = redis.Redis(db=TEST_REDIS_DB).xrange(f"session:{booted.session_id}:events")
-    seqs = [int(fields[b"seq"]) for _, fields in streamed]
+    seqs = streamed_seqs(redis.Redis(db=TEST_REDIS_DB), booted.session_id)
     assert seqs == sorted(seqs) and len(seqs) == len(set(seqs))
     assert redis.Redis(db=TEST_REDIS_DB).get(f"driver:{booted.instance_id}:ready") == b"1"
 

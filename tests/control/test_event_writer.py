@@ -31,6 +31,7 @@ from tests.control.conftest import (
     hello,
     recv_json,
 )
+from tests.support.redis_db import streamed_seqs
 
 
 @pytest.fixture
@@ -152,8 +153,7 @@ def test_batches_arriving_together_are_committed_once_and_each_answered_with_its
         ]
         assert [row.seq for row in rows] == list(range(1, len(rows) + 1))
         assert [stored.seq for stored in answer] == [row.seq for row in deltas]
-        streamed = stream_redis.xrange(f"session:{booted.session_id}:events")
-        assert [int(fields[b"seq"]) for _, fields in streamed] == [row.seq for row in deltas]
+        assert streamed_seqs(stream_redis, booted.session_id) == [row.seq for row in deltas]
 
 
 def test_a_refused_batch_neither_loses_nor_refuses_the_batches_committed_with_it(
@@ -224,8 +224,7 @@ def test_a_batch_sent_again_in_the_same_transaction_is_stored_once(
     rows = _stored_rows(engine, booted.session_id)
     assert [row.seq for row in rows] == list(range(1, len(rows) + 1))
     assert sum(1 for row in rows if row.source_event_id) == 5
-    streamed = stream_redis.xrange(f"session:{booted.session_id}:events")
-    assert len(streamed) == 5
+    assert len(streamed_seqs(stream_redis, booted.session_id)) == 5
 
 
 def test_many_drivers_at_once_get_every_event_stored_once_in_order_and_a_rogue_is_refused(

@@ -41,7 +41,7 @@ from mosoo_core.tables.sessions import SessionRun
 from mosoo_core.tasks_client import enqueue_run_dispatch
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import free_port, wait_for
-from tests.support.redis_db import db_number
+from tests.support.redis_db import db_number, streamed_seqs
 from tests.support.stack import make_agent, new_thread, runtime_stack, wait_run
 
 pytestmark = pytest.mark.integration
@@ -303,10 +303,7 @@ def test_outputs_become_artifacts_once_and_again_when_changed(
         "sub/data.csv",
         "summary.md",
     ]
-    streamed: list[tuple[bytes, dict[bytes, bytes]]] = redis.Redis(db=REDIS_DB).xrange(  # type: ignore[assignment]
-        streams.events_stream(thread_id)
-    )
-    assert any(int(fields[b"seq"]) == event.seq for _, fields in streamed)
+    assert event.seq in streamed_seqs(redis.Redis(db=REDIS_DB), thread_id)
 
     # Nothing changed: nothing recorded, no event.
     assert record_run_outputs(backend, sandbox, run_id) == []

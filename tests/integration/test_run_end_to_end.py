@@ -16,7 +16,7 @@ import redis
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
-from mosoo_core import sessions, streams
+from mosoo_core import sessions
 from mosoo_core.clock import utcnow
 from mosoo_core.files import get_store
 from mosoo_core.runtime.runs import STUCK_BOOT_AFTER, checkpoint_key, sweep_stuck_boots
@@ -25,7 +25,7 @@ from mosoo_core.sessions import diagnostics, driver_plane
 from mosoo_core.tables.sessions import RunMark, SessionRun
 from tests.support.openai_server import TextTurn, ToolCall, ToolCallsTurn
 from tests.support.processes import wait_for
-from tests.support.redis_db import db_number
+from tests.support.redis_db import db_number, streamed_seqs
 from tests.support.stack import (
     RuntimeStack,
     bind_unserved_control_socket,
@@ -137,8 +137,7 @@ def test_message_streams_text_and_a_bash_tool_call_in_a_docker_sandbox(stack: Ru
         f"Bearer {PROVIDER_KEY}"
     }
     # Redis carries the same events in the same order.
-    streamed = redis.Redis(db=REDIS_DB).xrange(streams.events_stream(thread_id))
-    assert [int(f[b"seq"]) for _, f in streamed] == [e.seq for e in events]
+    assert streamed_seqs(redis.Redis(db=REDIS_DB), thread_id) == [e.seq for e in events]
     # Cattle: the sandbox is gone once the run is over.
     wait_for(
         lambda: not _containers(f"{LABEL_SUBJECT}=session:{thread_id}"),

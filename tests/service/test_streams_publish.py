@@ -57,10 +57,12 @@ def _events(threads: list[str], per_thread: int) -> list[StoredEvent]:
 
 
 def _stream(client: redis.Redis, thread: str) -> list[tuple[int, dict[str, object]]]:
-    return [
-        (int(fields[b"seq"]), streams.decode_event(fields))
-        for _id, fields in client.xrange(streams.events_stream(thread))
-    ]
+    out = []
+    for _id, fields in client.xrange(streams.events_stream(thread)):
+        events = streams.decode_events(fields)
+        assert int(fields[b"seq"]) == events[0]["seq"]  # an entry names its first event's seq
+        out += [(event["seq"], event) for event in events]
+    return out
 
 
 def _expected(events: list[StoredEvent], thread: str) -> list[tuple[int, dict[str, object]]]:
@@ -105,3 +107,32 @@ def test_nothing_new_publishes_nothing(redis_db: redis.Redis) -> None:
     streams.publish_events([StoredEvent(**{**event.__dict__, "duplicate": True})], redis_db)
     streams.publish_events([], redis_db)
     assert redis_db.keys("*") == []
+
+
+def test_a_threads_events_of_one_call_make_one_entry(redis_db: redis.Redis) -> None:
+    threads = [f"E{index:025d}" for index in range(3)]
+    events = _events(threads, 20)  # 60 events, one call
+    streams.publish_events(events, client=redis_db)
+    for thread in threads:
+        (entry,) = redis_db.xrange(streams.events_stream(thread))
+        assert [event["seq"] for event in streams.decode_events(entry[1])] == list(range(1, 21))
+    # Past PUBLISH_CHUNK a thread's events go on in the next call's entry, in order.
+    more = _events(threads, streams.PUBLISH_CHUNK // len(threads) + 5)
+    redis_db.flushdb()
+    streams.publish_events(more, client=redis_db)
+    for thread in threads:
+        assert len(redis_db.xrange(streams.events_stream(thread))) == 2
+        assert _stream(redis_db, thread) == _expected(more, thread)
+
+
+def test_an_entry_of_one_event_still_decodes_and_a_malformed_one_is_refused() -> None:
+    event = {"seq": 4, "type": "agent.message.delta", "payload": {}}
+    assert streams.decode_events({b"seq": b"4", b"event": json.dumps(event).encode()}) == [event]
+    for fields in (
+        {b"seq": b"4"},
+        {b"events": b"not json"},
+        {b"events": b'{"seq": 4}'},
+        {b"events": b"[1, 2]"},
+    ):
+        with pytest.raises(ValueError):
+            streams.decode_events(fields)

@@ -42,3 +42,13 @@ def own_redis_database(monkeypatch: pytest.MonkeyPatch, url: str) -> Iterator[re
     yield client
     client.flushdb()
     client.close()
+
+
+def streamed_seqs(client: redis.Redis, thread_id: str) -> list[int]:
+    """The seqs of every event on a thread's Redis stream, in the stream's order."""
+    from mosoo_core import streams
+
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = client.xrange(  # type: ignore[assignment]
+        streams.events_stream(thread_id)
+    )
+    return [int(event["seq"]) for _, fields in entries for event in streams.decode_events(fields)]
