@@ -5,6 +5,7 @@ the log is still started over rather than growing without end."""
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
@@ -125,7 +126,7 @@ def test_only_a_sqlite_file_gets_a_thread() -> None:
     assert wal.checkpoint_in_a_thread(postgres) is None
 
 
-def test_control_serves_with_its_commits_checkpointed_by_the_thread(
+def test_control_serves_with_its_commits_checkpointed_by_the_thread_and_a_short_gil_switch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from mosoo_core.control import server
@@ -138,6 +139,7 @@ def test_control_serves_with_its_commits_checkpointed_by_the_thread(
                 "PRAGMA wal_autocheckpoint"
             ).scalar()
         seen["threads"] = [thread.name for thread in threading.enumerate()]
+        seen["switch"] = sys.getswitchinterval()
 
     monkeypatch.setattr(server, "_serve_all", serving)
     try:
@@ -145,5 +147,6 @@ def test_control_serves_with_its_commits_checkpointed_by_the_thread(
     finally:
         dispose_engines()
     assert seen["autocheckpoint"] == 0
+    assert seen["switch"] == server.GIL_SWITCH_SECONDS != sys.getswitchinterval()
     assert "wal-checkpointer" in seen["threads"]  # type: ignore[operator]
     assert "wal-checkpointer" not in [thread.name for thread in threading.enumerate()]
