@@ -193,15 +193,19 @@ class ControlConnection:
 
     def emit(self, run_id: str, kind: str, payload: dict[str, Any] | None = None) -> str:
         """Queue one event; kept until control acknowledges it. Returns its source_event_id."""
-        source_event_id = new_source_event_id()
         # Encoded as `DriverEvent` would be, without building one (a model, validated, then
-        # dumped, cost three times as much; control validates every event it receives).
+        # dumped, cost three times as much). What the model checked is checked here: an event
+        # control would refuse must fail its emitter, not the connection's batch.
+        payload = {} if payload is None else payload
+        if not 0 < len(run_id) <= 64 or not isinstance(kind, str) or not isinstance(payload, dict):
+            raise ValueError(f"not an event: run_id {run_id!r}, kind {kind!r}, a payload dict")
+        source_event_id = new_source_event_id()
         fields = {
             "source_event_id": source_event_id,
             "run_id": run_id,
             "kind": kind,
             "occurred_at": utc_now(),
-            "payload": payload or {},
+            "payload": payload,
         }
         encoded = pydantic_core.to_json(fields).decode()
         for mask in self._masks:

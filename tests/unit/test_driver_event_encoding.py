@@ -5,6 +5,7 @@ within a driver (control's unique index takes them at its end)."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -27,7 +28,7 @@ def test_utc_now_spells_the_millisecond_as_isoformat_did(monkeypatch: pytest.Mon
         datetime(2026, 2, 28, 23, 59, 59, 999_000, tzinfo=UTC),
     ):
         nanoseconds = int(moment.timestamp() * 1000) * 1_000_000 + 456_789
-        monkeypatch.setattr(connection.time, "time_ns", lambda n=nanoseconds: n)
+        monkeypatch.setattr(time, "time_ns", lambda n=nanoseconds: n)
         expected = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
         assert utc_now() == expected
         assert utc_now() == expected  # the cached spelling, the same millisecond
@@ -79,3 +80,19 @@ def test_an_event_without_payload_carries_an_empty_one_and_secrets_stay_masked()
     masked = sink._unacked[sink.emit("run-1", "tool.output", {"text": "key=s3cr3t-value"})]
     assert "s3cr3t-value" not in masked
     assert json.loads(masked)["payload"]["text"] == "key=" + connection.SECRET_MASK
+
+
+def test_an_event_control_would_refuse_fails_its_emitter_and_queues_nothing() -> None:
+    sink = _connection()
+    for run_id, kind, payload in (
+        ("", "message.delta", {}),
+        ("r" * 65, "message.delta", {}),
+        ("run-1", None, {}),
+        ("run-1", "message.delta", ["not", "a", "dict"]),
+    ):
+        with pytest.raises(ValueError):
+            sink.emit(run_id, kind, payload)  # type: ignore[arg-type]
+    assert sink.unacked_count == 0
+    with pytest.raises(ValueError):  # a value JSON cannot hold, as the model's dump refused
+        sink.emit("run-1", "message.delta", {"value": object()})
+    assert sink.unacked_count == 0
