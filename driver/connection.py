@@ -23,8 +23,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pydantic_core
-import websockets
-from websockets.asyncio.client import ClientConnection
 
 from driver import __version__
 from driver.protocol import (
@@ -47,6 +45,7 @@ from driver.protocol import (
     encode,
     parse_control_message,
 )
+from driver.websocket import ClientWebSocket, WebSocketError, connect
 
 log = logging.getLogger("driver.connection")
 
@@ -299,7 +298,7 @@ class ControlConnection:
                 OSError,
                 TimeoutError,
                 ProtocolError,
-                websockets.exceptions.WebSocketException,
+                WebSocketError,
             ) as error:
                 if not self._stopping.is_set():
                     log.warning(
@@ -322,23 +321,20 @@ class ControlConnection:
                 await asyncio.wait_for(self._stopping.wait(), timeout=delay)
         log.info("control_connection_closed")
 
-    def _dial(self) -> Any:
+    def _dial(self) -> connect:
+        # No proxy (a sandbox's egress proxy variables must not apply to control) and no
+        # compression (frames are small JSON: it would cost CPU on both ends for little).
         options: dict[str, Any] = {
             "max_size": MAX_FRAME_BYTES,
             "open_timeout": self.handshake_timeout,
             "close_timeout": 2,
-            "proxy": None,  # a sandbox's egress proxy variables must not apply to control
-            # Frames are small JSON: compression would cost CPU on both ends for little.
-            "compression": None,
         }
         parts = urlsplit(self.control_url)
         if parts.scheme == "unix":
-            return websockets.unix_connect(
-                parts.path, uri=f"ws://control{DRIVER_SOCKET_PATH}", **options
-            )
-        return websockets.connect(self.control_url, **options)
+            return connect(f"ws://control{DRIVER_SOCKET_PATH}", unix_path=parts.path, **options)
+        return connect(self.control_url, **options)
 
-    async def _handshake(self, websocket: ClientConnection) -> Welcome:
+    async def _handshake(self, websocket: ClientWebSocket) -> Welcome:
         hello = Hello(
             driver_instance_id=self.driver_instance_id,
             boot_token=None if self._resume_token else self._boot_token,
@@ -365,7 +361,7 @@ class ControlConnection:
         )
         return message
 
-    async def _serve(self, websocket: ClientConnection, welcome: Welcome) -> None:
+    async def _serve(self, websocket: ClientWebSocket, welcome: Welcome) -> None:
         if welcome.acked_source_event_id:
             # Only that event is dropped; anything older is re-sent and dropped by control.
             self._on_ack([welcome.acked_source_event_id])
@@ -428,7 +424,7 @@ class ControlConnection:
         if self._unacked:
             log.warning("stopping_with_unacked_events", extra={"count": len(self._unacked)})
 
-    async def _receive_loop(self, websocket: ClientConnection) -> None:
+    async def _receive_loop(self, websocket: ClientWebSocket) -> None:
         async for frame in websocket:
             try:
                 message = parse_control_message(frame)
@@ -448,7 +444,7 @@ class ControlConnection:
             else:
                 log.warning("control_unexpected_welcome")
 
-    async def _send_loop(self, websocket: ClientConnection) -> None:
+    async def _send_loop(self, websocket: ClientWebSocket) -> None:
         self._batches_in_flight = 0  # a new connection: nothing sent on it awaits an ack
         while True:
             await self._wakeup.wait()
@@ -462,12 +458,12 @@ class ControlConnection:
                     self._batches_in_flight += batch
                     await self._send(websocket, frame)
 
-    async def _heartbeat_loop(self, websocket: ClientConnection, interval: float) -> None:
+    async def _heartbeat_loop(self, websocket: ClientWebSocket, interval: float) -> None:
         while True:
             await asyncio.sleep(interval)
             await self._send(websocket, encode(Heartbeat(at=utc_now())))
 
-    async def _send(self, websocket: ClientConnection, frame: str) -> None:
+    async def _send(self, websocket: ClientWebSocket, frame: str) -> None:
         async with self._send_lock:
             await websocket.send(frame)
 
