@@ -19,7 +19,8 @@ and control's CPU use meanwhile.
 (c) the driver's start, per runtime, inside a sandbox of the image: from spawning
 `python -m driver.main` (the boot payload pointing at a Unix socket the probe listens on) to
 its connection to that socket, i.e. interpreter start, imports, forwarder and backend set-up,
-until it dials; the median and p95 of `-n` starts, then one start under `-X importtime`: the
+until it dials; then the same for a driver booted standby (its payload without a run: a
+cold Task start, whose run comes as `assign` after hello, and a warm pool member); the median and p95 of `-n` starts, then one start under `-X importtime`: the
 import time by package (self time, summed); and what importing the runtime's SDK alone takes
 in a fresh interpreter there (the first run pays it, in a thread: `openai`, `claude`; the
 `acp` agent's start in the background after `ready`).
@@ -89,14 +90,17 @@ SDK_PROBE = (
 
 # Runs inside a sandbox with its Python: spawn the driver with a payload whose control is a
 # socket we listen on, and time the spawn to the driver's first connection. argv: the driver's
-# PYTHONPATH root, "1" for -X importtime. Prints JSON {seconds, importtime}.
+# PYTHONPATH root, "1" for -X importtime, "1" for a standby payload (the template's without its
+# execution spec). Prints JSON {seconds, importtime}.
 PROBE = r"""
 import json, os, socket, subprocess, sys, time
-root, importtime = sys.argv[1], sys.argv[2] == "1"
+root, importtime, standby = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
 probe, payload, errors = "/tmp/mosoo-probe.sock", "/tmp/mosoo-probe-payload.json", "/tmp/mosoo-probe.err"
 with open("/tmp/mosoo-probe-template.json") as template:
     data = json.load(template)
 data["control_url"] = "unix://" + probe
+if standby:
+    data.pop("execution_spec")
 fd = os.open(payload, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 with os.fdopen(fd, "w") as out:
     json.dump(data, out)
@@ -591,10 +595,11 @@ def control_footprint(stack: Stack, count: int, hold: float) -> ControlFootprint
 # --- (c) the driver's start --------------------------------------------------------------------
 
 
-def _probe(backend: Any, ref: Any, root: str, importtime: bool = False) -> dict[str, Any]:
-    result = backend.exec(
-        ref, [SANDBOX_PYTHON, "-c", PROBE, root, "1" if importtime else "0"], timeout=120
-    )
+def _probe(
+    backend: Any, ref: Any, root: str, importtime: bool = False, standby: bool = False
+) -> dict[str, Any]:
+    flags = ["1" if importtime else "0", "1" if standby else "0"]
+    result = backend.exec(ref, [SANDBOX_PYTHON, "-c", PROBE, root, *flags], timeout=120)
     if result.exit_code != 0:
         raise RuntimeError(f"the start probe failed: {result.stderr_text[-2000:]}")
     answer: dict[str, Any] = json.loads(result.stdout_text.strip().splitlines()[-1])
@@ -623,7 +628,12 @@ class StartFigures:
 
 
 def driver_start(
-    stack: Stack, backend: Any, runtime: str, runs_count: int, baseline: Path | None
+    stack: Stack,
+    backend: Any,
+    runtime: str,
+    runs_count: int,
+    baseline: Path | None,
+    standby: bool = False,
 ) -> StartFigures:
     from mosoo_core.runtime import runs
 
@@ -636,16 +646,20 @@ def driver_start(
             _put_baseline(backend, ref, baseline)
             roots["baseline"] = BASELINE_ROOT
         for root in roots.values():
-            _probe(backend, ref, root)  # warm-up: the page cache
+            _probe(backend, ref, root, standby=standby)  # warm-up: the page cache
         seconds: dict[str, list[float]] = {name: [] for name in roots}
         order = list(roots.items())
         for round_number in range(runs_count):
             for name, root in order if round_number % 2 == 0 else reversed(order):
-                seconds[name].append(_probe(backend, ref, root)["seconds"])
+                seconds[name].append(_probe(backend, ref, root, standby=standby)["seconds"])
         imports = {
-            name: import_breakdown(_probe(backend, ref, root, importtime=True)["importtime"])
+            name: import_breakdown(
+                _probe(backend, ref, root, importtime=True, standby=standby)["importtime"]
+            )
             for name, root in roots.items()
         }
+        if standby:  # it imports no runtime before dialing: no SDK figure of its own
+            return StartFigures(seconds, imports, [])
         sdk = [
             float(
                 backend.exec(ref, [SANDBOX_PYTHON, "-c", SDK_PROBE, *RUNTIME_SDKS[runtime]])
@@ -670,10 +684,11 @@ def _print_start(runtime: str, figures: StartFigures) -> None:
             figures.seconds["baseline"]
         )
         print(f"    {'':<24} ratio image / baseline: {ratio:.2f}x")
-    print(
-        f"    {'':<24} its SDK ({', '.join(RUNTIME_SDKS[runtime])}) imported alone: median "
-        f"{statistics.median(figures.sdk_seconds) * 1000:.0f} ms (at its first use, in a thread)"
-    )
+    if figures.sdk_seconds:
+        print(
+            f"    {'':<24} its SDK ({', '.join(RUNTIME_SDKS[runtime])}) imported alone: median "
+            f"{statistics.median(figures.sdk_seconds) * 1000:.0f} ms (at its first use, in a thread)"
+        )
     names = list(figures.imports)
     totals = {name: sum(figures.imports[name].values()) for name in names}
     header = "".join(f"{name:>10}" for name in names)
@@ -799,6 +814,8 @@ def _run(stack: Stack, backend: Any, model: Any, arguments: argparse.Namespace) 
                 for runtime in RUNTIMES:
                     start = driver_start(stack, backend, runtime, arguments.runs, baseline)
                     _print_start(runtime, start)
+                standby = driver_start(stack, backend, "openai", arguments.runs, baseline, True)
+                _print_start("standby", standby)
     print(f"load at the end: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
 
 
