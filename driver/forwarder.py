@@ -17,9 +17,8 @@ import posixpath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import h11
-
-if TYPE_CHECKING:  # imported by the first request: an idle driver makes none
+if TYPE_CHECKING:  # both imported by the first request: a driver booting makes none
+    import h11
     import httpx
 
 log = logging.getLogger("driver.forwarder")
@@ -131,6 +130,8 @@ class Forwarder:
     # --- one client connection -----------------------------------------------------------
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import h11
+
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -149,6 +150,8 @@ class Forwarder:
                 await writer.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        import h11
+
         connection = h11.Connection(h11.SERVER)
         while True:
             request = await self._next_event(connection, reader)
@@ -175,6 +178,8 @@ class Forwarder:
     async def _next_event(
         self, connection: h11.Connection, reader: asyncio.StreamReader
     ) -> h11.Event | type[h11.PAUSED] | type[h11.NEED_DATA]:
+        import h11
+
         while True:
             event = connection.next_event()
             if event is h11.NEED_DATA:
@@ -232,6 +237,8 @@ class Forwarder:
         writer: asyncio.StreamWriter,
         response: httpx.Response,
     ) -> None:
+        import h11
+
         headers = [
             (name, value)
             for name, value in response.headers.multi_items()
@@ -275,6 +282,8 @@ class Forwarder:
     async def _send_error(
         self, connection: h11.Connection, writer: asyncio.StreamWriter, status: int, message: str
     ) -> None:
+        import h11
+
         body = json.dumps(
             {"error": {"code": "forwarder_error", "message": message, "type": "forwarder_error"}}
         ).encode()

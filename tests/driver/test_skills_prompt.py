@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.backends.openai import OpenAIBackend, skills_prompt
+from driver.backends.openai import OpenAIBackend, skills_prompt, xml_escape
 from driver.protocol import GatewayGrant, SkillBinding
 from tests.driver.conftest import GRANT, RecordingSink, command, make_spec, wait_for
 from tests.support.openai_server import ScriptedOpenAIServer, TextTurn
@@ -48,6 +48,15 @@ def test_a_description_cannot_close_the_block_or_open_tags_of_its_own() -> None:
     assert 'Handles &lt;tags&gt; &amp; "quotes" in &lt;/description&gt; text.' in prompt
     assert prompt.count("</description>") == 1
     assert prompt.count("</available_skills>") == 1
+
+
+@pytest.mark.parametrize(
+    "text", ["", "plain", "a & b < c > d", "&amp; already", "<<>>&&", "'\"quotes\"'", "ünï ✓"]
+)
+def test_the_escape_is_the_standard_librarys(text: str) -> None:
+    from xml.sax.saxutils import escape
+
+    assert xml_escape(text) == escape(text)
 
 
 @pytest.mark.parametrize("api_style", ["chat_completions", "responses"])

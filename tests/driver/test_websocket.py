@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import os
 import struct
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -302,16 +299,3 @@ def test_a_client_frame_is_masked_with_a_fresh_key() -> None:
 
 def test_the_accept_key_is_rfc_6455s() -> None:
     assert accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="  # its 1.3
-
-
-def test_the_driver_does_not_load_the_websockets_package() -> None:
-    """Why the client exists: a cold driver's start on a pool miss's critical path."""
-    probe = (
-        "import sys, json, driver.main, driver.connection, driver.slot;"
-        "print(json.dumps(sorted(m for m in ('websockets', 'importlib.metadata', 'email',"
-        " 'urllib.request') if m in sys.modules)))"
-    )
-    loaded = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    ).stdout
-    assert json.loads(loaded) == []
