@@ -6,10 +6,14 @@ start on this kind of machine (its package loads `importlib.metadata`, and with 
 and `zipfile`, to spell its version, and `urllib.request` for proxies), and a cold driver's
 start is on a pool miss's critical path. The driver needs a small part of it: one client,
 text frames, answering pings (uvicorn pings every 20 s and closes a peer that does not
-answer), the closing handshake, and refusing what a server must not send. No extensions
-are offered, so none may come back.
+answer), pinging in turn (a control that went silent, over TCP, is noticed within
+`ping_interval + ping_timeout`, as the package did by default), the closing handshake, and
+refusing what a server must not send. No extensions are offered, so none may come back.
 
-One reader at a time (`recv`, or `async for`); any number of writers (a frame is one
+A task reads the socket all the time: pings are answered while the driver is busy elsewhere
+(a backend starting can take longer than uvicorn's 20 s), and whole messages wait in a queue
+for `recv` (at most `max_queue`; then the task stops reading, and the socket pushes back).
+One consumer at a time (`recv`, or `async for`); any number of writers (a frame is one
 `write` call, so frames never interleave).
 """
 
@@ -99,13 +103,28 @@ class ClientWebSocket:
         *,
         max_size: int,
         close_timeout: float,
+        max_queue: int = 16,
+        ping_interval: float | None = 20.0,
+        ping_timeout: float = 20.0,
     ) -> None:
         self._reader = reader
         self._writer = writer
         self.max_size = max_size
         self.close_timeout = close_timeout
+        self.max_queue = max_queue
         self.closed: ConnectionClosed | None = None  # set once the connection is over
         self._close_sent = False
+        # Messages, then (last) the ConnectionClosed that ended them.
+        self._messages: asyncio.Queue[str | bytes | ConnectionClosed] = asyncio.Queue()
+        self._room = asyncio.Event()  # the queue is below max_queue
+        self._room.set()
+        self._pongs: dict[bytes, asyncio.Future[None]] = {}
+        self._reading = asyncio.create_task(self._read_messages(), name="websocket-reader")
+        self._keepalive = (
+            asyncio.create_task(self._ping_forever(ping_interval, ping_timeout))
+            if ping_interval is not None
+            else None
+        )
 
     # --- sending -------------------------------------------------------------------------
 
@@ -118,19 +137,22 @@ class ClientWebSocket:
             await self._write(encode_frame(OP_BINARY, message))
 
     async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
-        """The closing handshake: our close frame, then the peer's (read, within
-        `close_timeout`, discarding any message still on its way), then the socket."""
+        """The closing handshake: our close frame, then the peer's (the reader discards any
+        message still on its way), within `close_timeout`, then the socket."""
         try:
             if self.closed is None:
                 await self._send_close(_close_payload(code, reason))
                 async with asyncio.timeout(self.close_timeout):
-                    while True:
-                        await self._read_frame()
-        except (WebSocketError, OSError, TimeoutError):
+                    self._room.set()  # a full queue must not stop the reader from seeing it
+                    await asyncio.shield(self._reading)
+        except (OSError, TimeoutError):
             pass
         finally:
             if self.closed is None:
                 self._end(code, reason)
+            for task in (self._reading, self._keepalive):
+                if task is not None:
+                    task.cancel()
             self._writer.close()
             with contextlib.suppress(OSError):
                 await self._writer.wait_closed()
@@ -142,9 +164,45 @@ class ClientWebSocket:
     # --- receiving ------------------------------------------------------------------------
 
     async def recv(self) -> str | bytes:
-        """The next whole message. Raises ConnectionClosed once the connection is over."""
-        if self.closed is not None:
-            raise self.closed
+        """The next whole message. Raises ConnectionClosed once the connection is over (after
+        the messages that came before it)."""
+        item = await self._messages.get()
+        if isinstance(item, ConnectionClosed):
+            self._messages.put_nowait(item)  # and to every later call
+            raise item
+        if self._messages.qsize() < self.max_queue:
+            self._room.set()
+        return item
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> str | bytes:
+        """Messages until the connection closes: normally (1000, 1001) ends the iteration,
+        anything else raises."""
+        try:
+            return await self.recv()
+        except ConnectionClosed as closed:
+            if closed.normal:
+                raise StopAsyncIteration from None
+            raise
+
+    async def _read_messages(self) -> None:
+        try:
+            while True:
+                message = await self._read_message()
+                if self._close_sent:
+                    continue  # closing: only the peer's close frame matters now
+                self._messages.put_nowait(message)
+                if self._messages.qsize() >= self.max_queue:
+                    self._room.clear()
+                    await self._room.wait()
+        except ConnectionClosed as closed:
+            self._messages.put_nowait(closed)
+        except OSError as error:  # writing a pong or a close to a socket that is gone
+            self._messages.put_nowait(self._end(CLOSE_ABNORMAL, type(error).__name__))
+
+    async def _read_message(self) -> str | bytes:
         fragments: list[bytes] = []
         size = 0
         first_opcode: int | None = None
@@ -171,18 +229,24 @@ class ClientWebSocket:
         except UnicodeDecodeError:
             await self._fail(CLOSE_INVALID_DATA, "a text message that is not UTF-8")
 
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> str | bytes:
-        """Messages until the connection closes: normally (1000, 1001) ends the iteration,
-        anything else raises."""
-        try:
-            return await self.recv()
-        except ConnectionClosed as closed:
-            if closed.normal:
-                raise StopAsyncIteration from None
-            raise
+    async def _ping_forever(self, interval: float, timeout: float) -> None:
+        """A ping every `interval`; a pong not back within `timeout` ends the connection."""
+        while True:
+            await asyncio.sleep(interval)
+            if self.closed is not None or self._close_sent:
+                return
+            payload = os.urandom(4)
+            pong = self._pongs[payload] = asyncio.get_running_loop().create_future()
+            try:
+                await self._write(encode_frame(OP_PING, payload))
+                await asyncio.wait_for(pong, timeout)
+            except TimeoutError:
+                self._end(CLOSE_ABNORMAL, "keepalive ping timeout")  # the reader sees the end
+                return
+            except OSError:
+                return
+            finally:
+                self._pongs.pop(payload, None)
 
     async def _read_frame(self) -> tuple[bool, int, bytes]:
         try:
@@ -215,7 +279,10 @@ class ClientWebSocket:
             code, reason = _parse_close(payload)
             await self._send_close(payload[:2])  # echoed (RFC 6455 5.5.1), then the socket goes
             raise self._end(code, reason)
-        # a pong: we send no pings (control's heartbeats say we are alive)
+        elif opcode == OP_PONG:  # one of ours (an unasked one is allowed, and ignored)
+            waiter = self._pongs.get(payload)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
 
     async def _fail(self, code: int, reason: str) -> NoReturn:
         """A server that broke the protocol: tell it why, close, raise."""
@@ -231,7 +298,9 @@ class ClientWebSocket:
             await self._write(encode_frame(OP_CLOSE, payload))
 
     def _end(self, code: int, reason: str) -> ConnectionClosed:
-        self.closed = ConnectionClosed(code, reason)
+        """The connection is over; the first reason given is the one that stays."""
+        if self.closed is None:
+            self.closed = ConnectionClosed(code, reason)
         self._writer.close()
         return self.closed
 
@@ -259,6 +328,9 @@ class connect:
         max_size: int = 1024 * 1024,
         open_timeout: float = 10.0,
         close_timeout: float = 2.0,
+        max_queue: int = 16,
+        ping_interval: float | None = 20.0,
+        ping_timeout: float = 20.0,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("ws", "wss") or not parts.hostname:
@@ -268,6 +340,9 @@ class connect:
         self.max_size = max_size
         self.open_timeout = open_timeout
         self.close_timeout = close_timeout
+        self.max_queue = max_queue
+        self.ping_interval = ping_interval
+        self.ping_timeout = ping_timeout
         self.websocket: ClientWebSocket | None = None
 
     async def __aenter__(self) -> ClientWebSocket:
@@ -279,7 +354,13 @@ class connect:
                 writer.close()
                 raise
         self.websocket = ClientWebSocket(
-            reader, writer, max_size=self.max_size, close_timeout=self.close_timeout
+            reader,
+            writer,
+            max_size=self.max_size,
+            close_timeout=self.close_timeout,
+            max_queue=self.max_queue,
+            ping_interval=self.ping_interval,
+            ping_timeout=self.ping_timeout,
         )
         return self.websocket
 

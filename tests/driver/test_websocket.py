@@ -299,3 +299,42 @@ def test_a_client_frame_is_masked_with_a_fresh_key() -> None:
 
 def test_the_accept_key_is_rfc_6455s() -> None:
     assert accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="  # its 1.3
+
+
+async def test_pings_are_answered_while_nobody_reads(socket_dir: Path) -> None:
+    """A driver busy starting its backend (longer than uvicorn's 20 s ping timeout, at
+    times) must not lose its connection for it."""
+    answered = asyncio.Event()
+
+    async def pinger(connection: ServerConnection) -> None:
+        await asyncio.wait_for(await connection.ping(b"busy?"), timeout=5)
+        answered.set()
+        await connection.wait_closed()
+
+    async with library_server(socket_dir, pinger) as path, connect(URL, unix_path=path):
+        await asyncio.wait_for(answered.wait(), timeout=5)  # no recv meanwhile
+
+
+async def test_a_silent_server_is_noticed_by_the_keepalive(socket_dir: Path) -> None:
+    async with raw_server(socket_dir) as server:  # upgrades, then never answers a ping
+        async with connect(URL, unix_path=server.path, ping_interval=0.05, ping_timeout=0.1) as ws:
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), timeout=5)
+            assert (closed.value.code, closed.value.reason) == (1006, "keepalive ping timeout")
+        await asyncio.wait_for(server.done.wait(), timeout=5)
+        assert server.received[0] == 0x80 | OP_PING  # what it sent, unanswered
+
+
+async def test_a_full_queue_holds_the_socket_back_and_loses_nothing(socket_dir: Path) -> None:
+    async def burst(connection: ServerConnection) -> None:
+        for number in range(50):
+            await connection.send(str(number))
+        await connection.wait_closed()
+
+    async with (
+        library_server(socket_dir, burst) as path,
+        connect(URL, unix_path=path, max_queue=4) as ws,
+    ):
+        await asyncio.sleep(0.2)  # the reader stops at four
+        assert ws._messages.qsize() == 4
+        assert [await ws.recv() for _ in range(50)] == [str(n) for n in range(50)]
