@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from websockets.asyncio.server import ServerConnection, unix_serve
+from websockets.asyncio.server import ServerConnection, serve, unix_serve
 
 from driver.websocket import (
     CLOSE_INVALID_DATA,
@@ -74,6 +74,30 @@ async def test_messages_both_ways_with_every_length_encoding(socket_dir: Path) -
         await ws.send(b"\x00\xff")
         assert await ws.recv() == b"\x00\xff"
     assert seen_paths == ["/driver/socket"]
+
+
+async def test_over_tcp_the_url_gives_host_port_and_path() -> None:
+    """A driver on another Docker host dials control's TCP endpoint (`ws://host:port/...`)."""
+    seen: list[tuple[str, str | None]] = []
+
+    async def echo(connection: ServerConnection) -> None:
+        assert connection.request is not None
+        seen.append((connection.request.path, connection.request.headers.get("Host")))
+        await connection.send(await connection.recv())
+
+    async with serve(echo, "127.0.0.1", 0, compression=None) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        url = f"ws://127.0.0.1:{port}/prefix/driver/socket?v=2"
+        async with connect(url) as ws:
+            await ws.send("over tcp")
+            assert await ws.recv() == "over tcp"
+    assert seen == [("/prefix/driver/socket?v=2", f"127.0.0.1:{port}")]
+
+
+def test_only_websocket_urls_are_dialed() -> None:
+    for url in ("http://control/driver/socket", "unix:///run/control.sock", "ws:///no-host"):
+        with pytest.raises(ValueError, match="not a ws"):
+            connect(url)
 
 
 async def test_a_fragmented_message_is_put_back_together(socket_dir: Path) -> None:
