@@ -197,10 +197,13 @@ class ClientWebSocket:
                 if self._messages.qsize() >= self.max_queue:
                     self._room.clear()
                     await self._room.wait()
-        except ConnectionClosed as closed:
-            self._messages.put_nowait(closed)
+        except ConnectionClosed:
+            pass
         except OSError as error:  # writing a pong or a close to a socket that is gone
-            self._messages.put_nowait(self._end(CLOSE_ABNORMAL, type(error).__name__))
+            self._end(CLOSE_ABNORMAL, type(error).__name__)
+        finally:  # recv hears of it after the messages before it, however the reader ended
+            closed = self._end(CLOSE_ABNORMAL, "the reader stopped")
+            self._messages.put_nowait(closed)
 
     async def _read_message(self) -> str | bytes:
         fragments: list[bytes] = []

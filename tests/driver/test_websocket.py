@@ -362,3 +362,16 @@ async def test_a_full_queue_holds_the_socket_back_and_loses_nothing(socket_dir: 
         await asyncio.sleep(0.2)  # the reader stops at four
         assert ws._messages.qsize() == 4
         assert [await ws.recv() for _ in range(50)] == [str(n) for n in range(50)]
+
+
+async def test_after_close_recv_raises_even_when_the_peer_never_answered(
+    socket_dir: Path,
+) -> None:
+    async with raw_server(socket_dir) as server:  # never sends its close frame
+        async with connect(URL, unix_path=server.path, close_timeout=0.1) as ws:
+            pass
+        assert ws.closed is not None and ws.closed.code == 1000
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), timeout=2)
+        with pytest.raises(ConnectionClosed):
+            await ws.send("too late")
