@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -127,6 +128,17 @@ def _prepare_socket_dir(directory: Path) -> None:
         log.warning("control.socket_dir_not_traversable", directory=str(directory))
 
 
+def freeze_start_up_objects() -> None:
+    """Leave what the start made (modules, SQLAlchemy's metadata, pydantic's schemas: about
+    130,000 objects) out of every later garbage collection. A full collection walks every
+    tracked object with the GIL held, so it stopped the whole process (the loop and the event
+    writer) for 50-220 ms every few seconds at 10,000 events/s. Frozen objects are still
+    freed by reference counting; only a cycle among them would stay (they live as long as
+    the process anyway)."""
+    gc.collect()
+    gc.freeze()
+
+
 async def _serve_all() -> None:
     settings = get_settings()
     socket_path = settings.resolved_control_socket
@@ -175,6 +187,7 @@ async def _serve_all() -> None:
                 host=settings.control_host,
                 port=settings.control_port,
             )
+            freeze_start_up_objects()
         await asyncio.gather(*tasks)
     with contextlib.suppress(FileNotFoundError):
         socket_path.unlink()
