@@ -129,8 +129,8 @@ def _prepare_socket_dir(directory: Path) -> None:
 
 
 def freeze_start_up_objects() -> None:
-    """Leave what the start made (modules, SQLAlchemy's metadata, pydantic's schemas: about
-    130,000 objects) out of every later garbage collection. A full collection walks every
+    """Leave what the start made (modules, SQLAlchemy's metadata, pydantic's schemas: over
+    100,000 objects) out of every later garbage collection. A full collection walks every
     tracked object with the GIL held, so it stopped the whole process (the loop and the event
     writer) for 50-220 ms every few seconds at 10,000 events/s. Frozen objects are still
     freed by reference counting; only a cycle among them would stay (they live as long as
